@@ -1,0 +1,74 @@
+"""The agent seam: what goes in (a :class:`TurnRequest`) and what comes out (events).
+
+The manager only knows these types. Anything richer (graphs, checkpointers, tools) stays inside
+``agent/`` so it can change without touching the bot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    """One turn of a thread.
+
+    ``hidden`` turns (goal continuations) are not shown as user input; ``secrets`` are environment
+    values for this run's sandbox commands only (e.g. ``GH_TOKEN``), masked in anything shown.
+    """
+
+    thread_id: str
+    owner: str
+    text: str
+    model: str | None = None
+    attachments: list[str] = field(default_factory=list)
+    hidden: bool = False
+    system_prompt: str | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
+    sender_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    name: str
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    name: str
+    ok: bool = True
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """The last event of a successful turn: the full visible answer and files to deliver."""
+
+    text: str
+    files: tuple[Path, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+AgentEvent = TextDelta | ToolStarted | ToolFinished | TurnFinished
+
+
+class Agent(Protocol):
+    """What the manager needs from the agent runtime."""
+
+    def run(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
+        """Stream one turn. Cancelling the consuming task cancels the turn (and any running tool)."""
+        ...
+
+    def model_names(self) -> list[str]: ...
+
+    async def close(self) -> None: ...

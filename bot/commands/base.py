@@ -1,0 +1,84 @@
+"""What a chat command is, and the context it runs with.
+
+Adding a command is one module in this package that defines ``COMMAND = Command(...)``; the registry
+finds it. Commands answer immediately (they do not wait behind a running turn) unless they start a turn
+themselves with :meth:`CommandContext.start_turn`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bot.identity import Identity
+from bot.threads import Conversation
+from channels.types import InboundMessage
+
+if TYPE_CHECKING:
+    from bot.manager import ChannelManager
+
+COMMAND_PATTERN = re.compile(
+    r"^/(?P<name>[A-Za-z][A-Za-z0-9_]{0,31})(?:@(?P<bot>[A-Za-z0-9_.\-]+))?(?:\s+(?P<args>.*))?$", re.S
+)
+LEADING_MENTION = re.compile(r"^\s*(?:<@[^>]+>|@[\w.\-]+)\s+(?=/)")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCommand:
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> ParsedCommand | None:
+    """``/cmd args``, ``/cmd@bot args`` and ``@bot /cmd args`` are commands; other text is not."""
+    stripped = LEADING_MENTION.sub("", text.strip(), count=1)
+    match = COMMAND_PATTERN.match(stripped)
+    if not match:
+        return None
+    return ParsedCommand(name=match.group("name").lower(), args=(match.group("args") or "").strip())
+
+
+@dataclass(slots=True)
+class CommandContext:
+    manager: ChannelManager
+    message: InboundMessage
+    identity: Identity
+    args: str
+    entry_id: str | None = None
+    replies: list[str] = field(default_factory=list)
+
+    async def conversation(self) -> Conversation:
+        return await self.manager.conversation_for(self.message, self.identity)
+
+    async def reply(self, text: str) -> None:
+        """Answer in the conversation with one message."""
+        await self.manager.send_notice(self.message, text)
+        self.replies.append(text)
+
+    async def start_turn(self, text: str, *, hidden: bool = False, system_prompt: str | None = None) -> None:
+        """Run ``text`` as a turn on this conversation's thread (queued behind a running one)."""
+        await self.manager.submit_turn(
+            self.message,
+            self.identity,
+            text=text,
+            hidden=hidden,
+            system_prompt=system_prompt,
+            entry_id=self.entry_id,
+        )
+        self.entry_id = None  # the turn now owns completing the inbox entry
+
+
+Handler = Callable[[CommandContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    help: str
+    handler: Handler
+    usage: str = ""
+    aliases: tuple[str, ...] = ()
+    #: Runs before the identity gate and allow-lists (only /connect and /start need this).
+    before_gate: bool = False

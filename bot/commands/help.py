@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from bot.commands.base import Command, CommandContext
+
+
+async def show_help(ctx: CommandContext) -> None:
+    lines = ["Commands:"]
+    for command in ctx.manager.commands.commands:
+        usage = f" {command.usage}" if command.usage else ""
+        lines.append(f"/{command.name}{usage} — {command.help}")
+    lines.append("Anything else is sent to the assistant.")
+    await ctx.reply("\n".join(lines))
+
+
+COMMAND = Command(name="help", help="list the commands", handler=show_help)

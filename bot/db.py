@@ -1,0 +1,79 @@
+"""The database engine: SQLite (aiosqlite) embedded by default, PostgreSQL (asyncpg) by URL.
+
+Each package owns its tables on its own ``MetaData``; the service creates them all at start-up. Schema
+changes ship as additive steps in :mod:`bot.migrations` (see docs/database.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from sqlalchemy import MetaData, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers proceed while the inbox writer commits; NORMAL sync is durable across process
+    # crashes (WAL is fsynced at checkpoints), which is the failure the inbox must survive.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+class Database:
+    """Engine + session factory, with the dialect facts other parts need (``is_sqlite``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        kwargs: dict[str, object] = {}
+        if self.is_sqlite:
+            database = parsed.database or ""
+            if database and database != ":memory:" and not database.startswith("file:"):
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        else:
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
+            self.engine, expire_on_commit=False
+        )
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file, for SQLite (the agent's checkpointer keeps its own file beside it)."""
+        if not self.is_sqlite:
+            return None
+        database = make_url(self.url).database
+        return Path(database) if database and database != ":memory:" else None
+
+    async def create_schema(self, metadatas: Iterable[MetaData]) -> None:
+        from bot.migrations import upgrade
+
+        async with self.engine.begin() as conn:
+            for metadata in metadatas:
+                await conn.run_sync(metadata.create_all)
+            await upgrade(conn)
+
+    async def ping(self) -> bool:
+        from sqlalchemy import text
+
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,82 @@
+"""``switchboard doctor``: check each moving part and say what to fix, one line per check."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agent.models import ModelLoadError, build_chat_model
+from bot.db import Database
+from bot.registry import channel_class
+from config.schema import Settings
+
+
+async def _check_database(settings: Settings) -> tuple[bool, str]:
+    db = Database(settings.database.url)
+    try:
+        ok = await db.ping()
+    finally:
+        await db.close()
+    if ok:
+        return True, f"database: reachable ({db.engine.url.render_as_string(hide_password=True)})"
+    return False, "database: cannot connect — check database.url and that the server is running"
+
+
+async def _check_model(settings: Settings) -> list[tuple[bool, str]]:
+    results = []
+    for cfg in settings.models:
+        try:
+            build_chat_model(cfg)
+        except ModelLoadError as exc:
+            results.append((False, f"model {cfg.name}: {exc}"))
+            continue
+        base = cfg.base_url
+        if base:
+            import httpx
+
+            try:
+                async with httpx.AsyncClient(timeout=5) as client:
+                    response = await client.get(
+                        base.rstrip("/") + "/models", headers={"Authorization": f"Bearer {cfg.api_key}"}
+                    )
+                if response.status_code in (401, 403):
+                    results.append((False, f"model {cfg.name}: {base} rejected the API key"))
+                    continue
+            except httpx.HTTPError as exc:
+                results.append((False, f"model {cfg.name}: cannot reach {base} ({type(exc).__name__})"))
+                continue
+        results.append((True, f"model {cfg.name}: {cfg.use} ({cfg.model}) configured"))
+    return results
+
+
+async def _check_channel(settings: Settings, provider: str, section: Any) -> tuple[bool, str]:
+    try:
+        channel = channel_class(provider)(section, settings=settings)
+    except Exception as exc:
+        return False, f"channel {provider}: cannot be created: {exc}"
+    check = getattr(channel, "check", None)
+    if check is None:
+        return True, f"channel {provider}: configured (no live check available)"
+    try:
+        problem = await asyncio.wait_for(check(), timeout=15)
+    except Exception as exc:
+        problem = f"check failed: {type(exc).__name__}: {exc}"
+    if problem:
+        return False, f"channel {provider}: {problem}"
+    return True, f"channel {provider}: credentials accepted"
+
+
+async def run_doctor(settings: Settings) -> int:
+    checks: list[tuple[bool, str]] = [(True, "config: valid")]
+    checks.append(await _check_database(settings))
+    checks.extend(await _check_model(settings))
+    enabled = [(p, s) for p, s in settings.channels.items() if s.enabled]
+    if not enabled:
+        checks.append((True, "channels: none enabled (try `switchboard chat`, or enable one in config.yaml)"))
+    for provider, section in enabled:
+        checks.append(await _check_channel(settings, provider, section))
+    for ok, line in checks:
+        print(f"{'✓' if ok else '✗'} {line}")
+    failed = sum(1 for ok, _ in checks if not ok)
+    print(f"{len(checks) - failed} ok, {failed} to fix")
+    return 1 if failed else 0

@@ -1,0 +1,278 @@
+"""The durable inbox: every accepted message is on disk before the platform is told "got it".
+
+Writes are group-committed: callers enqueue an operation and await its future; one writer task takes
+everything queued, applies it in a single transaction and resolves the futures. Under load that turns
+hundreds of tiny commits into a few large ones, which is what lets SQLite keep up with a busy bot, while
+each caller still only proceeds once its own row is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    bindparam,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bot.db import Database
+from channels.types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+metadata = MetaData()
+inbox_table = Table(
+    "inbox",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("provider", String(32), nullable=False),
+    Column("workspace", String(200), nullable=False),
+    Column("chat", String(200), nullable=False),
+    Column("platform_message_id", String(200), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("status", String(16), nullable=False, default="pending"),  # pending | done | failed
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("reply_ref", String(200)),
+    Column("reply_text", Text),
+    Column("error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("provider", "workspace", "chat", "platform_message_id", name="uq_inbox_dedupe"),
+    Index("ix_inbox_status", "status"),
+)
+
+PENDING, DONE, FAILED = "pending", "done", "failed"
+MAX_BATCH = 500
+
+
+@dataclass(slots=True)
+class InboxEntry:
+    """A stored message plus what is known about its progress."""
+
+    id: str
+    message: InboundMessage
+    status: str
+    attempts: int = 0
+    reply_ref: str | None = None
+    reply_text: str | None = None
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: str  # accept | done | failed | reply_ref
+    args: dict[str, Any]
+    future: asyncio.Future[Any]
+
+
+class Inbox:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._ops: asyncio.Queue[_Op] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(inbox_table)
+
+    async def start(self) -> None:
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_loop(), name="inbox-writer")
+
+    async def close(self) -> None:
+        """Flush everything queued, then stop the writer."""
+        if self._writer is None:
+            return
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(_Op("stop", {}, done))
+        await done
+        await self._writer
+        self._writer = None
+
+    # --- public API --------------------------------------------------------------------------------
+    async def accept(self, message: InboundMessage) -> InboxEntry:
+        """Store ``message`` unless its dedupe key exists; return the stored entry either way."""
+        return await self._submit("accept", message=message)
+
+    async def mark_done(self, entry_id: str) -> None:
+        await self._submit("done", id=entry_id)
+
+    async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
+        """Leave the message for a retry. ``reply_text`` (when the agent had answered) avoids a re-run."""
+        await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
+
+    async def set_reply_ref(self, entry_id: str, ref: str) -> None:
+        await self._submit("reply_ref", id=entry_id, reply_ref=ref)
+
+    async def unfinished(self) -> list[InboxEntry]:
+        """Messages accepted but not done, oldest first: what a restart must resume."""
+        async with self.db.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(inbox_table)
+                    .where(inbox_table.c.status != DONE)
+                    .order_by(inbox_table.c.created_at, inbox_table.c.id)
+                )
+            ).mappings()
+            return [self._entry(row) for row in rows]
+
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        async with self.db.engine.connect() as conn:
+            row = (
+                (await conn.execute(select(inbox_table).where(inbox_table.c.id == entry_id)))
+                .mappings()
+                .first()
+            )
+        return self._entry(row) if row else None
+
+    async def counts(self) -> dict[str, int]:
+        from sqlalchemy import func
+
+        async with self.db.engine.connect() as conn:
+            rows = await conn.execute(
+                select(inbox_table.c.status, func.count()).group_by(inbox_table.c.status)
+            )
+            return {status: count for status, count in rows}
+
+    # --- writer ------------------------------------------------------------------------------------
+    async def _submit(self, kind: str, **args: Any) -> Any:
+        if self._writer is None:
+            raise RuntimeError("inbox is not started")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(_Op(kind, args, future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        while True:
+            batch = [await self._ops.get()]
+            while len(batch) < MAX_BATCH and not self._ops.empty():
+                batch.append(self._ops.get_nowait())
+            stop = [op for op in batch if op.kind == "stop"]
+            work = [op for op in batch if op.kind != "stop"]
+            if work:
+                try:
+                    results = await self._apply(work)
+                except Exception as exc:
+                    log.exception("inbox write failed for a batch of %d", len(work))
+                    for op in work:
+                        if not op.future.done():
+                            op.future.set_exception(exc)
+                else:
+                    for op in work:
+                        if not op.future.done():
+                            op.future.set_result(results.get(id(op)))
+            for op in stop:
+                op.future.set_result(None)
+            if stop:
+                return
+
+    async def _apply(self, ops: list[_Op]) -> dict[int, Any]:
+        now = time.time()
+        results: dict[int, Any] = {}
+        accepts = [op for op in ops if op.kind == "accept"]
+        async with self.db.engine.begin() as conn:
+            if accepts:
+                rows = []
+                for op in accepts:
+                    msg: InboundMessage = op.args["message"]
+                    op.args["id"] = uuid.uuid4().hex
+                    rows.append(
+                        {
+                            "id": op.args["id"],
+                            "provider": msg.provider,
+                            "workspace": msg.workspace,
+                            "chat": msg.chat,
+                            "platform_message_id": msg.platform_message_id,
+                            "payload": json.dumps(msg.to_json(), ensure_ascii=False),
+                            "status": PENDING,
+                            "attempts": 0,
+                            "created_at": now,
+                            "updated_at": now,
+                        }
+                    )
+                await conn.execute(
+                    self._insert.on_conflict_do_nothing(
+                        index_elements=["provider", "workspace", "chat", "platform_message_id"]
+                    ),
+                    rows,
+                )
+                keys = list({op.args["message"].dedupe_key for op in accepts})
+                stored: dict[tuple[str, str, str, str], Any] = {}
+                cols = (
+                    inbox_table.c.provider,
+                    inbox_table.c.workspace,
+                    inbox_table.c.chat,
+                    inbox_table.c.platform_message_id,
+                )
+                for start in range(0, len(keys), 200):
+                    chunk = keys[start : start + 200]
+                    found = await conn.execute(select(inbox_table).where(tuple_(*cols).in_(chunk)))
+                    for row in found.mappings():
+                        stored[
+                            (row["provider"], row["workspace"], row["chat"], row["platform_message_id"])
+                        ] = row
+                claimed: set[str] = set()
+                for op in accepts:
+                    row = stored[op.args["message"].dedupe_key]
+                    entry = self._entry(row)
+                    # Two copies in one batch: only the row's own inserter is "new".
+                    entry.duplicate = row["id"] != op.args["id"] or row["id"] in claimed
+                    claimed.add(row["id"])
+                    results[id(op)] = entry
+            done_ids = [op.args["id"] for op in ops if op.kind == "done"]
+            if done_ids:
+                await conn.execute(
+                    update(inbox_table)
+                    .where(inbox_table.c.id.in_(done_ids))
+                    .values(status=DONE, updated_at=now, error=None)
+                )
+            for op in ops:
+                if op.kind == "failed":
+                    values: dict[str, Any] = {
+                        "status": FAILED,
+                        "error": op.args["error"],
+                        "updated_at": now,
+                        "attempts": inbox_table.c.attempts + 1,
+                    }
+                    if op.args.get("reply_text") is not None:
+                        values["reply_text"] = op.args["reply_text"]
+                    await conn.execute(
+                        update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values)
+                    )
+            refs = [
+                {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
+            ]
+            if refs:
+                await conn.execute(
+                    update(inbox_table)
+                    .where(inbox_table.c.id == bindparam("b_id"))
+                    .values(reply_ref=bindparam("b_ref")),
+                    refs,
+                )
+        return results
+
+    @staticmethod
+    def _entry(row: Any) -> InboxEntry:
+        return InboxEntry(
+            id=row["id"],
+            message=InboundMessage.from_json(json.loads(row["payload"])),
+            status=row["status"],
+            attempts=row["attempts"],
+            reply_ref=row["reply_ref"],
+            reply_text=row["reply_text"],
+        )

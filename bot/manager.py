@@ -1,0 +1,488 @@
+"""The ChannelManager: the one consumer of the bus.
+
+For every accepted message it resolves the owner, routes commands, maps the conversation to an agent
+thread, and runs the turn in that thread's lane — one turn at a time per thread (FIFO), any number of
+threads at once (bounded by ``bus.max_concurrent_turns``). It streams the agent's text into the
+channel's :class:`~channels.reply.ReplyStream` and marks the inbox entry done only after the final
+reply is delivered. It never asks which platform a message came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.errors import describe_error
+from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
+from agent.paths import ThreadPaths, safe_filename, unique_path
+from bot.bus import MessageBus
+from bot.commands import CommandContext, CommandRegistry, parse_command
+from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
+from bot.inbox import Inbox, InboxEntry
+from bot.logs import trace_id_var
+from bot.threads import Conversation, ThreadStore
+from channels.base import Channel
+from channels.errors import ChannelError, FileTooLarge
+from channels.reply import ReplyStream
+from channels.types import InboundMessage
+from config.schema import Settings
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = "…"
+STOPPED_NOTE = "⏹ Stopped."
+CONNECT_HINT = (
+    "This bot only answers people who have connected their account. Open {url}/connect, "
+    "get a code, and send /connect CODE here."
+)
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    """What a finished turn looked like; after-turn hooks (goals, memory) read it."""
+
+    message: InboundMessage
+    identity: Identity
+    conversation: Conversation
+    text: str
+    hidden: bool
+    stopped: bool
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A hook's request to run another (usually hidden) turn on the same thread."""
+
+    text: str
+    hidden: bool = True
+    notice: str | None = None
+    system_prompt: str | None = None
+
+
+AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
+StatusProvider = Callable[[Conversation], Awaitable[str | None]]
+
+
+@dataclass(slots=True)
+class Turn:
+    message: InboundMessage
+    identity: Identity
+    conversation: Conversation
+    text: str
+    trace_id: str
+    entry_id: str | None = None
+    reply_ref: str | None = None
+    reply_text: str | None = None
+    hidden: bool = False
+    system_prompt: str | None = None
+    reply: ReplyStream | None = None
+
+
+@dataclass(slots=True)
+class Lane:
+    """One thread's queue. ``agent_task`` is the cancellable part of the running turn."""
+
+    thread_id: str
+    pending: deque[Turn] = field(default_factory=deque)
+    current: Turn | None = None
+    agent_task: asyncio.Task[None] | None = None
+    stop_requested: bool = False
+    worker: asyncio.Task[None] | None = None
+
+
+class ChannelManager:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        bus: MessageBus,
+        inbox: Inbox,
+        threads: ThreadStore,
+        agent: Agent,
+        channels: dict[str, Channel],
+        commands: CommandRegistry | None = None,
+        identity: IdentityResolver | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.inbox = inbox
+        self.threads = threads
+        self.agent = agent
+        self.channels = channels
+        self.commands = commands or CommandRegistry.discover()
+        self.identity: IdentityResolver = identity or PlatformIdentityResolver()
+        self.after_turn_hooks: list[AfterTurnHook] = []
+        self.status_providers: list[StatusProvider] = []
+        self.data_dir = Path(settings.data_dir)
+        self._lanes: dict[str, Lane] = {}
+        self._conversation_locks: dict[tuple[str, str, str, str], asyncio.Lock] = {}
+        self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self.turns_completed = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="manager-dispatch")
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop taking messages, let running work finish for ``grace`` seconds, then cancel the rest.
+
+        Anything not finished stays unfinished in the inbox and resumes at the next start.
+        """
+        grace = self.settings.bus.drain_seconds if grace is None else grace
+        self.bus.close()
+        if self._dispatcher is not None:
+            await self._dispatcher
+        pending = {t for t in self._handlers if not t.done()}
+        pending |= {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=grace)
+            for task in still:
+                task.cancel()
+            if still:
+                log.warning("stopped %d unfinished turn(s); they resume at next start", len(still))
+                await asyncio.gather(*still, return_exceptions=True)
+
+    async def _dispatch_loop(self) -> None:
+        while (entry := await self.bus.get()) is not None:
+            task = asyncio.create_task(self._handle_entry(entry))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    # --- inbound -----------------------------------------------------------------------------------
+    async def _handle_entry(self, entry: InboxEntry) -> None:
+        message = entry.message
+        token = trace_id_var.set(entry.id[:12])
+        key = message.conversation_key
+        lock = self._conversation_locks.setdefault(key, asyncio.Lock())
+        try:
+            # The lock keeps a conversation's messages in arrival order up to their lane.
+            async with lock:
+                await self._route(entry)
+        except asyncio.CancelledError:
+            self.bus.release(entry.id)
+            raise
+        except Exception as exc:
+            log.exception("handling message failed")
+            await self._fail(entry.id, f"{type(exc).__name__}: {exc}")
+        finally:
+            if not lock.locked() and self._conversation_locks.get(key) is lock:
+                del self._conversation_locks[key]
+            trace_id_var.reset(token)
+
+    async def _route(self, entry: InboxEntry) -> None:
+        message = entry.message
+        channel = self.channels.get(message.provider)
+        if channel is None:
+            raise LookupError(f"no channel running for provider {message.provider!r}")
+        identity = await self.identity.resolve(message)
+        parsed = parse_command(message.text)
+        command = self.commands.get(parsed.name) if parsed else None
+
+        if command is not None and command.before_gate:
+            await self._run_command(entry, identity, command, parsed.args if parsed else "")
+            return
+        if not channel.is_allowed(message):
+            log.info("ignoring message from a sender not on the allow-list")
+            if message.is_private:
+                await self.send_notice(message, "Sorry, you're not allowed to use this bot.")
+            await self._complete(entry.id)
+            return
+        if self.settings.connections.require_bound_identity and not identity.bound:
+            await self.send_notice(
+                message, CONNECT_HINT.format(url=self.settings.server.public_url.rstrip("/"))
+            )
+            await self._complete(entry.id)
+            return
+        if parsed is not None and command is None:
+            await self.send_notice(
+                message, f"Unknown command /{parsed.name}. Send /help to see what I understand."
+            )
+            await self._complete(entry.id)
+            return
+        if command is not None:
+            await self._run_command(entry, identity, command, parsed.args if parsed else "")
+            return
+        await self.submit_turn(
+            message,
+            identity,
+            text=message.text,
+            entry_id=entry.id,
+            reply_ref=entry.reply_ref,
+            reply_text=entry.reply_text,
+            system_prompt=channel.system_prompt(message),
+        )
+
+    async def _run_command(self, entry: InboxEntry, identity: Identity, command, args: str) -> None:  # type: ignore[no-untyped-def]
+        ctx = CommandContext(
+            manager=self, message=entry.message, identity=identity, args=args, entry_id=entry.id
+        )
+        await command.handler(ctx)
+        if ctx.entry_id is not None:  # the command did not hand the entry to a turn
+            await self._complete(entry.id)
+
+    # --- conversations and lanes ---------------------------------------------------------------------
+    async def conversation_for(self, message: InboundMessage, identity: Identity) -> Conversation:
+        return await self.threads.get_or_create(message.conversation_key, identity.owner, message.thread_id)
+
+    def model_for(self, conversation: Conversation) -> str:
+        names = self.agent.model_names()
+        return conversation.model if conversation.model in names else names[0]
+
+    def lane_state(self, thread_id: str) -> str:
+        lane = self._lanes.get(thread_id)
+        if lane is None or (lane.current is None and not lane.pending):
+            return "idle"
+        queued = len(lane.pending)
+        return "running" + (f", {queued} queued" if queued else "")
+
+    def cancel_running(self, thread_id: str) -> bool:
+        lane = self._lanes.get(thread_id)
+        if lane is None or lane.agent_task is None or lane.agent_task.done():
+            return False
+        lane.stop_requested = True
+        lane.agent_task.cancel()
+        return True
+
+    async def submit_turn(
+        self,
+        message: InboundMessage,
+        identity: Identity,
+        *,
+        text: str,
+        entry_id: str | None = None,
+        reply_ref: str | None = None,
+        reply_text: str | None = None,
+        hidden: bool = False,
+        system_prompt: str | None = None,
+        notice: str | None = None,
+    ) -> None:
+        """Queue a turn on the conversation's thread; it starts now if the thread is idle."""
+        conversation = await self.conversation_for(message, identity)
+        turn = Turn(
+            message=message,
+            identity=identity,
+            conversation=conversation,
+            text=text,
+            trace_id=trace_id_var.get() or "-",
+            entry_id=entry_id,
+            reply_ref=reply_ref,
+            reply_text=reply_text,
+            hidden=hidden,
+            system_prompt=system_prompt,
+        )
+        lane = self._lanes.get(conversation.thread_id)
+        if lane is None:
+            lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
+        busy = lane.current is not None or bool(lane.pending)
+        if busy and not hidden:
+            ahead = len(lane.pending) + 1
+            turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
+            try:
+                await turn.reply.start(
+                    f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
+                )
+            except ChannelError as exc:
+                log.info("could not show the queued notice: %s", exc)
+        elif notice:
+            turn.reply = self.channels[message.provider].open_reply(message)
+            with contextlib.suppress(ChannelError):
+                await turn.reply.start(notice)
+        lane.pending.append(turn)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def _drain_lane(self, lane: Lane) -> None:
+        try:
+            while lane.pending:
+                turn = lane.pending.popleft()
+                lane.current = turn
+                lane.stop_requested = False
+                token = trace_id_var.set(turn.trace_id)
+                try:
+                    await self._run_turn(turn, lane)
+                finally:
+                    trace_id_var.reset(token)
+                    lane.current = None
+                    lane.agent_task = None
+        except asyncio.CancelledError:
+            for turn in lane.pending:  # left for the next start: still pending in the inbox
+                if turn.entry_id:
+                    self.bus.release(turn.entry_id)
+            raise
+        finally:
+            if not lane.pending and self._lanes.get(lane.thread_id) is lane:
+                del self._lanes[lane.thread_id]
+
+    # --- one turn ------------------------------------------------------------------------------------
+    async def _run_turn(self, turn: Turn, lane: Lane) -> None:
+        channel = self.channels[turn.message.provider]
+        try:
+            async with self._turn_slots:
+                reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
+                try:
+                    await reply.start(PLACEHOLDER)
+                except ChannelError as exc:
+                    log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
+                if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
+                    await self.inbox.set_reply_ref(turn.entry_id, reply.ref)
+                if turn.reply_text is not None:
+                    final, files, stopped, failed = turn.reply_text, (), False, False
+                else:
+                    final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
+                try:
+                    await reply.finish(final, files)
+                except Exception as exc:
+                    log.warning("delivering the final reply failed: %s", exc)
+                    if turn.entry_id:
+                        await self._fail(turn.entry_id, f"reply delivery failed: {exc}", reply_text=final)
+                    return
+        except asyncio.CancelledError:
+            if turn.entry_id:
+                self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
+            raise
+        except Exception as exc:
+            log.exception("turn failed outside the agent")
+            if turn.entry_id:
+                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}")
+            return
+        if turn.entry_id:
+            await self._complete(turn.entry_id)
+        self.turns_completed += 1
+        await self._after_turn(turn, final, stopped=stopped, failed=failed)
+
+    async def _stream_agent(
+        self, turn: Turn, lane: Lane, reply: ReplyStream, channel: Channel
+    ) -> tuple[str, tuple[Path, ...], bool, bool]:
+        parts: list[str] = []
+        progress: list[str | None] = [None]
+        result: dict[str, object] = {}
+
+        def render() -> str:
+            body = "".join(parts)
+            if progress[0]:
+                return f"{body}\n\n{progress[0]}" if body else progress[0]
+            return body or PLACEHOLDER
+
+        text = turn.text
+        attachments, notices = await self._store_files(turn, channel)
+        if notices:
+            progress[0] = " ".join(notices)
+        if attachments:
+            text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
+        request = TurnRequest(
+            thread_id=turn.conversation.thread_id,
+            owner=turn.identity.owner,
+            text=text,
+            model=self.model_for(turn.conversation),
+            attachments=attachments,
+            hidden=turn.hidden,
+            system_prompt=turn.system_prompt,
+            secrets=await channel.run_secrets(turn.message),
+            sender_name=turn.message.sender.name,
+        )
+
+        async def consume() -> None:
+            async for event in self.agent.run(request):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, ToolStarted):
+                    progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
+                elif isinstance(event, ToolFinished):
+                    progress[0] = None
+                elif isinstance(event, TurnFinished):
+                    result["text"], result["files"] = event.text, event.files
+                    progress[0] = None
+                reply.update(render())
+
+        lane.agent_task = asyncio.create_task(consume(), name="agent-turn")
+        try:
+            await lane.agent_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not lane.stop_requested or (current is not None and current.cancelling()):
+                lane.agent_task.cancel()
+                raise
+            partial = "".join(parts).rstrip()
+            return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
+        except Exception as exc:
+            log.exception("agent turn failed")
+            sentence = f"⚠️ {describe_error(exc)} (trace {turn.trace_id})"
+            partial = "".join(parts).rstrip()
+            return (f"{partial}\n\n{sentence}" if partial else sentence), (), False, True
+        final = str(result.get("text") or "".join(parts))
+        return final, tuple(result.get("files", ())), False, False  # type: ignore[arg-type]
+
+    async def _store_files(self, turn: Turn, channel: Channel) -> tuple[list[str], list[str]]:
+        """Save inbound files into the owner's uploads; return agent-visible paths and user notices."""
+        files = turn.message.files
+        if not files or turn.reply_text is not None:
+            return [], []
+        paths = ThreadPaths(self.data_dir, turn.identity.owner, turn.conversation.thread_id)
+        await asyncio.to_thread(paths.ensure)
+        limit = self.settings.sandbox.max_upload_bytes
+        stored: list[str] = []
+        notices: list[str] = []
+        for file in files:
+            try:
+                data = await channel.download(file, limit)
+            except FileTooLarge as exc:
+                notices.append(
+                    f"📎 {file.name} is too large ({exc.size // 1024} KiB; limit {exc.limit // 1024} KiB), so I skipped it."
+                )
+                continue
+            except (ChannelError, NotImplementedError) as exc:
+                log.warning("downloading %s failed: %s", file.name, exc)
+                notices.append(f"📎 I couldn't download {file.name}.")
+                continue
+            target = await asyncio.to_thread(self._write_upload, paths.uploads, file.name, data)
+            stored.append(paths.virtual(target))
+        return stored, notices
+
+    @staticmethod
+    def _write_upload(directory: Path, name: str, data: bytes) -> Path:
+        target = unique_path(directory, safe_filename(name))
+        target.write_bytes(data)
+        return target
+
+    async def _after_turn(self, turn: Turn, text: str, *, stopped: bool, failed: bool) -> None:
+        outcome = TurnOutcome(
+            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed
+        )
+        for hook in self.after_turn_hooks:
+            try:
+                follow = await hook(outcome)
+            except Exception:
+                log.exception("after-turn hook failed")
+                continue
+            if follow is not None:
+                await self.submit_turn(
+                    turn.message,
+                    turn.identity,
+                    text=follow.text,
+                    hidden=follow.hidden,
+                    system_prompt=follow.system_prompt,
+                    notice=follow.notice,
+                )
+
+    # --- outbound helpers -----------------------------------------------------------------------------
+    async def send_notice(self, message: InboundMessage, text: str) -> None:
+        """A one-off answer (command output, gate messages): one message, no placeholder."""
+        await self.channels[message.provider].open_reply(message).finish(text)
+
+    async def _complete(self, entry_id: str) -> None:
+        await self.inbox.mark_done(entry_id)
+        self.bus.release(entry_id)
+
+    async def _fail(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
+        try:
+            await self.inbox.mark_failed(entry_id, error, reply_text)
+        finally:
+            self.bus.release(entry_id)

@@ -1,0 +1,37 @@
+"""Additive schema upgrades, applied in order at start-up after ``create_all``.
+
+``create_all`` creates missing tables but never alters existing ones. When a release changes an existing
+table, append a step here: each runs once, recorded in ``schema_version``. Steps must be idempotent and
+additive (add a column, add an index) so an older instance sharing the database keeps working during a
+rolling upgrade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from sqlalchemy import Column, Integer, MetaData, String, Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+metadata = MetaData()
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("step", Integer, primary_key=True),
+    Column("name", String(200), nullable=False),
+)
+
+Step = Callable[[AsyncConnection], Awaitable[None]]
+
+#: (number, name, function). Numbers only ever grow; never edit a released step.
+STEPS: list[tuple[int, str, Step]] = []
+
+
+async def upgrade(conn: AsyncConnection) -> None:
+    await conn.run_sync(metadata.create_all)
+    done = set((await conn.execute(select(schema_version.c.step))).scalars())
+    for number, name, step in STEPS:
+        if number in done:
+            continue
+        await step(conn)
+        await conn.execute(schema_version.insert().values(step=number, name=name))

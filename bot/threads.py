@@ -1,0 +1,136 @@
+"""Conversation → agent thread map.
+
+A conversation is (provider, workspace, chat, topic). Its row names the current agent thread, the owner
+who started it and the model chosen with ``/models``. ``/new`` points the conversation at a fresh thread;
+the old thread's history stays in the checkpointer. Rows are cached in memory because every message
+needs one and they change only on ``/new``, ``/models`` or creation.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bot.db import Database
+
+metadata = MetaData()
+conversations_table = Table(
+    "conversations",
+    metadata,
+    Column("provider", String(32), primary_key=True),
+    Column("workspace", String(200), primary_key=True),
+    Column("chat", String(200), primary_key=True),
+    Column("topic", String(200), primary_key=True),
+    Column("thread_id", String(64), nullable=False, unique=True),
+    Column("owner", String(200), nullable=False),
+    Column("model", String(100)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("provider", "workspace", "chat", "topic", name="uq_conversation"),
+)
+
+ConversationKey = tuple[str, str, str, str]
+CACHE_SIZE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    key: ConversationKey
+    thread_id: str
+    owner: str
+    model: str | None
+
+
+class ThreadStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._cache: OrderedDict[ConversationKey, Conversation] = OrderedDict()
+        self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(conversations_table)
+
+    def _remember(self, conv: Conversation) -> Conversation:
+        self._cache[conv.key] = conv
+        self._cache.move_to_end(conv.key)
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return conv
+
+    async def get(self, key: ConversationKey) -> Conversation | None:
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        async with self.db.engine.connect() as conn:
+            row = (
+                (await conn.execute(select(conversations_table).where(*self._match(key)))).mappings().first()
+            )
+        return self._remember(self._from_row(row)) if row else None
+
+    async def get_or_create(
+        self, key: ConversationKey, owner: str, thread_id: str | None = None
+    ) -> Conversation:
+        """The conversation's thread; concurrent first messages agree on exactly one new thread."""
+        existing = await self.get(key)
+        if existing is not None:
+            return existing
+        now = time.time()
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                self._insert.on_conflict_do_nothing(
+                    index_elements=["provider", "workspace", "chat", "topic"]
+                ),
+                [
+                    {
+                        "provider": key[0],
+                        "workspace": key[1],
+                        "chat": key[2],
+                        "topic": key[3],
+                        "thread_id": thread_id or uuid.uuid4().hex,
+                        "owner": owner,
+                        "model": None,
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                ],
+            )
+            row = (await conn.execute(select(conversations_table).where(*self._match(key)))).mappings().one()
+        return self._remember(self._from_row(row))
+
+    async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
+        """``/new``: point the conversation at a fresh thread, keeping its model choice."""
+        current = await self.get_or_create(key, owner)
+        new_id = uuid.uuid4().hex
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(conversations_table)
+                .where(*self._match(key))
+                .values(thread_id=new_id, owner=owner, updated_at=time.time())
+            )
+        return self._remember(replace(current, thread_id=new_id, owner=owner))
+
+    async def set_model(self, key: ConversationKey, owner: str, model: str) -> Conversation:
+        current = await self.get_or_create(key, owner)
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(conversations_table)
+                .where(*self._match(key))
+                .values(model=model, updated_at=time.time())
+            )
+        return self._remember(replace(current, model=model))
+
+    @staticmethod
+    def _match(key: ConversationKey) -> list:  # type: ignore[type-arg]
+        c = conversations_table.c
+        return [c.provider == key[0], c.workspace == key[1], c.chat == key[2], c.topic == key[3]]
+
+    @staticmethod
+    def _from_row(row) -> Conversation:  # type: ignore[no-untyped-def]
+        return Conversation(
+            key=(row["provider"], row["workspace"], row["chat"], row["topic"]),
+            thread_id=row["thread_id"],
+            owner=row["owner"],
+            model=row["model"],
+        )

@@ -1,0 +1,91 @@
+"""The one small interface every platform implements, and what it hands the rest of the service."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from channels.errors import FileTooLarge
+from channels.reply import BudgetRegistry, ReplyStream, ReplyTransport
+from channels.types import ChannelStatus, InboundFile, InboundMessage, ReplyLimits
+
+log = logging.getLogger(__name__)
+
+#: Where a worker hands a normalised message. Returns True when newly accepted, False for a duplicate;
+#: raises :class:`channels.errors.Backpressure` when the service cannot take more right now.
+InboundSink = Callable[[InboundMessage], Awaitable[bool]]
+
+
+class Channel(ABC):
+    """A platform worker: connects, normalises events into :class:`InboundMessage`, renders replies.
+
+    It never calls the agent and never decides what a message means; the manager does. Everything that
+    differs between platforms (pacing, size limits, markup, editing, files) stays behind this class.
+    """
+
+    provider: ClassVar[str]
+    limits: ClassVar[ReplyLimits]
+
+    def __init__(self) -> None:
+        self.status = ChannelStatus()
+        self._budgets = BudgetRegistry(self.limits.min_edit_interval)
+        self._sink: InboundSink | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    @abstractmethod
+    async def start(self, sink: InboundSink) -> None:
+        """Connect and begin delivering messages to ``sink``. Returns once the worker is running."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Disconnect; stop taking new messages. Must be safe to call twice."""
+
+    # --- replies ---------------------------------------------------------------------------------
+    @abstractmethod
+    def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        """The low-level transport that answers ``message`` in its conversation."""
+
+    def budget_key(self, message: InboundMessage) -> str:
+        """The unit the platform rate-limits by; the chat by default."""
+        return f"{message.workspace}/{message.chat}"
+
+    def open_reply(self, message: InboundMessage, *, resume_ref: str | None = None) -> ReplyStream:
+        """A paced, editable reply to ``message``. ``resume_ref`` continues a message sent before a restart."""
+        return ReplyStream(
+            self.reply_transport(message),
+            self._budgets.for_chat(self.budget_key(message)),
+            self.limits,
+            resume_ref=resume_ref,
+        )
+
+    # --- per-message policy ----------------------------------------------------------------------
+    def is_allowed(self, message: InboundMessage) -> bool:
+        """The channel's allow-list. Applied by the manager *after* ``/connect`` had its chance."""
+        return True
+
+    def system_prompt(self, message: InboundMessage) -> str | None:
+        """An extra system prompt for this message's agent (e.g. a GitHub agent's); None for the default."""
+        return None
+
+    async def run_secrets(self, message: InboundMessage) -> dict[str, str]:
+        """Environment for this turn's sandbox commands only (e.g. a short-lived ``GH_TOKEN``)."""
+        return {}
+
+    # --- files -----------------------------------------------------------------------------------
+    async def download(self, file: InboundFile, max_bytes: int) -> bytes:
+        """Fetch an inbound file's bytes, refusing anything over ``max_bytes`` (FileTooLarge)."""
+        if file.size is not None and file.size > max_bytes:
+            raise FileTooLarge(file.name, file.size, max_bytes)
+        data = await self._download(file, max_bytes)
+        if len(data) > max_bytes:
+            raise FileTooLarge(file.name, len(data), max_bytes)
+        return data
+
+    async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
+        raise NotImplementedError(f"{self.provider} does not support inbound files")
+
+    # --- health ----------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return {"state": self.status.state, "detail": self.status.detail}

@@ -1,0 +1,188 @@
+"""An in-memory channel: the platform is a Python object you can talk to.
+
+It is a real :class:`Channel` (same reply pacing, splitting and inbox path as every platform), used by
+the test suite, the benchmark, and anyone embedding Switchboard. Every visible message keeps its edit
+history, so a test can assert what a user saw and in what order. Failures can be injected per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from channels.base import Channel, InboundSink
+from channels.errors import ChannelError
+from channels.reply import ReplyTransport
+from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+
+
+@dataclass(slots=True)
+class VisibleMessage:
+    """One message as the user sees it, with every version it went through."""
+
+    ref: str
+    chat: str
+    topic: str | None
+    history: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+
+class MemoryTransport(ReplyTransport):
+    def __init__(self, channel: MemoryChannel, message: InboundMessage) -> None:
+        self.channel = channel
+        self.message = message
+
+    async def send(self, text: str, *, fallback: bool = False) -> str:
+        self.channel._maybe_fail("send")
+        ref = f"m{next(self.channel._ids)}"
+        visible = VisibleMessage(ref, self.message.chat, self.message.topic, [text])
+        self.channel.messages[ref] = visible
+        self.channel.calls.append(("send", ref, text))
+        self.channel._changed()
+        return ref
+
+    async def edit(self, ref: str, text: str) -> None:
+        self.channel._maybe_fail("edit")
+        self.channel.messages[ref].history.append(text)
+        self.channel.calls.append(("edit", ref, text))
+        self.channel._changed()
+
+    async def send_files(self, files: Sequence[Path]) -> None:
+        self.channel._maybe_fail("send_files")
+        ref = f"m{next(self.channel._ids)}"
+        visible = VisibleMessage(ref, self.message.chat, self.message.topic, [""], [p.name for p in files])
+        self.channel.messages[ref] = visible
+        self.channel.sent_files.extend(files)
+        self.channel.calls.append(("send_files", ref, ", ".join(p.name for p in files)))
+        self.channel._changed()
+
+
+class MemoryChannel(Channel):
+    provider = "memory"
+    limits = ReplyLimits(text_limit=4000, min_edit_interval=0.0)
+
+    def __init__(
+        self,
+        provider: str = "memory",
+        *,
+        limits: ReplyLimits | None = None,
+        allowed_users: Sequence[str] = (),
+    ) -> None:
+        self.provider = provider  # type: ignore[misc]
+        if limits is not None:
+            self.limits = limits  # type: ignore[misc]
+        super().__init__()
+        self.allowed_users = set(allowed_users)
+        self.messages: dict[str, VisibleMessage] = {}
+        self.calls: list[tuple[str, str, str]] = []
+        self.sent_files: list[Path] = []
+        self.file_store: dict[str, bytes] = {}
+        self._failures: dict[str, list[BaseException]] = {}
+        self._ids = itertools.count(1)
+        self._msg_ids = itertools.count(1)
+        self._change = asyncio.Condition()
+
+    async def start(self, sink: InboundSink) -> None:
+        self._sink = sink
+        self.status.set("connected")
+
+    async def stop(self) -> None:
+        self.status.set("stopped")
+
+    def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        return MemoryTransport(self, message)
+
+    def is_allowed(self, message: InboundMessage) -> bool:
+        return not self.allowed_users or message.sender.id in self.allowed_users
+
+    async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
+        try:
+            return self.file_store[file.ref]
+        except KeyError:
+            raise ChannelError(f"no such file {file.ref}") from None
+
+    # --- driving it from a test -------------------------------------------------------------------
+    def make_message(
+        self,
+        text: str,
+        *,
+        chat: str = "chat-1",
+        sender: str = "user-1",
+        sender_name: str | None = None,
+        workspace: str = "",
+        topic: str | None = None,
+        message_id: str | None = None,
+        private: bool = True,
+        mentioned: bool = False,
+        files: Sequence[tuple[str, bytes]] = (),
+    ) -> InboundMessage:
+        inbound_files = []
+        for name, data in files:
+            ref = f"f{next(self._ids)}"
+            self.file_store[ref] = data
+            inbound_files.append(InboundFile(name=name, ref=ref, size=len(data)))
+        return InboundMessage(
+            provider=self.provider,
+            workspace=workspace,
+            chat=chat,
+            topic=topic,
+            sender=Sender(id=sender, name=sender_name or sender),
+            text=text,
+            platform_message_id=message_id or f"in-{next(self._msg_ids)}",
+            mentioned=mentioned,
+            is_private=private,
+            files=inbound_files,
+        )
+
+    async def say(self, text: str, **kwargs) -> InboundMessage:  # type: ignore[no-untyped-def]
+        """Deliver a user message to the service, as the platform would. Returns what was sent."""
+        if self._sink is None:
+            raise RuntimeError("channel not started")
+        message = self.make_message(text, **kwargs)
+        await self._sink(message)
+        return message
+
+    async def deliver(self, message: InboundMessage) -> bool:
+        """Deliver an exact message (e.g. a redelivery of an earlier one)."""
+        if self._sink is None:
+            raise RuntimeError("channel not started")
+        return await self._sink(message)
+
+    def fail_next(self, operation: str, error: BaseException, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``operation`` (send/edit/send_files) raise ``error``."""
+        self._failures.setdefault(operation, []).extend([error] * times)
+
+    def _maybe_fail(self, operation: str) -> None:
+        queue = self._failures.get(operation)
+        if queue:
+            raise queue.pop(0)
+
+    def _changed(self) -> None:
+        async def notify() -> None:
+            async with self._change:
+                self._change.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    def in_chat(self, chat: str = "chat-1", topic: str | None = None) -> list[VisibleMessage]:
+        return [m for m in self.messages.values() if m.chat == chat and (topic is None or m.topic == topic)]
+
+    async def wait_for(self, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+        """Wait until ``predicate(self)`` is true (checked after every visible change)."""
+
+        async def waiter() -> None:
+            async with self._change:
+                await self._change.wait_for(lambda: predicate(self))
+
+        await asyncio.wait_for(waiter(), timeout)
+
+    async def wait_for_text(self, needle: str, chat: str = "chat-1", timeout: float = 10.0) -> VisibleMessage:
+        await self.wait_for(lambda ch: any(needle in m.text for m in ch.in_chat(chat)), timeout)
+        return next(m for m in self.in_chat(chat) if needle in m.text)

@@ -1,0 +1,249 @@
+"""Streaming replies: one message edited in place, paced to each platform's budget.
+
+A channel implements only a small :class:`ReplyTransport` (send, edit, send files). Everything about pacing
+is here, once: the per-chat :class:`RateBudget`, coalescing (only the newest text is ever sent; stale
+intermediate updates are dropped), ``retry_after`` handling, splitting at the platform limit, and the
+guarantee that the final text is delivered — by editing, by retrying, and finally by a new message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
+from channels.splitter import split_text
+from channels.types import ReplyLimits
+
+log = logging.getLogger(__name__)
+
+MAX_FINAL_ATTEMPTS = 3
+MAX_RETRY_WAIT = 60.0
+
+
+class ReplyTransport(ABC):
+    """The platform half of a reply: the few calls a channel must implement.
+
+    ``send`` returns an opaque reference to the created message; ``edit`` replaces its whole text.
+    Both raise :mod:`channels.errors` types. ``fallback=True`` asks for the plainest form the platform
+    has (e.g. a text message instead of a card) after an edit failed.
+    """
+
+    @abstractmethod
+    async def send(self, text: str, *, fallback: bool = False) -> str: ...
+
+    @abstractmethod
+    async def edit(self, ref: str, text: str) -> None: ...
+
+    async def send_files(self, files: Sequence[Path]) -> None:
+        """Deliver files produced by the agent. Channels without file support say so in text."""
+        if files:
+            names = ", ".join(p.name for p in files)
+            await self.send(f"(files could not be attached on this platform: {names})")
+
+    async def typing(self) -> None:
+        """Show a typing indicator where the platform has one."""
+
+    async def finished(self) -> None:
+        """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
+
+
+class RateBudget:
+    """Spacing of outbound calls for one chat; shared by every reply in that chat."""
+
+    def __init__(self, min_interval: float) -> None:
+        self.min_interval = min_interval
+        self._next_at = 0.0
+        self._lock = asyncio.Lock()
+
+    def penalize(self, seconds: float) -> None:
+        """The platform said wait: nothing goes to this chat before then."""
+        self._next_at = max(self._next_at, time.monotonic() + min(seconds, MAX_RETRY_WAIT))
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            delay = self._next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._next_at = time.monotonic() + self.min_interval
+
+
+class BudgetRegistry:
+    """Per-chat budgets, bounded so a bot in thousands of chats does not grow without limit."""
+
+    def __init__(self, min_interval: float, max_chats: int = 10_000) -> None:
+        self.min_interval = min_interval
+        self.max_chats = max_chats
+        self._budgets: OrderedDict[str, RateBudget] = OrderedDict()
+
+    def for_chat(self, chat_key: str) -> RateBudget:
+        budget = self._budgets.get(chat_key)
+        if budget is None:
+            budget = self._budgets[chat_key] = RateBudget(self.min_interval)
+            if len(self._budgets) > self.max_chats:
+                self._budgets.popitem(last=False)
+        else:
+            self._budgets.move_to_end(chat_key)
+        return budget
+
+
+class ReplyStream:
+    """start() → update(text) … → finish(text, files), driven by the manager.
+
+    ``update`` never blocks: it records the newest text and a background pump sends it when the chat's
+    budget allows. ``finish`` stops the pump after its in-flight call and delivers the final text.
+    """
+
+    def __init__(
+        self,
+        transport: ReplyTransport,
+        budget: RateBudget,
+        limits: ReplyLimits,
+        *,
+        resume_ref: str | None = None,
+    ) -> None:
+        self.transport = transport
+        self.budget = budget
+        self.limits = limits
+        self._sent: list[tuple[str, str]] = []  # (ref, text) per visible message, in order
+        if resume_ref:
+            self._sent.append((resume_ref, ""))
+        self._latest: str | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._pump: asyncio.Task[None] | None = None
+        self.calls = 0
+        self.finished = False
+
+    @property
+    def ref(self) -> str | None:
+        """Reference of the first visible message (stored so a resumed run edits it, not a new one)."""
+        return self._sent[0][0] if self._sent else None
+
+    async def start(self, placeholder: str = "…") -> None:
+        if not self.limits.supports_edit:
+            return  # final-only platforms: nothing to show until finish()
+        if not self._sent:
+            await self.budget.acquire()
+            ref = await self.transport.send(placeholder)
+            self.calls += 1
+            self._sent.append((ref, placeholder))
+        elif self._sent[0][1] != placeholder:
+            self.update(placeholder)
+        if self._pump is None:
+            self._pump = asyncio.create_task(self._run_pump(), name="reply-pump")
+
+    def update(self, text: str) -> None:
+        if self._closing or not self.limits.supports_edit:
+            return
+        self._latest = text
+        self._wake.set()
+
+    async def _run_pump(self) -> None:
+        while not self._closing:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                return
+            await self.budget.acquire()
+            text = self._latest
+            if self._closing or text is None:
+                return
+            try:
+                await self._sync(self._chunks(text), allow_new=True)
+            except RetryAfter as exc:
+                self.budget.penalize(exc.retry_after)  # drop this update; newer text goes later
+            except MessageNotModified:
+                pass
+            except ChannelError as exc:
+                log.info("intermediate reply update failed: %s", exc)
+            except Exception:  # a bug in a transport must not kill the final delivery
+                log.exception("intermediate reply update crashed")
+
+    def _chunks(self, text: str) -> list[str]:
+        """While streaming, full chunks settle and only the last one keeps being edited."""
+        return split_text(text if text.strip() else "…", self.limits.text_limit)
+
+    async def _sync(self, chunks: list[str], *, allow_new: bool) -> None:
+        """Make the visible messages equal ``chunks``: edit what differs, send what is missing.
+
+        The caller has acquired the budget for the first call; later calls acquire their own.
+        """
+        needs_budget = False
+        for index, chunk in enumerate(chunks):
+            if index < len(self._sent):
+                ref, shown = self._sent[index]
+                if shown == chunk:
+                    continue
+                if needs_budget:
+                    await self.budget.acquire()
+                needs_budget = True
+                self.calls += 1
+                try:
+                    await self.transport.edit(ref, chunk)
+                except MessageNotModified:
+                    pass
+                self._sent[index] = (ref, chunk)
+            elif allow_new:
+                if needs_budget:
+                    await self.budget.acquire()
+                needs_budget = True
+                self.calls += 1
+                ref = await self.transport.send(chunk)
+                self._sent.append((ref, chunk))
+
+    async def finish(self, text: str, files: Sequence[Path] = ()) -> None:
+        """Deliver the final text (always) and any files. Safe to call once."""
+        if self.finished:
+            return
+        self._closing = True
+        self._wake.set()
+        if self._pump is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
+        await self._deliver_final(chunks)
+        if files:
+            await self.budget.acquire()
+            self.calls += 1
+            await self.transport.send_files(files)
+        self.finished = True
+        await self.transport.finished()
+
+    async def _deliver_final(self, chunks: list[str]) -> None:
+        for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
+            await self.budget.acquire()
+            try:
+                await self._sync(chunks, allow_new=True)
+                return
+            except RetryAfter as exc:
+                log.info("final reply rate limited (attempt %d): %s", attempt, exc)
+                self.budget.penalize(exc.retry_after)
+            except EditFailed as exc:
+                log.info("editing the reply failed, sending it as a new message: %s", exc)
+                break
+            except ChannelError as exc:
+                log.info("final reply failed (attempt %d): %s", attempt, exc)
+                self.budget.penalize(min(2.0**attempt, 10.0))
+        await self._send_fresh(chunks)
+
+    async def _send_fresh(self, chunks: list[str]) -> None:
+        """Last resort: post the reply as new messages, in the platform's plainest form."""
+        remaining = [c for i, c in enumerate(chunks) if i >= len(self._sent) or self._sent[i][1] != c]
+        for chunk in remaining:
+            for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
+                await self.budget.acquire()
+                self.calls += 1
+                try:
+                    self._sent.append((await self.transport.send(chunk, fallback=True), chunk))
+                    break
+                except RetryAfter as exc:
+                    self.budget.penalize(exc.retry_after)
+                    if attempt == MAX_FINAL_ATTEMPTS:
+                        raise

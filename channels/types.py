@@ -1,0 +1,98 @@
+"""Neutral message types shared by every channel, the bus and the manager.
+
+They are plain dataclasses that round-trip through JSON because the durable inbox stores them: a message
+accepted before a crash must be rebuilt, byte for byte, after the restart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who wrote a message, as the platform identifies them (``id`` is stable, ``name`` is for display)."""
+
+    id: str
+    name: str | None = None
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InboundFile:
+    """A file attached to a message. ``ref`` is whatever the channel needs to download it later."""
+
+    name: str
+    ref: str
+    size: int | None = None
+    mime: str | None = None
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    """One message from a platform, normalised.
+
+    ``workspace`` is the team/tenant/guild (``""`` where the platform has none), ``chat`` the room or DM,
+    ``topic`` the thread/reply chain inside it (``None`` for the chat itself). The four together with the
+    provider are the *conversation key*; ``platform_message_id`` makes the inbox dedupe key.
+    ``context`` carries opaque, JSON-safe values the channel needs to reply (e.g. a session webhook).
+    """
+
+    provider: str
+    workspace: str
+    chat: str
+    sender: Sender
+    text: str
+    platform_message_id: str
+    topic: str | None = None
+    mentioned: bool = False
+    is_private: bool = False
+    files: list[InboundFile] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+    thread_id: str | None = None
+    received_at: float = field(default_factory=time.time)
+
+    @property
+    def conversation_key(self) -> tuple[str, str, str, str]:
+        return (self.provider, self.workspace, self.chat, self.topic or "")
+
+    @property
+    def dedupe_key(self) -> tuple[str, str, str, str]:
+        return (self.provider, self.workspace, self.chat, self.platform_message_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InboundMessage:
+        data = dict(data)
+        data["sender"] = Sender(**data["sender"])
+        data["files"] = [InboundFile(**f) for f in data.get("files", [])]
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyLimits:
+    """How a platform wants replies paced and sized. One instance per channel, in its own module.
+
+    ``min_edit_interval`` is the per-chat spacing between outbound calls (sends and edits alike);
+    ``text_limit`` the longest message body in characters.
+    """
+
+    text_limit: int
+    min_edit_interval: float
+    supports_edit: bool = True
+
+
+@dataclass(slots=True)
+class ChannelStatus:
+    """What ``/health`` shows for a channel."""
+
+    state: str = "stopped"  # stopped | starting | connected | reconnecting | error
+    detail: str | None = None
+    since: float = field(default_factory=time.time)
+
+    def set(self, state: str, detail: str | None = None) -> None:
+        self.state, self.detail, self.since = state, detail, time.time()

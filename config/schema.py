@@ -1,0 +1,141 @@
+"""The settings schema: every key of the configuration contract in ARCHITECTURE.md.
+
+Defaults are the embedded, single-instance set-up (SQLite under ``./data``, no auth, no channels), so
+``switchboard serve`` with no config file starts something useful on a laptop.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from config.base import ChannelSection, Section
+from config.channels.dingtalk import DingTalkConfig
+from config.channels.discord import DiscordConfig
+from config.channels.feishu import FeishuConfig
+from config.channels.github import GitHubConfig
+from config.channels.slack import SlackConfig
+from config.channels.telegram import TelegramConfig
+
+DEFAULT_JWT_SECRETS = frozenset({"", "changethis", "change-me", "changeme", "secret"})
+
+
+class ServerConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8001, ge=0, le=65535)
+    public_url: str = "http://localhost:8001"
+
+
+class DatabaseConfig(Section):
+    url: str = "sqlite+aiosqlite:///./data/switchboard.db"
+
+
+class AuthConfig(Section):
+    mode: Literal["none", "jwt"] = "none"
+    jwt_secret: str | None = None
+
+    @model_validator(mode="after")
+    def _refuse_weak_secret(self) -> AuthConfig:
+        if self.mode == "jwt" and (self.jwt_secret or "").strip().lower() in DEFAULT_JWT_SECRETS:
+            raise ValueError("auth.mode is jwt but auth.jwt_secret is empty or a well-known default")
+        if self.mode == "jwt" and len(self.jwt_secret or "") < 16:
+            raise ValueError("auth.jwt_secret must be at least 16 characters")
+        return self
+
+
+class ModelConfig(Section):
+    """One chat model. ``use`` is ``module:Class``; every other key is passed to that class."""
+
+    model_config = Section.model_config | {"extra": "allow"}
+
+    name: str
+    use: str = "langchain_openai:ChatOpenAI"
+    model: str = "gpt-4o-mini"
+    api_key: str | None = None
+    base_url: str | None = None
+    supports_vision: bool = False
+    supports_thinking: bool = False
+
+
+class SandboxConfig(Section):
+    command_timeout_seconds: float = Field(600, gt=0)
+    max_output_chars: int = Field(20_000, gt=0)
+    max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
+
+
+class MemoryConfig(Section):
+    enabled: bool = True
+    debounce_seconds: float = Field(30, ge=0)
+    max_facts: int = Field(100, gt=0)
+    injection_token_budget: int = Field(800, gt=0)
+
+
+class ConnectionsConfig(Section):
+    require_bound_identity: bool = False
+    code_ttl_seconds: int = Field(600, gt=0)
+
+
+class AgentConfig(Section):
+    """Runtime knobs that are not per model."""
+
+    system_prompt: str = (
+        "You are Switchboard, a helpful assistant working inside a team chat. Answer concisely."
+    )
+    recursion_limit: int = Field(50, gt=0)
+    max_goal_continuations: int = Field(8, ge=0)
+
+
+class BusConfig(Section):
+    """In-process bus sizing: the queue bound is the back-pressure point."""
+
+    queue_size: int = Field(1000, gt=0)
+    max_concurrent_turns: int = Field(32, gt=0)
+    drain_seconds: float = Field(10, ge=0)
+
+
+class ChannelsConfig(Section):
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    feishu: FeishuConfig = Field(default_factory=FeishuConfig)
+    dingtalk: DingTalkConfig = Field(default_factory=DingTalkConfig)
+    github: GitHubConfig = Field(default_factory=GitHubConfig)
+
+    def items(self) -> list[tuple[str, ChannelSection]]:
+        return [(name, getattr(self, name)) for name in type(self).model_fields]
+
+
+def _default_models() -> list[ModelConfig]:
+    return [ModelConfig(name="default", api_key="$OPENAI_API_KEY")]
+
+
+class Settings(Section):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    data_dir: str = "./data"
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    models: list[ModelConfig] = Field(default_factory=_default_models, min_length=1)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
+    bus: BusConfig = Field(default_factory=BusConfig)
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+
+    @model_validator(mode="after")
+    def _unique_model_names(self) -> Settings:
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    def model_named(self, name: str | None) -> ModelConfig:
+        """The named model, or the first one (the default) when ``name`` is None."""
+        if name is None:
+            return self.models[0]
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)

@@ -1,0 +1,205 @@
+"""A fake OpenAI-compatible chat completions server (streaming SSE and plain JSON).
+
+Tests script what the "model" answers::
+
+    with FakeOpenAI() as llm:
+        llm.script(Reply(text="Hello!"), Reply(tool_calls=[ToolCall("bash", {"command": "ls"})]))
+        settings.models[0].base_url = llm.base_url
+
+Unscripted requests get ``default_reply(request)`` — by default an echo of the last user message — so
+multi-turn flows work without scripting every call. Every request body is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import ThreadedServer
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None = None
+
+
+@dataclass
+class Reply:
+    """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    chunk_size: int = 8
+    delay: float = 0.0
+    status: int = 200
+    error: str | None = None
+    retry_after: float | None = None
+    prompt_tokens: int = 10
+    completion_tokens: int | None = None
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    for message in reversed(request.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return str(content)
+    return ""
+
+
+def echo_reply(request: dict[str, Any]) -> Reply:
+    return Reply(text=f"echo: {last_user_text(request)}")
+
+
+class FakeOpenAI(ThreadedServer):
+    def __init__(self, default_reply: Callable[[dict[str, Any]], Reply] = echo_reply) -> None:
+        super().__init__()
+        self.default_reply = default_reply
+        self._script: deque[Reply] = deque()
+        self._script_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.api_key_seen: list[str] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        with self._script_lock:
+            self._script.extend(replies)
+
+    @property
+    def completions(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.requests if r["path"] == "/v1/chat/completions"]
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._script_lock:
+            if self._script:
+                return self._script.popleft()
+        return self.default_reply(body)
+
+    def setup_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.record({"path": "/v1/models", "body": None})
+        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.api_key_seen.append(request.headers.get("Authorization", ""))
+        self.record({"path": "/v1/chat/completions", "body": body})
+        reply = self._next_reply(body)
+        if reply.status != 200:
+            headers = {"retry-after": str(reply.retry_after)} if reply.retry_after is not None else {}
+            return web.json_response(
+                {"error": {"message": reply.error or "fake failure", "type": "fake_error", "code": None}},
+                status=reply.status,
+                headers=headers,
+            )
+        completion_id = f"chatcmpl-{next(self._ids)}"
+        model = body.get("model", "fake-model")
+        usage = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens or max(1, len(reply.text) // 4),
+            "total_tokens": reply.prompt_tokens + (reply.completion_tokens or max(1, len(reply.text) // 4)),
+        }
+        if not body.get("stream"):
+            return web.json_response(self._full(completion_id, model, reply, usage))
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+
+        async def emit(delta: dict[str, Any], finish: str | None = None) -> None:
+            chunk = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await emit({"role": "assistant", "content": ""})
+        for start in range(0, len(reply.text), max(1, reply.chunk_size)):
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            await emit({"content": reply.text[start : start + reply.chunk_size]})
+        for index, call in enumerate(reply.tool_calls):
+            args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+            call_id = call.id or f"call_{next(self._ids)}"
+            await emit(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for start in range(0, len(args), 16):
+                await emit(
+                    {"tool_calls": [{"index": index, "function": {"arguments": args[start : start + 16]}}]}
+                )
+        await emit({}, "tool_calls" if reply.tool_calls else "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            final = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            await response.write(f"data: {json.dumps(final)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _full(self, completion_id: str, model: str, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for call in reply.tool_calls
+            ]
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": usage,
+        }
