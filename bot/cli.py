@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import pkgutil
 import sys
@@ -26,9 +27,12 @@ def secret_values(settings: Settings) -> list[str]:
         elif isinstance(value, list):
             for v in value:
                 walk(v, key)
-        elif isinstance(value, str) and any(w in key.lower() for w in ("token", "secret", "key", "password")):
-            if key.lower() not in {"private_key_path"}:
-                found.append(value)
+        elif (
+            isinstance(value, str)
+            and any(w in key.lower() for w in ("token", "secret", "key", "password"))
+            and key.lower() != "private_key_path"
+        ):
+            found.append(value)
 
     walk(settings.model_dump())
     return found
@@ -99,10 +103,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         finally:
             await service.stop()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

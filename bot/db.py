@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from sqlalchemy import MetaData, event
+from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -49,6 +49,28 @@ class Database:
             self.engine, expire_on_commit=False
         )
 
+        self._sync_engine: Engine | None = None
+
+    @property
+    def sync_engine(self) -> Engine:
+        """A plain (thread-bound) SQLite engine for the inbox writer thread.
+
+        aiosqlite hops to its thread once per statement; under load those hops dominated the cost of
+        a message. The inbox writer instead runs a whole batch in one hop on its own thread.
+        """
+        if not self.is_sqlite:
+            raise RuntimeError("sync_engine is only used with SQLite")
+        if self._sync_engine is None:
+            url = make_url(self.url).set(drivername="sqlite")
+            self._sync_engine = create_engine(
+                url,
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+                pool_size=1,
+                max_overflow=0,
+            )
+            event.listen(self._sync_engine, "connect", _sqlite_pragmas)
+        return self._sync_engine
+
     @property
     def sqlite_path(self) -> Path | None:
         """The database file, for SQLite (the agent's checkpointer keeps its own file beside it)."""
@@ -76,4 +98,6 @@ class Database:
             return False
 
     async def close(self) -> None:
+        if self._sync_engine is not None:
+            self._sync_engine.dispose()
         await self.engine.dispose()

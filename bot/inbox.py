@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
 from bot.db import Database
 from channels.types import InboundMessage
@@ -89,6 +91,8 @@ class Inbox:
         self._ops: asyncio.Queue[_Op] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(inbox_table)
+        # SQLite: one dedicated thread applies whole batches (one hop per batch, not per statement).
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="inbox-writer") if db.is_sqlite else None
 
     async def start(self) -> None:
         if self._writer is None:
@@ -103,6 +107,8 @@ class Inbox:
         await done
         await self._writer
         self._writer = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
     # --- public API --------------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> InboxEntry:
@@ -116,8 +122,16 @@ class Inbox:
         """Leave the message for a retry. ``reply_text`` (when the agent had answered) avoids a re-run."""
         await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
 
-    async def set_reply_ref(self, entry_id: str, ref: str) -> None:
-        await self._submit("reply_ref", id=entry_id, reply_ref=ref)
+    def set_reply_ref(self, entry_id: str, ref: str) -> None:
+        """Remember the visible reply so a resumed run edits it. Not awaited: it only saves a duplicate
+        placeholder if the process dies in the next few milliseconds, and must not slow the turn."""
+        if self._writer is None:
+            return
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(
+            lambda f: f.exception() and log.warning("saving reply ref failed: %s", f.exception())
+        )
+        self._ops.put_nowait(_Op("reply_ref", {"id": entry_id, "reply_ref": ref}, future))
 
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but not done, oldest first: what a restart must resume."""
@@ -182,89 +196,105 @@ class Inbox:
                 return
 
     async def _apply(self, ops: list[_Op]) -> dict[int, Any]:
+        if self._executor is not None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._apply_sqlite, ops)
+        async with self.db.engine.begin() as conn:
+            return await conn.run_sync(self._apply_in, ops)
+
+    def _apply_sqlite(self, ops: list[_Op]) -> dict[int, Any]:
+        with self.db.sync_engine.begin() as conn:
+            return self._apply_in(conn, ops)
+
+    def _apply_in(self, conn: Connection, ops: list[_Op]) -> dict[int, Any]:
+        """Apply one batch inside an open transaction (runs in the writer thread or via run_sync)."""
         now = time.time()
         results: dict[int, Any] = {}
         accepts = [op for op in ops if op.kind == "accept"]
-        async with self.db.engine.begin() as conn:
-            if accepts:
-                rows = []
-                for op in accepts:
-                    msg: InboundMessage = op.args["message"]
-                    op.args["id"] = uuid.uuid4().hex
-                    rows.append(
-                        {
-                            "id": op.args["id"],
-                            "provider": msg.provider,
-                            "workspace": msg.workspace,
-                            "chat": msg.chat,
-                            "platform_message_id": msg.platform_message_id,
-                            "payload": json.dumps(msg.to_json(), ensure_ascii=False),
-                            "status": PENDING,
-                            "attempts": 0,
-                            "created_at": now,
-                            "updated_at": now,
-                        }
-                    )
-                await conn.execute(
-                    self._insert.on_conflict_do_nothing(
-                        index_elements=["provider", "workspace", "chat", "platform_message_id"]
-                    ),
-                    rows,
-                )
-                keys = list({op.args["message"].dedupe_key for op in accepts})
-                stored: dict[tuple[str, str, str, str], Any] = {}
-                cols = (
-                    inbox_table.c.provider,
-                    inbox_table.c.workspace,
-                    inbox_table.c.chat,
-                    inbox_table.c.platform_message_id,
-                )
-                for start in range(0, len(keys), 200):
-                    chunk = keys[start : start + 200]
-                    found = await conn.execute(select(inbox_table).where(tuple_(*cols).in_(chunk)))
-                    for row in found.mappings():
-                        stored[
-                            (row["provider"], row["workspace"], row["chat"], row["platform_message_id"])
-                        ] = row
-                claimed: set[str] = set()
-                for op in accepts:
-                    row = stored[op.args["message"].dedupe_key]
-                    entry = self._entry(row)
-                    # Two copies in one batch: only the row's own inserter is "new".
-                    entry.duplicate = row["id"] != op.args["id"] or row["id"] in claimed
-                    claimed.add(row["id"])
-                    results[id(op)] = entry
-            done_ids = [op.args["id"] for op in ops if op.kind == "done"]
-            if done_ids:
-                await conn.execute(
-                    update(inbox_table)
-                    .where(inbox_table.c.id.in_(done_ids))
-                    .values(status=DONE, updated_at=now, error=None)
-                )
-            for op in ops:
-                if op.kind == "failed":
-                    values: dict[str, Any] = {
-                        "status": FAILED,
-                        "error": op.args["error"],
+        if accepts:
+            rows = []
+            for op in accepts:
+                msg: InboundMessage = op.args["message"]
+                op.args["id"] = uuid.uuid4().hex
+                rows.append(
+                    {
+                        "id": op.args["id"],
+                        "provider": msg.provider,
+                        "workspace": msg.workspace,
+                        "chat": msg.chat,
+                        "platform_message_id": msg.platform_message_id,
+                        "payload": json.dumps(msg.to_json(), ensure_ascii=False),
+                        "status": PENDING,
+                        "attempts": 0,
+                        "created_at": now,
                         "updated_at": now,
-                        "attempts": inbox_table.c.attempts + 1,
                     }
-                    if op.args.get("reply_text") is not None:
-                        values["reply_text"] = op.args["reply_text"]
-                    await conn.execute(
-                        update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values)
-                    )
-            refs = [
-                {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
-            ]
-            if refs:
-                await conn.execute(
-                    update(inbox_table)
-                    .where(inbox_table.c.id == bindparam("b_id"))
-                    .values(reply_ref=bindparam("b_ref")),
-                    refs,
                 )
+            inserted = conn.execute(
+                self._insert.on_conflict_do_nothing(
+                    index_elements=["provider", "workspace", "chat", "platform_message_id"]
+                ),
+                rows,
+            )
+            keys = [op.args["message"].dedupe_key for op in accepts]
+            if inserted.rowcount == len(rows) and len(set(keys)) == len(keys):
+                # The common case: every message is new, so no need to read anything back.
+                for op, row in zip(accepts, rows, strict=True):
+                    results[id(op)] = InboxEntry(id=row["id"], message=op.args["message"], status=PENDING)
+            else:
+                self._resolve_conflicts(conn, accepts, results)
+        done_ids = [op.args["id"] for op in ops if op.kind == "done"]
+        if done_ids:
+            conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id.in_(done_ids))
+                .values(status=DONE, updated_at=now, error=None)
+            )
+        for op in ops:
+            if op.kind == "failed":
+                values: dict[str, Any] = {
+                    "status": FAILED,
+                    "error": op.args["error"],
+                    "updated_at": now,
+                    "attempts": inbox_table.c.attempts + 1,
+                }
+                if op.args.get("reply_text") is not None:
+                    values["reply_text"] = op.args["reply_text"]
+                conn.execute(update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values))
+        refs = [
+            {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
+        ]
+        if refs:
+            conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == bindparam("b_id"))
+                .values(reply_ref=bindparam("b_ref")),
+                refs,
+            )
         return results
+
+    def _resolve_conflicts(self, conn: Connection, accepts: list[_Op], results: dict[int, Any]) -> None:
+        """Some keys already existed: read the stored rows and tell new from duplicate."""
+        keys = list({op.args["message"].dedupe_key for op in accepts})
+        cols = (
+            inbox_table.c.provider,
+            inbox_table.c.workspace,
+            inbox_table.c.chat,
+            inbox_table.c.platform_message_id,
+        )
+        stored: dict[tuple[str, str, str, str], Any] = {}
+        for start in range(0, len(keys), 200):
+            found = conn.execute(select(inbox_table).where(tuple_(*cols).in_(keys[start : start + 200])))
+            for row in found.mappings():
+                stored[(row["provider"], row["workspace"], row["chat"], row["platform_message_id"])] = row
+        claimed: set[str] = set()
+        for op in accepts:
+            row = stored[op.args["message"].dedupe_key]
+            entry = self._entry(row)
+            # Two copies in one batch: only the row's own inserter is "new".
+            entry.duplicate = row["id"] != op.args["id"] or row["id"] in claimed
+            claimed.add(row["id"])
+            results[id(op)] = entry
 
     @staticmethod
     def _entry(row: Any) -> InboxEntry:

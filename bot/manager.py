@@ -121,7 +121,8 @@ class ChannelManager:
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
         self._lanes: dict[str, Lane] = {}
-        self._conversation_locks: dict[tuple[str, str, str, str], asyncio.Lock] = {}
+        # Per-conversation lock + number of handlers using it, so it is dropped only when nobody waits.
+        self._conversation_locks: dict[tuple[str, str, str, str], tuple[asyncio.Lock, int]] = {}
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
@@ -161,7 +162,8 @@ class ChannelManager:
         message = entry.message
         token = trace_id_var.set(entry.id[:12])
         key = message.conversation_key
-        lock = self._conversation_locks.setdefault(key, asyncio.Lock())
+        lock, users = self._conversation_locks.get(key, (asyncio.Lock(), 0))
+        self._conversation_locks[key] = (lock, users + 1)
         try:
             # The lock keeps a conversation's messages in arrival order up to their lane.
             async with lock:
@@ -173,8 +175,11 @@ class ChannelManager:
             log.exception("handling message failed")
             await self._fail(entry.id, f"{type(exc).__name__}: {exc}")
         finally:
-            if not lock.locked() and self._conversation_locks.get(key) is lock:
+            lock, users = self._conversation_locks[key]
+            if users <= 1:
                 del self._conversation_locks[key]
+            else:
+                self._conversation_locks[key] = (lock, users - 1)
             trace_id_var.reset(token)
 
     async def _route(self, entry: InboxEntry) -> None:
@@ -332,7 +337,7 @@ class ChannelManager:
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
-                    await self.inbox.set_reply_ref(turn.entry_id, reply.ref)
+                    self.inbox.set_reply_ref(turn.entry_id, reply.ref)
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
                 else:

@@ -88,6 +88,7 @@ class MemoryChannel(Channel):
         self._ids = itertools.count(1)
         self._msg_ids = itertools.count(1)
         self._change = asyncio.Condition()
+        self._watchers = 0
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
@@ -165,6 +166,9 @@ class MemoryChannel(Channel):
             raise queue.pop(0)
 
     def _changed(self) -> None:
+        if not self._watchers:
+            return
+
         async def notify() -> None:
             async with self._change:
                 self._change.notify_all()
@@ -174,15 +178,24 @@ class MemoryChannel(Channel):
     def in_chat(self, chat: str = "chat-1", topic: str | None = None) -> list[VisibleMessage]:
         return [m for m in self.messages.values() if m.chat == chat and (topic is None or m.topic == topic)]
 
-    async def wait_for(self, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    async def wait_for(self, predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]  # noqa: ASYNC109
         """Wait until ``predicate(self)`` is true (checked after every visible change)."""
 
         async def waiter() -> None:
             async with self._change:
                 await self._change.wait_for(lambda: predicate(self))
 
-        await asyncio.wait_for(waiter(), timeout)
+        self._watchers += 1
+        try:
+            await asyncio.wait_for(waiter(), timeout)
+        finally:
+            self._watchers -= 1
 
-    async def wait_for_text(self, needle: str, chat: str = "chat-1", timeout: float = 10.0) -> VisibleMessage:
+    async def wait_for_text(
+        self,
+        needle: str,
+        chat: str = "chat-1",
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> VisibleMessage:
         await self.wait_for(lambda ch: any(needle in m.text for m in ch.in_chat(chat)), timeout)
         return next(m for m in self.in_chat(chat) if needle in m.text)

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 MAX_FINAL_ATTEMPTS = 3
 MAX_RETRY_WAIT = 60.0
+FINAL_RETRY_BACKOFF = 0.5  # seconds before the 2nd try of a failed final; doubles each try
 
 
 class ReplyTransport(ABC):
@@ -47,10 +48,10 @@ class ReplyTransport(ABC):
             names = ", ".join(p.name for p in files)
             await self.send(f"(files could not be attached on this platform: {names})")
 
-    async def typing(self) -> None:
+    async def typing(self) -> None:  # noqa: B027 - optional hook
         """Show a typing indicator where the platform has one."""
 
-    async def finished(self) -> None:
+    async def finished(self) -> None:  # noqa: B027 - optional hook
         """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
 
 
@@ -136,14 +137,14 @@ class ReplyStream:
             self._sent.append((ref, placeholder))
         elif self._sent[0][1] != placeholder:
             self.update(placeholder)
-        if self._pump is None:
-            self._pump = asyncio.create_task(self._run_pump(), name="reply-pump")
 
     def update(self, text: str) -> None:
         if self._closing or not self.limits.supports_edit:
             return
         self._latest = text
         self._wake.set()
+        if self._pump is None:  # started on first use: a turn that finishes at once never needs it
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="reply-pump")
 
     async def _run_pump(self) -> None:
         while not self._closing:
@@ -185,10 +186,8 @@ class ReplyStream:
                     await self.budget.acquire()
                 needs_budget = True
                 self.calls += 1
-                try:
+                with contextlib.suppress(MessageNotModified):
                     await self.transport.edit(ref, chunk)
-                except MessageNotModified:
-                    pass
                 self._sent[index] = (ref, chunk)
             elif allow_new:
                 if needs_budget:
@@ -230,7 +229,7 @@ class ReplyStream:
                 break
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
-                self.budget.penalize(min(2.0**attempt, 10.0))
+                self.budget.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
         await self._send_fresh(chunks)
 
     async def _send_fresh(self, chunks: list[str]) -> None:

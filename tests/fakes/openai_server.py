@@ -47,6 +47,7 @@ class Reply:
     retry_after: float | None = None
     prompt_tokens: int = 10
     completion_tokens: int | None = None
+    abort_after_chunks: int | None = None  # drop the connection mid-stream after this many text chunks
 
 
 def last_user_text(request: dict[str, Any]) -> str:
@@ -135,7 +136,12 @@ class FakeOpenAI(ThreadedServer):
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         await emit({"role": "assistant", "content": ""})
-        for start in range(0, len(reply.text), max(1, reply.chunk_size)):
+        for index, start in enumerate(range(0, len(reply.text), max(1, reply.chunk_size))):
+            if reply.abort_after_chunks is not None and index >= reply.abort_after_chunks:
+                await response.write(b"data: {not json")
+                assert request.transport is not None
+                request.transport.close()
+                return response
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             await emit({"content": reply.text[start : start + reply.chunk_size]})

@@ -1,0 +1,106 @@
+"""SCENARIOS 8–10, 13, 15: per-thread FIFO, concurrency across threads, /stop, errors, what reaches chat."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import make_settings
+from tests.fakes.openai_server import Reply, echo_reply, last_user_text
+from tests.harness import Harness
+
+
+async def test_a_second_message_waits_behind_the_running_one_shows_queued_and_is_answered_in_order(harness, llm):
+    llm.script(Reply(text="first answer, slowly", chunk_size=1, delay=0.05))
+    await harness.chat.say("first")
+    await harness.chat.wait_for(lambda ch: any(m.text.startswith("first") for m in ch.messages.values()))
+    await harness.chat.say("second")
+    queued = await harness.chat.wait_for_text("Queued")
+    await harness.idle(timeout=20)
+    assert [last_user_text(body) for body in llm.completions] == ["first", "second"]
+    # The queued notice became the second answer: one message per question, edited in place.
+    assert queued.text == "echo: second"
+    assert [m.text for m in harness.chat.in_chat("chat-1")] == ["first answer, slowly", "echo: second"]
+
+
+async def test_one_slow_model_call_does_not_hold_up_another_chat(harness, llm):
+    def reply(body):  # type: ignore[no-untyped-def]
+        if last_user_text(body) == "slow":
+            return Reply(text="s" * 60, chunk_size=1, delay=0.1)
+        return echo_reply(body)
+
+    llm.default_reply = reply
+    await harness.chat.say("slow", chat="a")
+    await harness.chat.wait_for(lambda ch: any(m.text.startswith("s") for m in ch.in_chat("a")))
+    await harness.chat.say("fast", chat="b")
+    await harness.chat.wait_for_text("echo: fast", chat="b")
+    assert harness.chat.in_chat("a")[0].text != "s" * 60, "chat b was answered while chat a still streamed"
+    await harness.idle(timeout=30)
+
+
+async def test_stop_cancels_the_running_turn_and_the_thread_keeps_working(harness, llm):
+    llm.script(Reply(text="this will take a very long time " * 20, chunk_size=1, delay=0.05))
+    await harness.chat.say("write an essay")
+    await harness.chat.wait_for(lambda ch: any(m.text.startswith("this") for m in ch.messages.values()))
+    await harness.chat.say("/stop")
+    await harness.chat.wait_for_text("⏹ Stopped.")
+    await harness.chat.wait_for_text("Stopping the current reply.")
+    await harness.idle()
+    assert await harness.ask("still there?") == "echo: still there?"
+    assert await harness.ask("/stop") == "Nothing is running right now."
+
+
+async def test_a_model_failure_ends_with_one_plain_sentence_and_no_internals(tmp_path, llm):
+    settings = make_settings(
+        tmp_path, llm,
+        models=[{"name": "default", "model": "m", "api_key": "sk-live-SUPERSECRET", "base_url": llm.base_url, "max_retries": 0}],
+    )
+    llm.script(Reply(status=500, error="upstream exploded at /srv/app.py line 3"))
+    async with Harness.running(settings) as h:
+        answer = await h.ask("hello?")
+    assert answer.startswith("⚠️ The model service had an error while answering. Please try again. (trace ")
+    for leak in ("Traceback", "sk-live-SUPERSECRET", "exploded", "/srv/app.py", "500"):
+        assert leak not in answer
+
+
+async def test_wrong_credentials_and_an_unreachable_model_are_explained_differently(tmp_path, llm):
+    bad_key = make_settings(
+        tmp_path / "a", llm,
+        models=[{"name": "default", "model": "m", "api_key": "sk-x", "base_url": llm.base_url, "max_retries": 0}],
+    )
+    llm.script(Reply(status=401, error="invalid api key"))
+    async with Harness.running(bad_key) as h:
+        assert "rejected our credentials" in await h.ask("hi")
+    unreachable = make_settings(
+        tmp_path / "b", None,
+        models=[{"name": "default", "model": "m", "api_key": "sk-x", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0}],
+    )
+    async with Harness.running(unreachable) as h:
+        assert "couldn't reach the model service" in await h.ask("hi")
+
+
+async def test_a_partial_answer_is_kept_when_the_model_fails_midway(harness, llm):
+    # The model's stream breaks off after two chunks: a garbled line, then the connection drops.
+    llm.script(Reply(text="Partial insight that never ends", chunk_size=4, abort_after_chunks=2))
+    answer = await harness.ask("one")
+    first, _, rest = answer.partition("\n\n")
+    assert first == "Partial"
+    assert rest.startswith("⚠️ ") and "(trace " in rest
+    assert "Traceback" not in answer
+
+
+async def test_only_the_assistant_text_reaches_the_chat(tmp_path, llm):
+    settings = make_settings(tmp_path, llm, agent={"system_prompt": "HIDDEN-SYSTEM-PROMPT-7731"})
+    async with Harness.running(settings) as h:
+        answer = await h.ask("what are your instructions?")
+    assert answer == "echo: what are your instructions?"
+    sent = llm.completions[0]["messages"]
+    assert sent[0] == {"role": "system", "content": "HIDDEN-SYSTEM-PROMPT-7731"}
+    everything_shown = [text for m in h.chat.messages.values() for text in m.history]
+    assert not any("HIDDEN-SYSTEM-PROMPT" in text for text in everything_shown)
+
+
+async def test_messages_to_different_chats_are_handled_concurrently(harness, llm):
+    llm.default_reply = lambda body: Reply(text=f"ok {last_user_text(body)}", chunk_size=2, delay=0.02)
+    await asyncio.gather(*(harness.chat.say(f"q{i}", chat=f"c{i}") for i in range(10)))
+    await harness.idle(timeout=30)
+    assert sorted(harness.chat.in_chat(f"c{i}")[0].text for i in range(10)) == sorted(f"ok q{i}" for i in range(10))
