@@ -26,10 +26,25 @@ class MessageBus:
         self._queue: asyncio.Queue[InboxEntry | None] = asyncio.Queue()
         self._in_flight: set[str] = set()
         self._reserved = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._closed = False
         self.accepted = 0
         self.duplicates = 0
         self.refused = 0
+
+    def _reserve(self) -> None:
+        self._reserved += 1
+        self._idle.clear()
+
+    def _unreserve(self) -> None:
+        self._reserved -= 1
+        if self._reserved == 0:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once every accepted message is finished (done, failed or abandoned)."""
+        await self._idle.wait()
 
     @property
     def load(self) -> int:
@@ -44,14 +59,14 @@ class MessageBus:
         if self._reserved >= self.capacity:
             self.refused += 1
             raise Backpressure(f"inbox full ({self.capacity} unfinished messages)")
-        self._reserved += 1
+        self._reserve()
         try:
             entry = await self.inbox.accept(message)
         except BaseException:
-            self._reserved -= 1
+            self._unreserve()
             raise
         if entry.duplicate and (entry.status == DONE or entry.id in self._in_flight):
-            self._reserved -= 1
+            self._unreserve()
             self.duplicates += 1
             return False
         # New, or a redelivery of one that failed earlier and is not running: (re)run it.
@@ -67,7 +82,7 @@ class MessageBus:
             if entry.id in self._in_flight:
                 continue
             self._in_flight.add(entry.id)
-            self._reserved += 1
+            self._reserve()
             self._queue.put_nowait(entry)
         if entries:
             log.info("resuming %d unfinished message(s) from the inbox", len(entries))
@@ -81,7 +96,7 @@ class MessageBus:
         """The manager is finished with ``entry_id`` (done, failed, or abandoned at shutdown)."""
         if entry_id in self._in_flight:
             self._in_flight.discard(entry_id)
-            self._reserved -= 1
+            self._unreserve()
 
     def close(self) -> None:
         """Refuse new input and wake the consumer so it can finish."""

@@ -100,6 +100,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         await service.start()
         try:
             await terminal.run()
+            # End of input: finish everything accepted (including work resumed from a previous run).
+            await service.bus.wait_idle()
         finally:
             await service.stop()
 

@@ -211,6 +211,36 @@ class Inbox:
         now = time.time()
         results: dict[int, Any] = {}
         accepts = [op for op in ops if op.kind == "accept"]
+        # Finishing marks first: a redelivery in the same batch as its original's "done" must read
+        # as done (a duplicate), not as pending.
+        done_ids = [op.args["id"] for op in ops if op.kind == "done"]
+        if done_ids:
+            conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id.in_(done_ids))
+                .values(status=DONE, updated_at=now, error=None)
+            )
+        for op in ops:
+            if op.kind == "failed":
+                values: dict[str, Any] = {
+                    "status": FAILED,
+                    "error": op.args["error"],
+                    "updated_at": now,
+                    "attempts": inbox_table.c.attempts + 1,
+                }
+                if op.args.get("reply_text") is not None:
+                    values["reply_text"] = op.args["reply_text"]
+                conn.execute(update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values))
+        refs = [
+            {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
+        ]
+        if refs:
+            conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == bindparam("b_id"))
+                .values(reply_ref=bindparam("b_ref")),
+                refs,
+            )
         if accepts:
             rows = []
             for op in accepts:
@@ -243,34 +273,6 @@ class Inbox:
                     results[id(op)] = InboxEntry(id=row["id"], message=op.args["message"], status=PENDING)
             else:
                 self._resolve_conflicts(conn, accepts, results)
-        done_ids = [op.args["id"] for op in ops if op.kind == "done"]
-        if done_ids:
-            conn.execute(
-                update(inbox_table)
-                .where(inbox_table.c.id.in_(done_ids))
-                .values(status=DONE, updated_at=now, error=None)
-            )
-        for op in ops:
-            if op.kind == "failed":
-                values: dict[str, Any] = {
-                    "status": FAILED,
-                    "error": op.args["error"],
-                    "updated_at": now,
-                    "attempts": inbox_table.c.attempts + 1,
-                }
-                if op.args.get("reply_text") is not None:
-                    values["reply_text"] = op.args["reply_text"]
-                conn.execute(update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values))
-        refs = [
-            {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
-        ]
-        if refs:
-            conn.execute(
-                update(inbox_table)
-                .where(inbox_table.c.id == bindparam("b_id"))
-                .values(reply_ref=bindparam("b_ref")),
-                refs,
-            )
         return results
 
     def _resolve_conflicts(self, conn: Connection, accepts: list[_Op], results: dict[int, Any]) -> None:

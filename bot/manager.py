@@ -423,6 +423,8 @@ class ChannelManager:
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{sentence}" if partial else sentence), (), False, True
         final = str(result.get("text") or "".join(parts))
+        if notices:  # e.g. a skipped oversize file: the user must still see it once streaming is over
+            final = "\n".join(notices) + "\n\n" + final
         return final, tuple(result.get("files", ())), False, False  # type: ignore[arg-type]
 
     async def _store_files(self, turn: Turn, channel: Channel) -> tuple[list[str], list[str]]:

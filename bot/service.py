@@ -128,13 +128,11 @@ class Service:
             channel.status.set("error", str(exc))
 
     async def stop(self, grace: float | None = None) -> None:
-        for provider, channel in self.channels.items():
-            try:
-                await asyncio.wait_for(channel.stop(), timeout=10)
-            except Exception as exc:
-                log.warning("channel %s did not stop cleanly: %s", provider, exc)
+        # 1. No new input; 2. running turns finish and can still reply; 3. disconnect.
+        await self._each_channel("pause")
         if self.manager is not None:
             await self.manager.stop(grace)
+        await self._each_channel("stop")
         for feature in reversed(self.features):
             try:
                 await feature.stop(self)
@@ -144,6 +142,13 @@ class Service:
         if self.agent is not None:
             await self.agent.close()
         await self.db.close()
+
+    async def _each_channel(self, method: str) -> None:
+        for provider, channel in self.channels.items():
+            try:
+                await asyncio.wait_for(getattr(channel, method)(), timeout=10)
+            except Exception as exc:
+                log.warning("channel %s did not %s cleanly: %s", provider, method, exc)
 
     async def health(self) -> dict[str, Any]:
         db_ok = await self.db.ping()

@@ -38,9 +38,16 @@ class Channel(ABC):
     async def start(self, sink: InboundSink) -> None:
         """Connect and begin delivering messages to ``sink``. Returns once the worker is running."""
 
+    async def pause(self) -> None:
+        """Stop taking new messages but keep the ability to reply.
+
+        Called at shutdown before the manager drains, so turns that finish during the grace period can
+        still deliver their answers; :meth:`stop` follows. Default: nothing to pause.
+        """
+
     @abstractmethod
     async def stop(self) -> None:
-        """Disconnect; stop taking new messages. Must be safe to call twice."""
+        """Disconnect completely (after :meth:`pause` and the drain). Must be safe to call twice."""
 
     # --- replies ---------------------------------------------------------------------------------
     @abstractmethod

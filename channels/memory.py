@@ -160,6 +160,10 @@ class MemoryChannel(Channel):
         """Make the next ``times`` calls of ``operation`` (send/edit/send_files) raise ``error``."""
         self._failures.setdefault(operation, []).extend([error] * times)
 
+    def recover(self) -> None:
+        """The platform is healthy again: drop every failure still queued by :meth:`fail_next`."""
+        self._failures.clear()
+
     def _maybe_fail(self, operation: str) -> None:
         queue = self._failures.get(operation)
         if queue:

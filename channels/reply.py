@@ -56,23 +56,46 @@ class ReplyTransport(ABC):
 
 
 class RateBudget:
-    """Spacing of outbound calls for one chat; shared by every reply in that chat."""
+    """Spacing of outbound calls for one chat; shared by every reply in that chat.
 
-    def __init__(self, min_interval: float) -> None:
+    A token bucket holding ``burst`` calls, refilled one per ``min_interval``: the placeholder and the
+    first real text go out back to back (so the first words are not held for a whole interval), while
+    sustained streaming settles at one call per interval.
+    """
+
+    def __init__(self, min_interval: float, burst: int = 2) -> None:
         self.min_interval = min_interval
-        self._next_at = 0.0
+        self.burst = burst
+        self._tokens = float(burst)
+        self._updated = time.monotonic()
+        self._blocked_until = 0.0
         self._lock = asyncio.Lock()
 
     def penalize(self, seconds: float) -> None:
-        """The platform said wait: nothing goes to this chat before then."""
-        self._next_at = max(self._next_at, time.monotonic() + min(seconds, MAX_RETRY_WAIT))
+        """The platform said wait: nothing goes to this chat before then, and no burst after it."""
+        self._blocked_until = max(self._blocked_until, time.monotonic() + min(seconds, MAX_RETRY_WAIT))
+        self._tokens = 0.0
+        self._updated = self._blocked_until
+
+    def _refill(self, now: float) -> None:
+        if self.min_interval <= 0:
+            self._tokens = float(self.burst)
+        elif now > self._updated:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._updated) / self.min_interval)
+        self._updated = max(self._updated, now)
 
     async def acquire(self) -> None:
         async with self._lock:
-            delay = self._next_at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._next_at = time.monotonic() + self.min_interval
+            while True:
+                now = time.monotonic()
+                if now < self._blocked_until:
+                    await asyncio.sleep(self._blocked_until - now)
+                    continue
+                self._refill(now)
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                await asyncio.sleep((1.0 - self._tokens) * self.min_interval)
 
 
 class BudgetRegistry:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -42,10 +44,45 @@ def make_settings(tmp_path: Path, llm: FakeOpenAI | None = None, **overrides: ob
                 "base_url": llm.base_url if llm else "http://127.0.0.1:9/v1",
             },
         ],
-        "memory": {"debounce_seconds": 0},
+        # Memory extraction is an extra model call after every turn; tests that want it enable it.
+        "memory": {"enabled": False, "debounce_seconds": 0},
     }
     base.update(overrides)
     return load_settings(overrides=base, env={})
+
+
+PG_URL_VAR = "SWITCHBOARD_TEST_PG_URL"
+
+
+@asynccontextmanager
+async def fresh_pg_database() -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards; skips the test when no server is configured.
+
+    One database per test keeps parallel workers (pytest-xdist) and leftovers from interfering.
+    """
+    base = os.environ.get(PG_URL_VAR)
+    if not base:
+        pytest.skip(f"{PG_URL_VAR} is not set (CI sets it; see .ci/run)")
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(base)
+    name = f"sb_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(
+        host=url.host, port=url.port or 5432, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield url.set(database=name).render_as_string(hide_password=False)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    async with fresh_pg_database() as url:
+        yield url
 
 
 @pytest.fixture

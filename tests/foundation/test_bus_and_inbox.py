@@ -10,8 +10,19 @@ from sqlalchemy import func, select
 from bot.threads import ThreadStore, conversations_table
 from channels.errors import Backpressure, NetworkError
 from channels.memory import MemoryChannel
+from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import Reply
 from tests.harness import Harness
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def settings(request, tmp_path, llm):  # type: ignore[no-untyped-def]
+    """Every scenario here runs on the embedded SQLite inbox and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield make_settings(tmp_path, llm)
+        return
+    async with fresh_pg_database() as url:
+        yield make_settings(tmp_path, llm, database={"url": url})
 
 
 async def inbox_counts(h: Harness) -> dict[str, int]:
@@ -69,12 +80,13 @@ async def test_a_failed_handler_leaves_the_message_unfinished_and_a_redelivery_r
 async def test_an_answer_that_could_not_be_delivered_is_resent_on_redelivery_without_asking_the_model_again(
     harness, llm
 ):
-    harness.chat.fail_next("send", NetworkError("platform down"), times=5)  # every try of this delivery
+    harness.chat.fail_next("send", NetworkError("platform down"), times=50)  # down for this whole delivery
     message = harness.chat.make_message("important question", message_id="q1")
     await harness.chat.deliver(message)
     await harness.idle(timeout=30)
     assert harness.chat.in_chat("chat-1") == []
     assert await inbox_counts(harness) == {"failed": 1}
+    harness.chat.recover()
     await harness.chat.deliver(message)
     await harness.idle()
     [reply] = harness.chat.in_chat("chat-1")
@@ -103,8 +115,6 @@ async def test_a_message_interrupted_by_a_crash_is_answered_once_after_restart(s
 
 
 async def test_a_full_queue_refuses_new_input_quickly_and_stores_nothing(tmp_path, llm):
-    from tests.conftest import make_settings
-
     settings = make_settings(tmp_path, llm, bus={"queue_size": 2})
     llm.default_reply = lambda body: Reply(text="slow answer", chunk_size=1, delay=0.1)
     async with Harness.running(settings) as h:

@@ -63,7 +63,9 @@ def test_serve_on_the_embedded_defaults_answers_health(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=30)[0].decode()
-    assert proc.returncode == 0, output
+    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells the supervisor why.
+    assert proc.returncode in (0, -signal.SIGTERM), output
+    assert "Application shutdown complete" in output
     assert "Traceback" not in output
 
 
@@ -93,7 +95,7 @@ def test_a_message_accepted_before_a_hard_kill_is_answered_after_restart(tmp_pat
     assert proc.stdin is not None
     proc.stdin.write(b"the question\n")
     proc.stdin.flush()
-    for _ in range(200):
+    for _ in range(1200):  # a cold process imports the model SDK first: allow a minute on a busy machine
         if llm.completions:
             break
         time.sleep(0.05)

@@ -104,3 +104,20 @@ async def test_messages_to_different_chats_are_handled_concurrently(harness, llm
     await asyncio.gather(*(harness.chat.say(f"q{i}", chat=f"c{i}") for i in range(10)))
     await harness.idle(timeout=30)
     assert sorted(harness.chat.in_chat(f"c{i}")[0].text for i in range(10)) == sorted(f"ok q{i}" for i in range(10))
+
+
+async def test_an_inbound_file_lands_in_the_owners_uploads_and_an_oversize_one_is_refused_with_a_notice(
+    tmp_path, llm
+):
+    settings = make_settings(tmp_path, llm, sandbox={"max_upload_bytes": 1024})
+    async with Harness.running(settings) as h:
+        answer = await h.ask(
+            "see attached", files=[("../../etc/notes.txt", b"hello file"), ("huge.bin", b"x" * 5000)]
+        )
+        conv = await h.service.threads.get(("memory", "", "chat-1", ""))
+    assert conv is not None
+    uploads = tmp_path / "data" / "users" / "memory_-_user-1" / "threads" / conv.thread_id / "user-data" / "uploads"
+    assert sorted(p.name for p in uploads.iterdir()) == ["notes.txt"]
+    assert (uploads / "notes.txt").read_bytes() == b"hello file"
+    assert answer.startswith("📎 huge.bin is too large (4 KiB; limit 1 KiB), so I skipped it.")
+    assert "[Files attached: /mnt/user-data/uploads/notes.txt]" in llm.completions[0]["messages"][-1]["content"]

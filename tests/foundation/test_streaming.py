@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from channels.errors import EditFailed, RetryAfter
 from channels.memory import MemoryChannel
 from channels.splitter import split_text
@@ -29,7 +31,7 @@ async def test_the_reply_is_one_message_edited_in_place_and_updates_are_coalesce
     assert message.history[0] == "…"
     # Each version only grows: the user sees the answer being written, never jumping around.
     visible = [v for v in message.history[1:]]
-    assert all(b.startswith(a.rstrip()) for a, b in zip(visible, visible[1:], strict=False))
+    assert all(b.startswith(a.rstrip()) for a, b in itertools.pairwise(visible))
     assert len(message.history) < 200 / 4, "updates must be coalesced to the chat's budget"
 
 
