@@ -1,0 +1,60 @@
+"""``switchboard token create --user NAME [--ttl SECONDS]``: mint an API token for a person.
+
+The token is an HS256 JWT signed with ``auth.jwt_secret`` (``sub`` = the user id, ``exp`` = now + ttl).
+It goes to stdout only, so ``TOKEN=$(switchboard token create --user alice)`` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from connections.identity import DEFAULT_TOKEN_TTL_SECONDS, InvalidUserId, validate_user_id
+
+MIN_SECRET_LENGTH = 16
+
+
+def register(subparsers: Any, load_or_exit: Callable[[str | None], Any]) -> None:
+    token = subparsers.add_parser("token", help="mint API tokens for auth.mode: jwt")
+    actions = token.add_subparsers(dest="token_command", required=True)
+    create = actions.add_parser("create", help="print a signed token for a user")
+    create.add_argument("--config", help="path to config.yaml")
+    create.add_argument("--user", required=True, help="the user id (the token's sub)")
+    create.add_argument(
+        "--ttl",
+        type=int,
+        default=DEFAULT_TOKEN_TTL_SECONDS,
+        help=f"lifetime in seconds (default {DEFAULT_TOKEN_TTL_SECONDS}, 30 days)",
+    )
+    create.set_defaults(func=lambda args: create_token(args, load_or_exit))
+
+
+def create_token(args: argparse.Namespace, load_or_exit: Callable[[str | None], Any]) -> int:
+    from connections.auth import mint_token  # PyJWT + cryptography: only when a token is made
+
+    settings = load_or_exit(args.config)
+    try:
+        validate_user_id(args.user)
+    except InvalidUserId as exc:
+        print(f"switchboard token: --user: {exc}", file=sys.stderr)
+        return 2
+    if args.ttl <= 0:
+        print("switchboard token: --ttl must be a positive number of seconds", file=sys.stderr)
+        return 2
+    secret = settings.auth.jwt_secret or ""
+    if len(secret) < MIN_SECRET_LENGTH:
+        print(
+            "switchboard token: auth.jwt_secret is not set or shorter than 16 characters; "
+            "set it (e.g. jwt_secret: $SWITCHBOARD_JWT_SECRET) before minting tokens",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.auth.mode != "jwt":
+        print(
+            "switchboard token: note: auth.mode is not 'jwt', so the server does not check tokens yet",
+            file=sys.stderr,
+        )
+    print(mint_token(secret, args.user, args.ttl))
+    return 0

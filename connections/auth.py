@@ -1,0 +1,59 @@
+"""Who is calling the API: ``auth.mode: none`` (one person, user ``default``) or HS256 JWT bearer tokens.
+
+Only HS256 is accepted (an attacker must not pick ``none`` or an asymmetric algorithm), ``exp`` and
+``sub`` are required, and ``sub`` must be a valid user id (see :mod:`connections.identity`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jwt
+
+from connections.identity import DEFAULT_TOKEN_TTL_SECONDS, DEFAULT_USER, InvalidUserId, validate_user_id
+
+ALGORITHM = "HS256"
+
+
+class AuthError(Exception):
+    """The request is not authenticated; the message is safe to show the caller."""
+
+
+def mint_token(secret: str, user: str, ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS) -> str:
+    validate_user_id(user)
+    if ttl_seconds <= 0:
+        raise ValueError("the token lifetime must be positive")
+    now = int(time.time())
+    return jwt.encode({"sub": user, "iat": now, "exp": now + int(ttl_seconds)}, secret, algorithm=ALGORITHM)
+
+
+def verify_token(secret: str, token: str) -> str:
+    """The user id a valid token names; :class:`AuthError` says what is wrong otherwise."""
+    try:
+        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
+    except jwt.ExpiredSignatureError:
+        raise AuthError("the token has expired; ask an operator for a new one") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise AuthError(f"the token has no '{exc.claim}' claim") from None
+    except jwt.InvalidSignatureError:
+        raise AuthError("the token's signature is not valid for this server") from None
+    except jwt.InvalidTokenError:
+        raise AuthError("the token is malformed or not an HS256 JWT") from None
+    try:
+        return validate_user_id(claims["sub"])
+    except InvalidUserId as exc:
+        raise AuthError(f"the token's 'sub' is not a valid user id: {exc}") from None
+
+
+def user_from_header(mode: str, secret: str | None, authorization: str | None) -> str:
+    """Authenticate one request from its ``Authorization`` header."""
+    if mode == "none":
+        return DEFAULT_USER
+    if not authorization:
+        raise AuthError("missing Authorization header; send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError("the Authorization header must be 'Bearer <token>'")
+    if not secret:
+        raise AuthError("the server has no auth.jwt_secret configured")
+    return verify_token(secret, token.strip())

@@ -1,0 +1,80 @@
+"""What each platform looks like to a person connecting it: title, whether it can be connected, and the
+instruction (and Telegram deep link) that goes with a code.
+
+A provider is *enabled* when its config section says so or when the service runs a channel for it (tests
+and embedders pass channels in directly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from config.schema import Settings
+
+TITLES = {
+    "telegram": "Telegram",
+    "slack": "Slack",
+    "discord": "Discord",
+    "feishu": "Feishu / Lark",
+    "dingtalk": "DingTalk",
+    "github": "GitHub",
+}
+NOT_CONNECTABLE = {
+    "github": "GitHub is connected per repository by an operator, not per person with a code",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    name: str
+    title: str
+    enabled: bool
+    connectable: bool
+    #: Why a code cannot be made for this provider right now (None when it can).
+    reason: str | None
+
+
+def known_providers(settings: Settings, live: Iterable[str]) -> list[str]:
+    names = [name for name, _section in settings.channels.items()]
+    names += sorted(set(live) - set(names))
+    return names
+
+
+def provider_info(settings: Settings, name: str, live: Iterable[str]) -> ProviderInfo | None:
+    """None for a provider this server has never heard of (the API answers 404)."""
+    live = set(live)
+    if name not in known_providers(settings, live):
+        return None
+    section = getattr(settings.channels, name, None)
+    enabled = name in live or bool(section is not None and section.enabled)
+    reason: str | None = NOT_CONNECTABLE.get(name)
+    connectable = reason is None
+    if reason is None and not enabled:
+        reason = f"{TITLES.get(name, name)} is not enabled on this server (an operator sets channels.{name}.enabled: true)"
+    return ProviderInfo(
+        name=name,
+        title=TITLES.get(name, name.title()),
+        enabled=enabled,
+        connectable=connectable,
+        reason=reason,
+    )
+
+
+def deep_link(settings: Settings, provider: str, code: str) -> str | None:
+    """A link that opens the chat with the bot and sends the code (Telegram ``?start=`` only)."""
+    if provider == "telegram":
+        username = (settings.channels.telegram.bot_username or "").lstrip("@").strip()
+        if username:
+            return f"https://t.me/{username}?start={code}"
+    return None
+
+
+def instruction(settings: Settings, provider: str, code: str) -> str:
+    title = TITLES.get(provider, provider)
+    if provider == "telegram":
+        username = (settings.channels.telegram.bot_username or "").lstrip("@").strip()
+        who = f"@{username}" if username else "the bot"
+        link = " (or open the link)" if username else ""
+        return f"Send /start {code} to {who} in Telegram{link}. /connect {code} works too."
+    return f"Send /connect {code} to the bot in {title} (a direct message works best)."

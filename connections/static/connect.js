@@ -1,0 +1,275 @@
+// The /connect page: list platforms, make a one-time code, watch for the new connection, disconnect.
+// Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
+(() => {
+  "use strict";
+
+  const mode = document.body.dataset.authMode || "none";
+  const TOKEN_KEY = "switchboard.token";
+  const POLL_MS = 3000;
+  const $ = (id) => document.getElementById(id);
+
+  let current = null; // {provider, title, code, expiresAt, knownIds}
+  let countdownTimer = null;
+  let pollTimer = null;
+  let lastConnectionIds = new Set();
+  let titles = {};
+  let lastProvidersJson = "";
+  let lastConnectionsJson = "";
+
+  class SignInNeeded extends Error {}
+
+  function token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  async function api(method, path) {
+    const headers = { Accept: "application/json" };
+    if (mode === "jwt") {
+      if (!token()) throw new SignInNeeded("Please sign in.");
+      headers.Authorization = "Bearer " + token();
+    }
+    const res = await fetch(path, { method, headers });
+    if (res.status === 401) {
+      let detail = "Your session is not valid.";
+      try { detail = (await res.json()).detail || detail; } catch (_) { /* keep default */ }
+      sessionStorage.removeItem(TOKEN_KEY);
+      throw new SignInNeeded(detail);
+    }
+    if (!res.ok) {
+      let detail = res.status + " " + res.statusText;
+      try { detail = (await res.json()).detail || detail; } catch (_) { /* keep default */ }
+      throw new Error(detail);
+    }
+    return res.status === 204 ? null : res.json();
+  }
+
+  function setStatus(text, kind) {
+    const el = $("status");
+    el.textContent = text || "";
+    el.className = "status" + (kind ? " " + kind : "");
+  }
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    Object.assign(node, props || {});
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  function showSignIn(message) {
+    stopPolling();
+    $("app").hidden = true;
+    $("signin").hidden = false;
+    $("signin-error").textContent = message || "";
+    $("token-input").focus();
+  }
+
+  function showApp() {
+    $("signin").hidden = true;
+    $("app").hidden = false;
+    $("signout").hidden = mode !== "jwt";
+  }
+
+  function handle(error) {
+    if (error instanceof SignInNeeded) {
+      showSignIn(error.message);
+    } else {
+      setStatus(error.message || String(error), "error");
+    }
+  }
+
+  // --- providers -----------------------------------------------------------------------------------
+  function renderProviders(providers) {
+    const list = $("providers");
+    list.replaceChildren();
+    for (const p of providers) {
+      titles[p.name] = p.title;
+      const badge = el("span", {
+        className: "badge" + (p.connected ? " on" : ""),
+        textContent: p.connected ? "connected" : p.connectable ? (p.enabled ? "not connected" : "off") : "n/a",
+      });
+      const label = el("span", { className: "name", textContent: p.title }, badge,
+        p.reason ? el("span", { className: "sub", textContent: p.reason }) : null);
+      let button = null;
+      if (p.connectable) {
+        button = el("button", { type: "button", textContent: "Get code" });
+        button.dataset.provider = p.name;
+        button.disabled = !p.enabled;
+        button.addEventListener("click", () => getCode(p.name).catch(handle));
+      }
+      const item = el("li", {}, label, button);
+      item.dataset.provider = p.name;
+      list.append(item);
+    }
+  }
+
+  // --- codes ---------------------------------------------------------------------------------------
+  async function getCode(provider) {
+    setStatus("");
+    const body = await api("POST", "/api/channels/" + encodeURIComponent(provider) + "/connect");
+    current = {
+      provider,
+      title: titles[provider] || provider,
+      code: body.code,
+      expiresAt: Date.now() + body.expires_in * 1000,
+      knownIds: new Set(lastConnectionIds),
+    };
+    $("code-provider").textContent = current.title;
+    $("code").textContent = body.code;
+    $("instruction").textContent = body.instruction;
+    const link = $("deeplink");
+    if (body.url) {
+      link.href = body.url;
+      link.textContent = body.url;
+      link.hidden = false;
+    } else {
+      link.hidden = true;
+      link.removeAttribute("href");
+    }
+    $("copy").textContent = "Copy";
+    $("code-panel").hidden = false;
+    tick();
+    clearInterval(countdownTimer);
+    countdownTimer = setInterval(tick, 1000);
+  }
+
+  function tick() {
+    if (!current) return;
+    const left = Math.max(0, Math.round((current.expiresAt - Date.now()) / 1000));
+    const out = $("countdown");
+    if (left === 0) {
+      out.textContent = "This code has expired. Get a new one.";
+      out.classList.add("expired");
+      clearInterval(countdownTimer);
+      return;
+    }
+    const minutes = Math.floor(left / 60);
+    const seconds = String(left % 60).padStart(2, "0");
+    out.textContent = "Expires in " + minutes + ":" + seconds;
+    out.classList.remove("expired");
+  }
+
+  function hideCode() {
+    current = null;
+    clearInterval(countdownTimer);
+    $("code-panel").hidden = true;
+  }
+
+  async function copyCode() {
+    const code = $("code").textContent;
+    try {
+      await navigator.clipboard.writeText(code);
+    } catch (_) {
+      const range = document.createRange();
+      range.selectNodeContents($("code"));
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      document.execCommand("copy");
+    }
+    $("copy").textContent = "Copied";
+  }
+
+  // --- connections ---------------------------------------------------------------------------------
+  function describe(c) {
+    const who = c.external_name ? c.external_name + " (" + c.external_id + ")" : c.external_id;
+    return c.workspace ? who + " · " + c.workspace : who;
+  }
+
+  function renderConnections(connections) {
+    const list = $("connections");
+    list.replaceChildren();
+    for (const c of connections) {
+      const label = el("span", { className: "name", textContent: titles[c.provider] || c.provider },
+        el("span", { className: "sub", textContent: describe(c) }));
+      const button = el("button", { type: "button", className: "danger", textContent: "Disconnect" });
+      button.addEventListener("click", () => disconnect(c).catch(handle));
+      const item = el("li", {}, label, button);
+      item.dataset.connectionId = c.id;
+      item.dataset.provider = c.provider;
+      list.append(item);
+    }
+    $("no-connections").hidden = connections.length > 0;
+  }
+
+  function noticeNewConnection(connections) {
+    if (current) {
+      const fresh = connections.find((c) => c.provider === current.provider && !current.knownIds.has(c.id));
+      if (fresh) {
+        setStatus("Connected: " + current.title + " account " + describe(fresh) + ".", "ok");
+        hideCode();
+      }
+    }
+    lastConnectionIds = new Set(connections.map((c) => c.id));
+  }
+
+  async function disconnect(c) {
+    await api("DELETE", "/api/channels/connections/" + encodeURIComponent(c.id));
+    setStatus("Disconnected " + (titles[c.provider] || c.provider) + " account " + describe(c) + ".", "ok");
+    await refresh();
+  }
+
+  // --- loop ----------------------------------------------------------------------------------------
+  async function refresh() {
+    const [providers, connections] = await Promise.all([
+      api("GET", "/api/channels/providers"),
+      api("GET", "/api/channels/connections"),
+    ]);
+    // Re-render only on change, so polling does not steal keyboard focus from a button.
+    const providersJson = JSON.stringify(providers);
+    if (providersJson !== lastProvidersJson) {
+      lastProvidersJson = providersJson;
+      renderProviders(providers);
+    }
+    const connectionsJson = JSON.stringify(connections);
+    if (connectionsJson !== lastConnectionsJson) {
+      lastConnectionsJson = connectionsJson;
+      renderConnections(connections);
+    }
+    noticeNewConnection(connections);
+  }
+
+  function startPolling() {
+    stopPolling();
+    pollTimer = setInterval(() => refresh().catch(handle), POLL_MS);
+  }
+
+  function stopPolling() {
+    clearInterval(pollTimer);
+    pollTimer = null;
+  }
+
+  async function start() {
+    if (mode === "jwt" && !token()) {
+      showSignIn("");
+      return;
+    }
+    try {
+      await refresh();
+    } catch (error) {
+      handle(error);
+      return;
+    }
+    showApp();
+    startPolling();
+  }
+
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token-input").value.trim();
+    if (!value) return;
+    sessionStorage.setItem(TOKEN_KEY, value);
+    $("token-input").value = "";
+    start();
+  });
+  $("copy").addEventListener("click", () => copyCode());
+  $("signout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    hideCode();
+    showSignIn("Signed out.");
+  });
+
+  start();
+})();

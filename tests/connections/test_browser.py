@@ -1,0 +1,142 @@
+"""The /connect page in a real headless Chromium against the real app served by uvicorn.
+
+A person creates a Telegram code and sees it with a countdown; the fake Telegram then delivers
+``/start CODE`` from their account; the page (which polls) lists the connection; Disconnect removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from bot.app import create_app
+from channels.memory import MemoryChannel
+from tests.conftest import make_settings
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 20_000
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
+
+
+@asynccontextmanager
+async def serving(app) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
+    """Run ``app`` with uvicorn on a free 127.0.0.1 port in this event loop; yield its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(30):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+        sock.close()
+
+
+async def test_a_person_connects_telegram_on_the_page_and_disconnects_it(tmp_path, llm):
+    from playwright.async_api import async_playwright, expect
+
+    settings = make_settings(tmp_path, llm, channels={"telegram": {"bot_username": "switchboard_bot"}})
+    telegram = MemoryChannel("telegram")
+    app = create_app(settings, channels={"telegram": telegram})
+
+    async with serving(app) as base_url, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/connect")
+            await expect(page.get_by_role("heading", name="Connect your chat accounts")).to_be_visible()
+
+            telegram_row = page.locator('#providers li[data-provider="telegram"]')
+            await expect(telegram_row).to_contain_text("not connected")
+            await telegram_row.get_by_role("button", name="Get code").click()
+
+            code_el = page.locator("#code")
+            await expect(code_el).to_have_text(re.compile(r"^[A-Za-z0-9_-]{22,}$"))
+            code = (await code_el.text_content() or "").strip()
+            await expect(page.locator("#countdown")).to_have_text(re.compile(r"Expires in (10:00|9:\d\d)"))
+            await expect(page.locator("#deeplink")).to_have_attribute(
+                "href", f"https://t.me/switchboard_bot?start={code}"
+            )
+            await expect(page.locator("#instruction")).to_contain_text(f"/start {code}")
+            await expect(page.locator("#copy")).to_be_visible()
+            await expect(page.locator("#connections li")).to_have_count(0)
+
+            # The person opens the deep link: Telegram sends /start CODE from their account.
+            await telegram.say(f"/start {code}", sender="777001", sender_name="Ada Lovelace")
+            await telegram.wait_for_text("Connected: this Telegram account now belongs to default.")
+
+            connection = page.locator("#connections li")
+            await expect(connection).to_have_count(1)  # appears through polling, no reload
+            await expect(connection).to_contain_text("Ada Lovelace")
+            await expect(page.locator("#status")).to_contain_text("Connected")
+            await expect(page.locator("#code-panel")).to_be_hidden()
+            await expect(telegram_row).to_contain_text("connected")
+
+            await connection.get_by_role("button", name="Disconnect").click()
+            await expect(page.locator("#connections li")).to_have_count(0)
+            await expect(page.locator("#no-connections")).to_be_visible()
+            await expect(telegram_row).to_contain_text("not connected")
+        finally:
+            await browser.close()
+
+
+async def test_in_jwt_mode_the_page_asks_for_a_token_once_and_keeps_it_for_the_tab(tmp_path, llm):
+    from playwright.async_api import async_playwright, expect
+
+    from tests.connections.conftest import jwt_overrides, token_for
+
+    settings = make_settings(tmp_path, llm, **jwt_overrides())
+    app = create_app(settings, channels={"telegram": MemoryChannel("telegram")})
+
+    async with serving(app) as base_url, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/connect")
+            await expect(page.locator("#signin")).to_be_visible()
+
+            await page.get_by_label("Access token").fill("not-a-token")
+            await page.get_by_role("button", name="Sign in").click()
+            await expect(page.locator("#signin-error")).to_contain_text("malformed")
+
+            await page.get_by_label("Access token").fill(token_for("alice"))
+            await page.get_by_role("button", name="Sign in").click()
+            await expect(page.locator('#providers li[data-provider="telegram"]')).to_be_visible()
+            await expect(page.locator("#signin")).to_be_hidden()
+
+            await page.reload()
+            await expect(page.locator('#providers li[data-provider="telegram"]')).to_be_visible()
+            await expect(page.locator("#signin")).to_be_hidden()
+        finally:
+            await browser.close()
