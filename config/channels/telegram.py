@@ -1,14 +1,32 @@
+"""Telegram channel settings (a bot created with @BotFather, long polling via python-telegram-bot)."""
+
 from __future__ import annotations
+
+from pydantic import Field
 
 from config.base import ChannelSection
 
 
 class TelegramConfig(ChannelSection):
+    #: The token @BotFather gives you (``123456:ABC…``). Secret: never logged.
     bot_token: str | None = None
+    #: The bot's @username without the ``@``. Optional: it is read from ``getMe`` at start; when set,
+    #: a mismatch with the token's bot is reported by ``switchboard doctor``.
     bot_username: str | None = None
+    #: Bot API root. Point it at a self-hosted Bot API server or a local fake; ``/bot<token>`` and
+    #: ``/file/bot<token>`` are appended.
     api_base_url: str = "https://api.telegram.org"
+    #: Telegram user ids or @usernames allowed to talk to the bot; empty = everyone.
     allowed_users: list[str] = []
-    max_file_bytes: int = 20 * 1024 * 1024
+    #: Largest inbound file fetched (the Bot API's ``getFile`` stops at 20 MB).
+    max_file_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    #: Spacing of reply calls (send/edit) in a private chat. Telegram allows about 1 message/s per chat;
+    #: lower only for tests or a self-hosted Bot API server.
+    edit_interval_seconds: float = Field(1.0, ge=0, le=60)
+    #: Spacing of reply calls in groups (Telegram allows about 20 messages per minute per group).
+    group_edit_interval_seconds: float = Field(3.0, ge=0, le=60)
+    #: Long-poll duration of one ``getUpdates`` call.
+    poll_timeout_seconds: int = Field(25, ge=0, le=50)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}

@@ -1,0 +1,493 @@
+"""Telegram, on python-telegram-bot 22 with long polling.
+
+What users get:
+
+* a private chat is one conversation; in groups the bot answers only when @mentioned, when someone
+  replies to one of its messages, or for a command (``/cmd`` or ``/cmd@thisbot``; ``/cmd@otherbot`` is
+  somebody else's). In groups every reply chain is its own conversation (rooted at the first message),
+  and in forum supergroups every topic is one;
+* the reply appears as one message edited in place (pacing, splitting at 4096 characters and retries are
+  the shared :class:`~channels.reply.ReplyStream`'s job; this module only sets the per-chat budget);
+* documents, photos, audio and video up to ``max_file_bytes`` (Bot API cap: 20 MB) reach the agent.
+
+Operational choices, and why:
+
+* The Application's update queue is bounded. When the service pushes back (inbox full), the handler
+  retries with backoff instead of dropping the update, the queue fills, and the Updater stops fetching —
+  so Telegram keeps holding the unconfirmed updates instead of us holding them in memory.
+* A 409 Conflict means another process polls with the same token. Polling is paused (status ``error``
+  with a sentence saying so) and retried after a long, doubling delay, not in PTB's short retry loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import telegram.error as tg_errors
+from telegram import Bot, Message, MessageEntity, Update
+from telegram.constants import ChatType
+from telegram.ext import Application, ContextTypes, TypeHandler
+from telegram.request import HTTPXRequest
+
+from channels.base import Channel, InboundSink
+from channels.errors import Backpressure, ChannelError, FileTooLarge
+from channels.reply import BudgetRegistry, ReplyStream
+from channels.telegram_transport import TelegramTransport, map_error
+from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from config.channels.telegram import TelegramConfig
+
+log = logging.getLogger(__name__)
+
+#: Telegram's longest message, counted after entity parsing.
+TEXT_LIMIT = 4096
+#: Updates fetched but not yet handed to the service; beyond this, polling waits.
+UPDATE_QUEUE_SIZE = 16
+#: After a 409 Conflict: first pause before polling again, doubling up to the maximum.
+CONFLICT_RETRY_SECONDS = 60.0
+CONFLICT_RETRY_MAX_SECONDS = 600.0
+#: Backoff while the service refuses new input (Backpressure).
+BACKPRESSURE_FIRST_WAIT = 0.2
+BACKPRESSURE_MAX_WAIT = 2.0
+#: How long stop() lets replies already being written finish before closing the HTTP client.
+STOP_REPLY_GRACE = 5.0
+#: Group reply-chain roots remembered per process (message → conversation).
+MAX_CHAIN_ENTRIES = 20_000
+
+CONFLICT_SENTENCE = (
+    "409 Conflict: another process is polling Telegram with this bot token "
+    "(stop the other instance, or remove its webhook)."
+)
+_MEDIA_ATTRIBUTES = ("document", "audio", "video", "voice", "animation", "video_note")
+
+
+class _PollingRequest(HTTPXRequest):
+    """The getUpdates HTTP client; tells the channel when a poll succeeded (to clear a stale error)."""
+
+    def __init__(self, on_success: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_success = on_success
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        code, payload = await super().do_request(*args, **kwargs)
+        if 200 <= code < 300:
+            self._on_success()
+        return code, payload
+
+
+class TelegramChannel(Channel):
+    provider = "telegram"
+    limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=1.0)
+
+    def __init__(self, config: TelegramConfig, *, settings: Any = None) -> None:
+        if not config.bot_token:
+            raise ValueError("channels.telegram.bot_token is required (the token @BotFather gave you)")
+        self.config = config
+        self.settings = settings
+        # Instance limits so the configured private-chat spacing feeds the base class's budgets.
+        self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
+        super().__init__()
+        self._group_budgets = BudgetRegistry(config.group_edit_interval_seconds)
+        self._allowed = {_normalise_user(u) for u in config.allowed_users if _normalise_user(u)}
+        self._app: Application | None = None  # type: ignore[type-arg]
+        self._bot: Bot | None = None
+        self.bot_id: int | None = None
+        self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
+        self._chain_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
+        self._transports: weakref.WeakSet[TelegramTransport] = weakref.WeakSet()
+        self._stopping = asyncio.Event()
+        self._paused = False
+        self._conflict_task: asyncio.Task[None] | None = None
+        self._poll_outcome: asyncio.Event | None = None
+        self._conflicted = False
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def bot(self) -> Bot:
+        if self._bot is None:
+            raise ChannelError("the Telegram channel is not running")
+        return self._bot
+
+    def _root(self) -> str:
+        return self.config.api_base_url.rstrip("/")
+
+    def _build_app(self) -> Application:  # type: ignore[type-arg]
+        poll_timeout = self.config.poll_timeout_seconds
+        return (
+            Application.builder()
+            .token(self.config.bot_token or "")
+            .base_url(f"{self._root()}/bot")
+            .base_file_url(f"{self._root()}/file/bot")
+            .request(
+                HTTPXRequest(connection_pool_size=32, read_timeout=20, write_timeout=30, connect_timeout=10)
+            )
+            .get_updates_request(
+                _PollingRequest(self._on_poll_success, read_timeout=10 + poll_timeout, connect_timeout=10)
+            )
+            .update_queue(asyncio.Queue(maxsize=UPDATE_QUEUE_SIZE))
+            .build()
+        )
+
+    async def start(self, sink: InboundSink) -> None:
+        self._sink = sink
+        self._stopping.clear()
+        self.status.set("starting", "connecting to the Telegram Bot API")
+        app = self._build_app()
+        app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_handler_error)
+        try:
+            await app.initialize()  # getMe: proves the token
+        except tg_errors.InvalidToken:
+            with contextlib.suppress(Exception):
+                await app.shutdown()
+            raise ChannelError(
+                "Telegram rejected bot_token (getMe failed); copy it again from @BotFather"
+            ) from None
+        except tg_errors.TelegramError as exc:
+            with contextlib.suppress(Exception):
+                await app.shutdown()
+            raise ChannelError(
+                f"cannot reach the Telegram Bot API at {self._root()}: {map_error(exc)}"
+            ) from None
+        self._app, self._bot = app, app.bot
+        self.bot_id = app.bot.id
+        actual = app.bot.username
+        if self.bot_username and actual and self.bot_username.lower() != actual.lower():
+            log.warning(
+                "channels.telegram.bot_username is @%s but the token belongs to @%s",
+                self.bot_username,
+                actual,
+            )
+        self.bot_username = actual or self.bot_username
+        await app.start()
+        await self._start_polling()
+        self.status.set("connected", f"@{self.bot_username}, long polling")
+
+    async def _start_polling(self) -> None:
+        assert self._app is not None and self._app.updater is not None
+        self._paused = False
+        await self._app.updater.start_polling(
+            timeout=self.config.poll_timeout_seconds,
+            allowed_updates=["message"],
+            error_callback=self._on_poll_error,
+        )
+
+    async def pause(self) -> None:
+        """Stop polling (no more updates are confirmed to Telegram); replies keep working until stop()."""
+        app = self._app
+        if app is not None and app.updater is not None and app.updater.running:
+            try:
+                await app.updater.stop()
+            except Exception as exc:
+                log.warning("stopping Telegram polling failed: %s", exc)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        task, self._conflict_task = self._conflict_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        app, self._app = self._app, None
+        if app is None:
+            self.status.set("stopped")
+            return
+        try:
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()
+            if app.running:
+                await app.stop()
+            await self._wait_for_replies()
+            await app.shutdown()
+        except Exception as exc:
+            log.warning("Telegram channel did not stop cleanly: %s", exc)
+        self._bot = None
+        self.status.set("stopped")
+
+    async def _wait_for_replies(self) -> None:
+        """Replies being written when stop() is called still need the HTTP client; give them a moment."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_REPLY_GRACE
+        # Polling is fine here: transports are weakly held and may vanish without a signal.
+        while any(not t.done for t in list(self._transports)) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    # --- polling health ------------------------------------------------------------------------------
+    def _on_poll_success(self) -> None:
+        if self._poll_outcome is not None:
+            self._poll_outcome.set()
+        if not self._paused and self.status.state != "connected" and not self._stopping.is_set():
+            self.status.set("connected", f"@{self.bot_username}, long polling")
+
+    def _on_poll_error(self, exc: tg_errors.TelegramError) -> None:
+        """PTB's polling loop reports each failed getUpdates here (synchronously, on the loop)."""
+        if isinstance(exc, tg_errors.Conflict):
+            self._conflicted = True
+            if self._poll_outcome is not None:
+                self._poll_outcome.set()
+            if self._conflict_task is None or self._conflict_task.done():
+                log.error("Telegram: %s Polling is paused.", CONFLICT_SENTENCE)
+                self._paused = True
+                self.status.set("error", f"{CONFLICT_SENTENCE} Polling paused.")
+                self._conflict_task = asyncio.get_running_loop().create_task(
+                    self._recover_from_conflict(), name="telegram-conflict"
+                )
+            return
+        if isinstance(exc, tg_errors.InvalidToken | tg_errors.Forbidden):
+            self.status.set("error", f"Telegram refused polling: {map_error(exc)}")
+        else:
+            self.status.set("reconnecting", f"getUpdates failed: {map_error(exc)}; retrying")
+        log.warning("Telegram polling failed: %s", map_error(exc))
+
+    async def _recover_from_conflict(self) -> None:
+        """Stop polling, wait (doubling), try again; stays in ``error`` while the other poller is alive."""
+        delay = CONFLICT_RETRY_SECONDS
+        while not self._stopping.is_set() and self._app is not None:
+            updater = self._app.updater
+            if updater is not None and updater.running:
+                with contextlib.suppress(Exception):
+                    await updater.stop()
+            self.status.set("error", f"{CONFLICT_SENTENCE} Polling paused; next attempt in {delay:g}s.")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+                return
+            self._conflicted = False
+            self._poll_outcome = asyncio.Event()
+            try:
+                await self._start_polling()
+                await asyncio.wait_for(self._poll_outcome.wait(), self.config.poll_timeout_seconds + 30)
+            except (TimeoutError, tg_errors.TelegramError) as exc:
+                log.warning("Telegram: polling did not resume: %s", exc)
+            finally:
+                self._poll_outcome = None
+            if not self._conflicted:
+                self._paused = False
+                self.status.set("connected", f"@{self.bot_username}, long polling")
+                log.info("Telegram: polling resumed after a conflict")
+                return
+            delay = min(delay * 2, CONFLICT_RETRY_MAX_SECONDS)
+
+    async def _on_handler_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("handling a Telegram update failed: %r", context.error)
+
+    # --- inbound -----------------------------------------------------------------------------------
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        if message is None:
+            return
+        inbound = self.normalise(message)
+        if inbound is not None:
+            await self._deliver(inbound)
+
+    async def _deliver(self, message: InboundMessage) -> None:
+        """Hand ``message`` to the service; while it pushes back, wait and retry (polling pauses)."""
+        assert self._sink is not None
+        wait = BACKPRESSURE_FIRST_WAIT
+        warned = False
+        while True:
+            try:
+                await self._sink(message)
+                return
+            except Backpressure as exc:
+                if self._stopping.is_set():
+                    log.warning(
+                        "Telegram message %s in chat %s was refused while stopping (%s); it is not delivered",
+                        message.platform_message_id,
+                        message.chat,
+                        exc,
+                    )
+                    return
+                if not warned:
+                    log.warning("service is busy (%s); holding Telegram updates until it accepts", exc)
+                    warned = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+            wait = min(wait * 2, BACKPRESSURE_MAX_WAIT)
+
+    def normalise(self, message: Message) -> InboundMessage | None:
+        """A Telegram message → :class:`InboundMessage`, or None when it is not for this bot."""
+        user = message.from_user
+        if user is None or user.is_bot:  # channel posts, our own and other bots' messages
+            return None
+        chat = message.chat
+        private = chat.type == ChatType.PRIVATE
+        if message.text is not None:
+            text, entities = message.text, message.parse_entities()
+        else:
+            text, entities = message.caption or "", message.parse_caption_entities()
+        addressed, text = self._addressing(message, text, entities)
+        if not private and not addressed:
+            return None
+        files = self._files(message)
+        if not text.strip() and not files:
+            return None  # stickers, service messages, …
+        context: dict[str, Any] = {"chat_type": chat.type}
+        if user.username:
+            context["username"] = user.username
+        topic: str | None = None
+        if not private:
+            topic = self._topic_for(message)
+            context["reply_to"] = message.message_id
+        if message.is_topic_message and message.message_thread_id is not None:
+            context["thread_id"] = message.message_thread_id
+        return InboundMessage(
+            provider=self.provider,
+            workspace="",
+            chat=str(chat.id),
+            topic=topic,
+            sender=Sender(id=str(user.id), name=user.full_name or user.username, is_bot=False),
+            text=text,
+            platform_message_id=str(message.message_id),
+            mentioned=addressed,
+            is_private=private,
+            files=files,
+            context=context,
+        )
+
+    def _addressing(
+        self, message: Message, text: str, entities: dict[MessageEntity, str]
+    ) -> tuple[bool, str]:
+        """Is the message for this bot (mention, reply to the bot, command)? Also strips a leading mention."""
+        me = (self.bot_username or "").lower()
+        mentioned = False
+        for entity, value in entities.items():
+            if (entity.type == MessageEntity.MENTION and me and value.lower() == f"@{me}") or (
+                entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self.bot_id
+            ):
+                mentioned = True
+            elif entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
+                _, _, target = value.partition("@")
+                if target and target.lower() != me:
+                    return False, text  # /cmd@otherbot is for another bot
+                mentioned = True
+        if me:
+            stripped = re.sub(rf"^\s*@{re.escape(me)}\b[\s,:]*", "", text, count=1, flags=re.IGNORECASE)
+            if stripped != text:
+                mentioned, text = True, stripped
+        reply = message.reply_to_message
+        to_bot = reply is not None and reply.from_user is not None and reply.from_user.id == self.bot_id
+        # In forums every message "replies" to the topic's first message; that is not a reply.
+        topic_root = (
+            reply is not None and message.is_topic_message and reply.message_id == message.message_thread_id
+        )
+        if to_bot and not topic_root:
+            mentioned = True
+        return mentioned, text
+
+    def _topic_for(self, message: Message) -> str:
+        """Group conversations: the forum topic, else the reply chain (rooted at its first message)."""
+        if message.is_topic_message and message.message_thread_id is not None:
+            return f"topic:{message.message_thread_id}"
+        chat_id = message.chat.id
+        reply = message.reply_to_message
+        if reply is not None:
+            root = self._chain_roots.get((chat_id, reply.message_id)) or f"chain:{reply.message_id}"
+        else:
+            root = f"chain:{message.message_id}"
+        self._remember(chat_id, message.message_id, root)
+        return root
+
+    def _remember(self, chat_id: int, message_id: int, topic: str) -> None:
+        self._chain_roots[(chat_id, message_id)] = topic
+        self._chain_roots.move_to_end((chat_id, message_id))
+        while len(self._chain_roots) > MAX_CHAIN_ENTRIES:
+            self._chain_roots.popitem(last=False)
+
+    def remember_reply(self, chat_id: int, message_id: int, topic: str | None) -> None:
+        """The transport reports each message the bot sent, so replying to it continues that chain."""
+        if topic is not None and topic.startswith("chain:"):
+            self._remember(chat_id, message_id, topic)
+
+    def _files(self, message: Message) -> list[InboundFile]:
+        files: list[InboundFile] = []
+        if message.photo:
+            photo = message.photo[-1]  # the largest size
+            files.append(
+                InboundFile(
+                    name=f"photo_{message.message_id}.jpg",
+                    ref=photo.file_id,
+                    size=photo.file_size,
+                    mime="image/jpeg",
+                )
+            )
+        for attribute in _MEDIA_ATTRIBUTES:
+            media = getattr(message, attribute, None)
+            if media is None:
+                continue
+            name = getattr(media, "file_name", None) or f"{attribute}_{message.message_id}"
+            files.append(
+                InboundFile(
+                    name=name, ref=media.file_id, size=media.file_size, mime=getattr(media, "mime_type", None)
+                )
+            )
+        return files
+
+    async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
+        limit = min(max_bytes, self.config.max_file_bytes)
+        if file.size is not None and file.size > limit:
+            raise FileTooLarge(file.name, file.size, limit)
+        try:
+            remote = await self.bot.get_file(file.ref)
+            if remote.file_size is not None and remote.file_size > limit:
+                raise FileTooLarge(file.name, remote.file_size, limit)
+            data = await remote.download_as_bytearray()
+        except tg_errors.TelegramError as exc:
+            raise map_error(exc) from exc
+        if len(data) > limit:
+            raise FileTooLarge(file.name, len(data), limit)
+        return bytes(data)
+
+    # --- replies and policy --------------------------------------------------------------------------
+    def reply_transport(self, message: InboundMessage) -> TelegramTransport:
+        transport = TelegramTransport(self, message)
+        self._transports.add(transport)
+        return transport
+
+    def open_reply(self, message: InboundMessage, *, resume_ref: str | None = None) -> ReplyStream:
+        """Same as the base, but groups draw on a slower budget (Telegram: about 20 messages/min)."""
+        budgets = self._budgets if message.is_private else self._group_budgets
+        return ReplyStream(
+            self.reply_transport(message),
+            budgets.for_chat(self.budget_key(message)),
+            self.limits,
+            resume_ref=resume_ref,
+        )
+
+    def is_allowed(self, message: InboundMessage) -> bool:
+        if not self._allowed:
+            return True
+        username = _normalise_user(str(message.context.get("username") or ""))
+        return message.sender.id in self._allowed or (bool(username) and username in self._allowed)
+
+    # --- doctor ----------------------------------------------------------------------------------------
+    async def check(self) -> str | None:
+        """``getMe`` with the configured token: None when it works, else what to fix."""
+        bot = Bot(
+            self.config.bot_token or "",
+            base_url=f"{self._root()}/bot",
+            base_file_url=f"{self._root()}/file/bot",
+            request=HTTPXRequest(connect_timeout=5, read_timeout=10),
+        )
+        try:
+            async with bot:
+                username = bot.username
+        except tg_errors.InvalidToken:
+            return "Telegram rejected bot_token (getMe returned Unauthorized); copy it again from @BotFather"
+        except tg_errors.NetworkError as exc:
+            return f"cannot reach the Bot API at {self._root()}: {map_error(exc)}"
+        except tg_errors.TelegramError as exc:
+            return f"getMe failed: {map_error(exc)}"
+        configured = (self.config.bot_username or "").lstrip("@")
+        if configured and configured.lower() != (username or "").lower():
+            return f"bot_username is @{configured} but the token belongs to @{username}"
+        return None
+
+
+def _normalise_user(value: str) -> str:
+    """Allow-list entries: numeric ids as-is, usernames lower-cased without ``@``."""
+    return value.strip().lstrip("@").lower()

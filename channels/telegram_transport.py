@@ -1,0 +1,207 @@
+"""Telegram's half of a reply (send / edit / files) and the one place PTB errors become channel errors.
+
+The shared :class:`~channels.reply.ReplyStream` decides *when* to call; this module only knows *how*:
+Markdown is rendered to Telegram HTML, a refused markup is resent once as plain text, group replies
+quote the message they answer, and forum-topic replies stay in their topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import telegram.error as tg_errors
+from telegram import LinkPreviewOptions, ReplyParameters
+from telegram.constants import ChatAction, ParseMode
+
+from channels import errors
+from channels.reply import ReplyTransport
+from channels.telegram_markup import markdown_to_html
+from channels.types import InboundMessage
+
+if TYPE_CHECKING:
+    from channels.telegram import TelegramChannel
+
+log = logging.getLogger(__name__)
+
+# Opt in to PTB's future time-period type now: otherwise every RetryAfter PTB builds emits a
+# deprecation warning. Our code reads either form (see _retry_seconds).
+os.environ.setdefault("PTB_TIMEDELTA", "1")
+
+T = TypeVar("T")
+
+#: Bots may upload up to 50 MB through the public Bot API; photos up to 10 MB.
+UPLOAD_LIMIT = 50 * 1024 * 1024
+PHOTO_LIMIT = 10 * 1024 * 1024
+PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif"}
+#: Longest wait honoured inside a file upload (text pacing is the ReplyStream's job).
+MAX_FILE_RETRY_WAIT = 30.0
+
+_NOT_MODIFIED = "message is not modified"
+_EDIT_GONE = ("message to edit not found", "message can't be edited", "message_id_invalid")
+_PARSE_ERROR = "can't parse entities"
+
+
+def _retry_seconds(exc: tg_errors.RetryAfter) -> float:
+    """``RetryAfter.retry_after`` is an int or a timedelta depending on PTB's PTB_TIMEDELTA switch."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value: Any = exc.retry_after
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def map_error(exc: tg_errors.TelegramError) -> errors.ChannelError:
+    """Translate a python-telegram-bot error into :mod:`channels.errors` (the only such mapping)."""
+    message = str(exc)
+    lowered = message.lower()
+    if isinstance(exc, tg_errors.RetryAfter):
+        return errors.RetryAfter(_retry_seconds(exc), "Telegram rate limit")
+    if isinstance(exc, tg_errors.Conflict):
+        return errors.Conflict(f"Telegram 409 Conflict: {message}")
+    if isinstance(exc, tg_errors.InvalidToken):
+        return errors.Forbidden("Telegram rejected the bot token")
+    if isinstance(exc, tg_errors.Forbidden):
+        return errors.Forbidden(message)
+    if isinstance(exc, tg_errors.ChatMigrated):
+        return errors.BadRequest(f"the group was upgraded to a supergroup ({exc.new_chat_id})")
+    if isinstance(exc, tg_errors.BadRequest):  # note: a subclass of NetworkError in PTB
+        if _NOT_MODIFIED in lowered:
+            return errors.MessageNotModified(message)
+        if any(marker in lowered for marker in _EDIT_GONE):
+            return errors.EditFailed(message)
+        return errors.BadRequest(message)
+    if isinstance(exc, tg_errors.NetworkError):  # includes TimedOut
+        return errors.NetworkError(message or type(exc).__name__)
+    return errors.ChannelError(message or type(exc).__name__)
+
+
+async def _call(action: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await action()
+    except tg_errors.TelegramError as exc:
+        raise map_error(exc) from exc
+
+
+class TelegramTransport(ReplyTransport):
+    """Answers one inbound message in its chat, topic or reply chain."""
+
+    def __init__(self, channel: TelegramChannel, message: InboundMessage) -> None:
+        self.channel = channel
+        self.message = message
+        self.chat_id = int(message.chat)
+        context = message.context or {}
+        self.thread_id: int | None = context.get("thread_id")
+        self.reply_to: int | None = context.get("reply_to")
+        self.done = False
+
+    @property
+    def bot(self) -> Any:
+        return self.channel.bot
+
+    def _placement(self) -> dict[str, Any]:
+        """Where a new message goes: the forum topic, and (in groups) quoting the user's message."""
+        placement: dict[str, Any] = {}
+        if self.thread_id is not None:
+            placement["message_thread_id"] = self.thread_id
+        if self.reply_to is not None:
+            placement["reply_parameters"] = ReplyParameters(
+                message_id=self.reply_to, allow_sending_without_reply=True
+            )
+        return placement
+
+    async def _with_markup(self, call: Callable[[str, str | None], Awaitable[T]], text: str) -> T:
+        """Send as HTML; if Telegram cannot parse it, resend the original text once without markup."""
+        try:
+            return await call(markdown_to_html(text), ParseMode.HTML)
+        except tg_errors.BadRequest as exc:
+            if _PARSE_ERROR not in str(exc).lower():
+                raise map_error(exc) from exc
+            log.info("Telegram refused the HTML rendering (%s); sending plain text", exc)
+        except tg_errors.TelegramError as exc:
+            raise map_error(exc) from exc
+        return await _call(lambda: call(text, None))
+
+    async def send(self, text: str, *, fallback: bool = False) -> str:
+        async def call(body: str, mode: str | None) -> Any:
+            return await self.bot.send_message(
+                chat_id=self.chat_id,
+                text=body,
+                parse_mode=mode,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+                **self._placement(),
+            )
+
+        sent = await self._with_markup(call, text)
+        self.channel.remember_reply(self.chat_id, sent.message_id, self.message.topic)
+        return str(sent.message_id)
+
+    async def edit(self, ref: str, text: str) -> None:
+        async def call(body: str, mode: str | None) -> Any:
+            return await self.bot.edit_message_text(
+                text=body,
+                chat_id=self.chat_id,
+                message_id=int(ref),
+                parse_mode=mode,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )
+
+        await self._with_markup(call, text)
+
+    async def send_files(self, files: Sequence[Path]) -> None:
+        for path in files:
+            await self._send_file(Path(path))
+
+    async def _send_file(self, path: Path) -> None:
+        size = (await asyncio.to_thread(path.stat)).st_size
+        if size > UPLOAD_LIMIT:
+            await self.send(
+                f"(`{path.name}` is {size // (1024 * 1024)} MB; Telegram bots can send up to 50 MB.)"
+            )
+            return
+        data = await asyncio.to_thread(path.read_bytes)
+        as_photo = path.suffix.lower() in PHOTO_SUFFIXES and size <= PHOTO_LIMIT
+        waited = False
+        while True:
+            try:
+                if as_photo:
+                    sent = await self.bot.send_photo(
+                        chat_id=self.chat_id, photo=data, filename=path.name, **self._placement()
+                    )
+                else:
+                    sent = await self.bot.send_document(
+                        chat_id=self.chat_id, document=data, filename=path.name, **self._placement()
+                    )
+            except tg_errors.RetryAfter as exc:
+                if waited:
+                    raise map_error(exc) from exc
+                waited = True
+                await asyncio.sleep(min(_retry_seconds(exc), MAX_FILE_RETRY_WAIT))
+                continue
+            except tg_errors.BadRequest as exc:
+                if not as_photo:
+                    raise map_error(exc) from exc
+                # e.g. odd dimensions: Telegram takes any image as a document.
+                log.info("sending %s as a photo failed (%s); sending it as a document", path.name, exc)
+                as_photo = False
+                continue
+            except tg_errors.TelegramError as exc:
+                raise map_error(exc) from exc
+            self.channel.remember_reply(self.chat_id, sent.message_id, self.message.topic)
+            return
+
+    async def typing(self) -> None:
+        kwargs = {"message_thread_id": self.thread_id} if self.thread_id is not None else {}
+        await _call(
+            lambda: self.bot.send_chat_action(chat_id=self.chat_id, action=ChatAction.TYPING, **kwargs)
+        )
+
+    async def finished(self) -> None:
+        self.done = True

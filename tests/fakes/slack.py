@@ -1,0 +1,601 @@
+"""A fake Slack: Web API methods plus a Socket Mode websocket, on 127.0.0.1, recording everything.
+
+Point the real slack-sdk / slack-bolt at it and drive it from a test (or by hand)::
+
+    with FakeSlack() as slack:
+        client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+        # … start the bot; it calls apps.connections.open and connects to slack.ws_url
+        await slack.wait_connected()
+        slack.dm("U1", "hello")                      # a DM event, delivered over Socket Mode
+        slack.mention("C1", "U1", "what's up?")      # an app_mention in a channel
+        slack.fail_next("chat.update", "ratelimited", retry_after=1)
+        slack.drop_socket()                          # server-side close: the bot must reconnect
+        slack.channel_messages("D…")                  # what a user sees, with each edit's history
+
+Every Web API call is kept in ``calls`` (method, arguments, token); every envelope sent in
+``envelopes`` and every acknowledgement in ``acks``. Messages posted by the bot are kept per channel with
+their update history. Tokens are checked: the bot token for Web API calls and file downloads, the
+app-level token for ``apps.connections.open``.
+
+State lives on the server's thread; reads go through a lock and the ``wait_*`` helpers poll, so a test on
+another event loop (or a blocking SDK) can use them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import WSMsgType, web
+
+from tests.fakes.server import ThreadedServer
+
+TEAM_ID = "T0FAKE"
+BOT_USER_ID = "U0BOT"
+BOT_ID = "B0BOT"
+APP_ID = "A0APP"
+
+
+@dataclass
+class ApiCall:
+    method: str
+    args: dict[str, Any]
+    token: str | None
+    #: The error the fake answered with (``None`` for success).
+    error: str | None = None
+    #: Wall-clock time the call arrived (for benchmarks: time to first visible text).
+    at: float = field(default_factory=time.time)
+
+
+@dataclass
+class FakeMessage:
+    """A message in the fake workspace, with every text it had (``history[-1]`` is current)."""
+
+    channel: str
+    ts: str
+    user: str
+    thread_ts: str | None = None
+    history: list[str] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+    @property
+    def updates(self) -> int:
+        return max(0, len(self.history) - 1)
+
+
+@dataclass
+class Failure:
+    error: str
+    retry_after: float | None
+    status: int
+
+
+class FakeSlack(ThreadedServer):
+    def __init__(self, *, bot_token: str = "xoxb-fake-bot-token", app_token: str = "xapp-1-fake-app") -> None:
+        super().__init__()
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.team_id, self.bot_user_id, self.bot_id = TEAM_ID, BOT_USER_ID, BOT_ID
+        self.calls: list[ApiCall] = []
+        self.envelopes: list[dict[str, Any]] = []
+        self.acks: list[dict[str, Any]] = []
+        self.messages: dict[str, dict[str, FakeMessage]] = {}
+        self.uploads: dict[str, dict[str, Any]] = {}  # file id → {filename, length, data, …}
+        self.hosted_files: dict[str, tuple[str, bytes, str]] = {}  # file id → (name, data, mime)
+        self.connections_opened = 0
+        self.hellos_sent = 0
+        self._sockets: list[web.WebSocketResponse] = []
+        self._failures: dict[str, list[Failure]] = {}
+        self._ts = itertools.count(1)
+        self._ids = itertools.count(1)
+
+    # --- addresses -------------------------------------------------------------------------------
+    @property
+    def api_url(self) -> str:
+        """The Web API root to give ``AsyncWebClient(base_url=…)`` (with its trailing slash)."""
+        return f"{self.url}/api/"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/socket"
+
+    # --- routes ----------------------------------------------------------------------------------
+    def setup_routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_post("/upload/{file_id}", self._upload)
+        app.router.add_get("/files/{file_id}/{name}", self._download)
+        app.router.add_get("/socket", self._socket)
+
+    def _next_ts(self) -> str:
+        n = next(self._ts)
+        return f"{1_700_000_000 + n}.{n:06d}"
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        args = await _read_args(request)
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip() or args.pop("token", None)
+        call = ApiCall(method, args, token)
+        with self._lock:
+            self.calls.append(call)
+            queue = self._failures.get(method)
+            failure = queue.pop(0) if queue else None
+        self.record({"method": method, "args": args})
+        if failure is not None:
+            call.error = failure.error
+            headers = (
+                {"Retry-After": str(int(failure.retry_after))} if failure.retry_after is not None else {}
+            )
+            return web.json_response(
+                {"ok": False, "error": failure.error}, status=failure.status, headers=headers
+            )
+        expected = self.app_token if method == "apps.connections.open" else self.bot_token
+        if token != expected:
+            call.error = "invalid_auth"
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        handler = getattr(self, "_m_" + method.replace(".", "_"), None)
+        body = handler(args) if handler is not None else {"ok": False, "error": "unknown_method"}
+        call.error = None if body.get("ok") else body.get("error")
+        return web.json_response(body)
+
+    # Web API methods: each returns the JSON body -------------------------------------------------
+    def _m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.com/",
+            "team": "Fake Team",
+            "user": "switchboard",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _m_apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": f"{self.ws_url}?ticket={uuid.uuid4().hex}"}
+
+    def _m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel") or "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        text = str(args.get("text") or "")
+        if not text and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        ts = self._next_ts()
+        message = FakeMessage(channel, ts, self.bot_user_id, args.get("thread_ts") or None, [text])
+        with self._lock:
+            self.messages.setdefault(channel, {})[ts] = message
+        return {"ok": True, "channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
+
+    def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        with self._lock:
+            message = self.messages.get(channel, {}).get(ts)
+            if message is None:
+                return {"ok": False, "error": "message_not_found"}
+            if message.user != self.bot_user_id:
+                return {"ok": False, "error": "cant_update_message"}
+            message.history.append(str(args.get("text") or ""))
+        return {"ok": True, "channel": channel, "ts": ts, "text": message.text}
+
+    def _m_conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel") or "")
+        return {"ok": True, "channel": {"id": channel, "is_im": channel.startswith("D")}}
+
+    def _m_files_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        file_id = str(args.get("file") or "")
+        if file_id not in self.hosted_files:
+            return {"ok": False, "error": "file_not_found"}
+        return {"ok": True, "file": self.file_object(file_id)}
+
+    def _m_files_getUploadURLExternal(self, args: dict[str, Any]) -> dict[str, Any]:
+        file_id = f"F{next(self._ids):08d}"
+        with self._lock:
+            self.uploads[file_id] = {
+                "filename": args.get("filename"),
+                "length": int(args.get("length") or 0),
+                "data": None,
+                "completed": False,
+            }
+        return {"ok": True, "upload_url": f"{self.url}/upload/{file_id}", "file_id": file_id}
+
+    def _m_files_completeUploadExternal(self, args: dict[str, Any]) -> dict[str, Any]:
+        files = args.get("files")
+        if isinstance(files, str):
+            files = json.loads(files)
+        channel = args.get("channel_id") or args.get("channels")
+        out = []
+        with self._lock:
+            for item in files or []:
+                upload = self.uploads.get(item.get("id"))
+                if upload is None or upload["data"] is None:
+                    return {"ok": False, "error": "file_not_found"}
+                upload.update(completed=True, title=item.get("title"), channel=channel)
+                upload["thread_ts"] = args.get("thread_ts")
+                out.append({"id": item["id"], "name": upload["filename"], "title": item.get("title")})
+            if channel:
+                ts = self._next_ts()
+                shared = FakeMessage(str(channel), ts, self.bot_user_id, args.get("thread_ts"), [""], out)
+                self.messages.setdefault(str(channel), {})[ts] = shared
+        return {"ok": True, "files": out}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        data = await request.read()
+        with self._lock:
+            upload = self.uploads.get(file_id)
+            if upload is None:
+                return web.Response(status=404, text="no such upload")
+            upload["data"] = data
+        self.record({"upload": file_id, "bytes": len(data)})
+        return web.Response(text=f"OK - {len(data)}")
+
+    async def _download(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        self.record(
+            {"download": request.match_info["file_id"], "authorized": auth == f"Bearer {self.bot_token}"}
+        )
+        if auth != f"Bearer {self.bot_token}":
+            # Real Slack answers an unauthorised file URL with its HTML login page.
+            return web.Response(text="<html>sign in</html>", content_type="text/html")
+        hosted = self.hosted_files.get(request.match_info["file_id"])
+        if hosted is None:
+            return web.Response(status=404)
+        _name, data, mime = hosted
+        return web.Response(body=data, content_type=mime)
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        with self._lock:
+            self.connections_opened += 1
+            self._sockets.append(ws)
+        hello = {
+            "type": "hello",
+            "num_connections": len(self._sockets),
+            "debug_info": {"host": "fake-slack", "approximate_connection_time": 3600},
+            "connection_info": {"app_id": APP_ID},
+        }
+        await ws.send_str(json.dumps(hello))
+        self.hellos_sent += 1
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                with self._lock:
+                    self.acks.append(json.loads(msg.data))
+        finally:
+            with self._lock:
+                if ws in self._sockets:
+                    self._sockets.remove(ws)
+        return ws
+
+    # --- injection API ---------------------------------------------------------------------------
+    def send_envelope(self, envelope_type: str, payload: dict[str, Any], retry_num: int = 0) -> str:
+        """Push one Socket Mode envelope to the connected app; returns its ``envelope_id``."""
+        envelope = {
+            "envelope_id": str(uuid.uuid4()),
+            "type": envelope_type,
+            "payload": payload,
+            "accepts_response_payload": envelope_type != "events_api",
+        }
+        if envelope_type == "events_api":
+            envelope["retry_attempt"] = retry_num
+            envelope["retry_reason"] = "timeout" if retry_num else ""
+
+        async def push() -> None:
+            if not self._sockets:
+                raise RuntimeError("no Socket Mode connection to deliver to")
+            await self._sockets[-1].send_str(json.dumps(envelope))
+
+        self.call(push)
+        with self._lock:
+            self.envelopes.append(envelope)
+        return envelope["envelope_id"]
+
+    def send_event(
+        self, event: dict[str, Any], *, event_id: str | None = None, retry_num: int = 0
+    ) -> dict[str, Any]:
+        """Deliver an Events API event. Reuse ``event_id`` (and the same event) to simulate a retry."""
+        event_id = event_id or f"Ev{uuid.uuid4().hex[:10].upper()}"
+        payload = {
+            "token": "verification-token",
+            "team_id": self.team_id,
+            "api_app_id": APP_ID,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id,
+            "event_time": int(time.time()),
+            "authorizations": [
+                {"team_id": self.team_id, "user_id": self.bot_user_id, "is_bot": True, "enterprise_id": None}
+            ],
+            "is_ext_shared_channel": False,
+        }
+        envelope_id = self.send_envelope("events_api", payload, retry_num)
+        return {"event_id": event_id, "envelope_id": envelope_id, "event": event}
+
+    def _user_event(
+        self,
+        event_type: str,
+        channel: str,
+        user: str,
+        text: str,
+        *,
+        channel_type: str,
+        thread_ts: str | None,
+        files: list[dict[str, Any]] | None,
+    ) -> dict[str, Any]:
+        ts = self._next_ts()
+        event: dict[str, Any] = {
+            "type": event_type,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel": channel,
+            "team": self.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+            "user_profile": {"display_name": user.lower(), "real_name": user},
+        }
+        if event_type == "message":
+            event["channel_type"] = channel_type
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        if files:
+            event["files"] = files
+            if event_type == "message":
+                event["subtype"] = "file_share"
+        return event
+
+    def dm(
+        self,
+        user: str,
+        text: str,
+        *,
+        channel: str | None = None,
+        thread_ts: str | None = None,
+        files: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A person writes to the bot in a DM (``message.im``)."""
+        channel = channel or f"D{user}"
+        event = self._user_event(
+            "message", channel, user, text, channel_type="im", thread_ts=thread_ts, files=files
+        )
+        return self.send_event(event)
+
+    def mention(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        files: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A person mentions the bot in a channel (``app_mention``; the text gets ``<@BOT>`` in front)."""
+        if f"<@{self.bot_user_id}>" not in text:
+            text = f"<@{self.bot_user_id}> {text}"
+        event = self._user_event(
+            "app_mention", channel, user, text, channel_type="channel", thread_ts=thread_ts, files=files
+        )
+        return self.send_event(event)
+
+    def channel_message(
+        self, channel: str, user: str, text: str, thread_ts: str | None = None
+    ) -> dict[str, Any]:
+        """A plain channel message (``message.channels``) that does not mention the bot."""
+        event = self._user_event(
+            "message", channel, user, text, channel_type="channel", thread_ts=thread_ts, files=None
+        )
+        return self.send_event(event)
+
+    def slash_command(self, command: str, text: str, *, user: str, channel: str) -> str:
+        """A slash command (``/connect CODE``) invoked in ``channel``; returns the envelope id."""
+        payload = {
+            "token": "verification-token",
+            "team_id": self.team_id,
+            "channel_id": channel,
+            "channel_name": "directmessage" if channel.startswith("D") else "general",
+            "user_id": user,
+            "user_name": user.lower(),
+            "command": command,
+            "text": text,
+            "api_app_id": APP_ID,
+            "response_url": f"{self.url}/response/{uuid.uuid4().hex}",
+            "trigger_id": f"{next(self._ids)}.{uuid.uuid4().hex[:8]}",
+        }
+        return self.send_envelope("slash_commands", payload)
+
+    def host_file(self, name: str, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
+        """Make a private file available for download; returns the ``files[]`` item for an event."""
+        file_id = f"F{next(self._ids):08d}"
+        with self._lock:
+            self.hosted_files[file_id] = (name, data, mime)
+        return self.file_object(file_id)
+
+    def file_object(self, file_id: str) -> dict[str, Any]:
+        name, data, mime = self.hosted_files[file_id]
+        return {
+            "id": file_id,
+            "name": name,
+            "title": name,
+            "mimetype": mime,
+            "size": len(data),
+            "mode": "hosted",
+            "url_private": f"{self.url}/files/{file_id}/{name}",
+            "url_private_download": f"{self.url}/files/{file_id}/{name}",
+        }
+
+    def request_refresh(self, reason: str = "refresh_requested") -> None:
+        """Send Slack's routine ``disconnect`` message: the app must open a new connection."""
+        message = {"type": "disconnect", "reason": reason, "debug_info": {"host": "fake-slack"}}
+
+        async def push() -> None:
+            await self._sockets[-1].send_str(json.dumps(message))
+
+        self.call(push)
+
+    def fail_next(
+        self, method: str, error: str = "ratelimited", *, retry_after: float | None = 1, times: int = 1
+    ) -> None:
+        """Make the next ``times`` calls of a Web API method fail. ``ratelimited`` answers HTTP 429."""
+        status = 429 if error == "ratelimited" else 200
+        with self._lock:
+            queue = self._failures.setdefault(method, [])
+            queue.extend([Failure(error, retry_after if status == 429 else None, status)] * times)
+
+    def drop_socket(self) -> int:
+        """Close every Socket Mode connection from the server side; returns how many were closed."""
+
+        async def close_all() -> int:
+            sockets = list(self._sockets)
+            for ws in sockets:
+                await ws.close(code=1001, message=b"fake slack: going away")
+            return len(sockets)
+
+        return int(self.call(close_all))
+
+    # --- views -----------------------------------------------------------------------------------
+    def channel_messages(self, channel: str, thread_ts: str | None = None) -> list[FakeMessage]:
+        """Messages the bot posted in ``channel`` (optionally only in one thread), oldest first."""
+        with self._lock:
+            found = list(self.messages.get(channel, {}).values())
+        if thread_ts is not None:
+            found = [m for m in found if m.thread_ts == thread_ts]
+        return sorted(found, key=lambda m: float(m.ts))
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        with self._lock:
+            return [c for c in self.calls if c.method == method]
+
+    def acked(self, envelope_id: str) -> bool:
+        with self._lock:
+            return any(a.get("envelope_id") == envelope_id for a in self.acks)
+
+    @property
+    def connected(self) -> int:
+        with self._lock:
+            return len(self._sockets)
+
+    async def wait_connected(self, count: int = 1, timeout: float = 30.0) -> None:
+        """Wait until ``count`` sockets were opened in total and one is live (the app is listening)."""
+        await self.wait_for(
+            lambda: self.connections_opened >= count and self.connected > 0,
+            timeout,
+            f"Socket Mode connection #{count}",
+        )
+
+    def wait_connected_sync(self, count: int = 1, timeout: float = 30.0) -> None:
+        """The same, for a blocking caller (a bot running on another thread or process)."""
+        _poll(
+            lambda: self.connections_opened >= count and self.connected > 0,
+            timeout,
+            "a Socket Mode connection",
+        )
+
+    async def wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition"
+    ) -> Any:
+        """Poll ``predicate`` from an async test until it returns something truthy; return that."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            await asyncio.sleep(0.02)
+
+    async def wait_for_text(
+        self, needle: str, channel: str, *, thread_ts: str | None = None, timeout: float = 30.0
+    ) -> FakeMessage:
+        """Wait until a bot message in ``channel`` shows ``needle``; return that message."""
+
+        def find() -> FakeMessage | None:
+            return next((m for m in self.channel_messages(channel, thread_ts) if needle in m.text), None)
+
+        return await self.wait_for(find, timeout, f"{needle!r} in {channel}")
+
+
+def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+async def _read_args(request: web.Request) -> dict[str, Any]:
+    """Web API arguments arrive as a query string, form fields, multipart or JSON; merge them all."""
+    args: dict[str, Any] = dict(request.query)
+    if request.method == "POST" and request.can_read_body:
+        ctype = request.content_type
+        if ctype == "application/json":
+            args.update(await request.json())
+        elif ctype == "application/x-www-form-urlencoded":
+            args.update(parse_qsl((await request.read()).decode()))
+        elif ctype.startswith("multipart/"):
+            form = await request.post()
+            args.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return args
+
+
+def main() -> None:
+    """By hand: ``python -m tests.fakes.slack [PORT]``, point a Switchboard at it, and type DMs.
+
+    Lines typed here arrive as DMs from ``UDEV`` once the bot is connected (``@text`` mentions it in
+    ``#CDEV`` instead); the bot's messages are printed as they are posted and updated.
+    """
+    import sys
+
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    server = FakeSlack()
+    server.port = port
+    server.start()
+    print("Fake Slack running. Point Switchboard at it with:")
+    print("  channels:\n    slack:\n      enabled: true")
+    print(f"      bot_token: {server.bot_token}\n      app_token: {server.app_token}")
+    print(f"      api_base_url: {server.api_url}")
+    print("Type a line to DM the bot as UDEV ('@text' mentions it in CDEV); Ctrl-D to quit.")
+    shown: dict[tuple[str, str], str] = {}
+    try:
+        for line in sys.stdin:
+            text = line.rstrip("\n")
+            if not server.connected:
+                print("(no bot connected yet)")
+                continue
+            if text.startswith("@"):
+                server.mention("CDEV", "UDEV", text[1:])
+            elif text:
+                server.dm("UDEV", text)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                changed = False
+                for channel in ("DUDEV", "CDEV"):
+                    for message in server.channel_messages(channel):
+                        if shown.get((channel, message.ts)) != message.text:
+                            shown[(channel, message.ts)] = message.text
+                            changed = True
+                            print(f"[{channel} {message.ts} v{len(message.history)}] {message.text}")
+                if not changed and shown:
+                    break
+    finally:
+        server.stop()
+
+
+__all__ = ["BOT_USER_ID", "TEAM_ID", "ApiCall", "FakeMessage", "FakeSlack"]
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,635 @@
+"""A fake Telegram Bot API server: real HTTP on 127.0.0.1, recording every call, with failure injection.
+
+Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot"``,
+``base_file_url=f"{fake.url}/file/bot"``). It implements the methods a chat bot needs — ``getMe``,
+``deleteWebhook``, ``getUpdates`` (long polling with offsets), ``sendMessage``, ``editMessageText``,
+``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands`` … — and the file
+download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
+or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
+"message is not modified" for an identical edit.
+
+Driving it (from a test or a REPL)::
+
+    with FakeTelegram() as tg:
+        tg.user_message(42, "hello")                       # a private message from user 42
+        tg.user_message(-100, "@switchboard_bot hi", chat_type="supergroup")
+        tg.fail_next("editMessageText", status=429, retry_after=2)
+        tg.conflict_on_getupdates = True                   # another poller holds the token
+        tg.chat_messages(42)                               # what the chat shows, with edit history
+
+Request bodies are form-urlencoded or multipart; non-string values are JSON-encoded (as PTB sends them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import ThreadedServer
+
+TEXT_LIMIT = 4096
+CAPTION_LIMIT = 1024
+GET_FILE_LIMIT = 20 * 1024 * 1024
+#: Parameters whose values are plain strings even when they look like JSON.
+STRING_PARAMS = {
+    "text",
+    "caption",
+    "parse_mode",
+    "file_id",
+    "action",
+    "url",
+    "filename",
+    "description",
+    "query",
+}
+HTML_TAGS = {
+    "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre",
+    "tg-spoiler", "span", "blockquote", "tg-emoji",
+}  # fmt: skip
+DEFAULT_DESCRIPTIONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden: bot was blocked by the user",
+    409: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+    429: "Too Many Requests: retry after {retry_after}",
+    500: "Internal Server Error",
+}
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are exactly "
+    "the same as a current content and reply markup of the message"
+)
+
+
+class EntityParseError(ValueError):
+    pass
+
+
+class _TelegramHTML(HTMLParser):
+    """Validates Telegram's HTML subset and extracts the visible text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in HTML_TAGS:
+            raise EntityParseError(f'Unsupported start tag "{tag}"')
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            raise EntityParseError(f'Unmatched end tag "{tag}"')
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def visible_text(text: str, parse_mode: str | None) -> str:
+    """What a user sees for ``text`` sent with ``parse_mode`` (raises EntityParseError like Telegram)."""
+    if not parse_mode or parse_mode.upper() != "HTML":
+        return text
+    if re.search(r"<(?![a-zA-Z/])", text) or re.search(r"&(?![a-zA-Z]+;|#\d+;|#x[0-9a-fA-F]+;)", text):
+        raise EntityParseError("unescaped '<' or '&'")
+    parser = _TelegramHTML()
+    parser.feed(text)
+    parser.close()
+    if parser.stack:
+        raise EntityParseError(f'Can\'t find end tag corresponding to start tag "{parser.stack[-1]}"')
+    return "".join(parser.parts)
+
+
+@dataclass
+class FakeMessage:
+    """A message as the chat shows it. ``history`` holds every visible version, oldest first."""
+
+    chat_id: int
+    message_id: int
+    from_bot: bool
+    history: list[str] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)  # the text exactly as sent (e.g. HTML), per version
+    parse_mode: str | None = None
+    kind: str = "text"  # text | document | photo
+    file_name: str | None = None
+    file_id: str | None = None
+    reply_to: int | None = None
+    thread_id: int | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+    @property
+    def edits(self) -> int:
+        return max(0, len(self.history) - 1)
+
+
+@dataclass
+class Failure:
+    status: int
+    description: str
+    retry_after: int | None = None
+
+
+@dataclass
+class StoredFile:
+    file_id: str
+    data: bytes
+    name: str
+    mime: str | None
+    path: str
+
+
+class FakeTelegram(ThreadedServer):
+    def __init__(
+        self,
+        token: str = "123456:TEST-token-not-real",
+        *,
+        bot_username: str = "switchboard_bot",
+        bot_id: int = 7000001,
+        long_poll_cap: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.token = token
+        self.bot_username = bot_username
+        self.bot_id = bot_id
+        self.long_poll_cap = long_poll_cap
+        self.conflict_on_getupdates = False
+        self.updates: list[dict[str, Any]] = []
+        self.messages: dict[tuple[int, int], FakeMessage] = {}
+        self.files: dict[str, StoredFile] = {}
+        self.chat_types: dict[int, str] = {}
+        self._failures: dict[str, list[Failure]] = {}
+        self._update_ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
+        self._file_ids = itertools.count(1)
+        self._state = threading.RLock()
+        self._new_update: asyncio.Event | None = None
+
+    # --- HTTP ----------------------------------------------------------------------------------------
+    def setup_routes(self, app: web.Application) -> None:
+        self._new_update = asyncio.Event()
+        app.router.add_route("*", "/bot{token}/{method}", self._api)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._file)
+
+    async def _params(self, request: web.Request) -> tuple[dict[str, Any], dict[str, tuple[str, bytes, str]]]:
+        raw: dict[str, str] = dict(request.query)
+        uploads: dict[str, tuple[str, bytes, str]] = {}
+        if request.method == "POST":
+            if request.content_type == "application/json":
+                body = await request.json()
+                return dict(body or {}), uploads
+            if request.content_type.startswith("multipart/"):
+                reader = await request.multipart()
+                async for part in reader:
+                    if part.filename is not None:
+                        data = await part.read(decode=False)
+                        ctype = part.headers.get("Content-Type", "application/octet-stream")
+                        uploads[part.name or "file"] = (part.filename, bytes(data), ctype)
+                    else:
+                        raw[part.name or ""] = await part.text()
+            else:
+                raw.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+        params: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key in STRING_PARAMS:
+                params[key] = value
+                continue
+            try:
+                params[key] = json.loads(value)
+            except (ValueError, TypeError):
+                params[key] = value
+        return params, uploads
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params, uploads = await self._params(request)
+        entry: dict[str, Any] = {
+            "method": method,
+            "params": params,
+            "files": sorted(uploads),
+            "at": time.time(),
+        }
+        if request.match_info["token"] != self.token:
+            return self._finish(entry, self._error_response(401, "Unauthorized"))
+        failure = self._take_failure(method)
+        if failure is not None:
+            return self._finish(
+                entry, self._error_response(failure.status, failure.description, failure.retry_after)
+            )
+        handler = getattr(self, f"_m_{method}", None)
+        if handler is None:
+            return self._finish(entry, self._error_response(404, "Not Found"))
+        try:
+            result = await handler(params, uploads) if method == "getUpdates" else handler(params, uploads)
+        except _ApiError as exc:
+            return self._finish(entry, self._error_response(exc.status, exc.description, exc.retry_after))
+        return self._finish(entry, web.json_response({"ok": True, "result": result}))
+
+    def _finish(self, entry: dict[str, Any], response: web.Response) -> web.Response:
+        entry["status"] = response.status
+        self.record(entry)
+        return response
+
+    @staticmethod
+    def _error_response(status: int, description: str, retry_after: int | None = None) -> web.Response:
+        body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+        if retry_after is not None:
+            body["parameters"] = {"retry_after": retry_after}
+        return web.json_response(body, status=status)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        self.record({"method": "downloadFile", "params": {"path": request.match_info["path"]}, "status": 200})
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401)
+        with self._state:
+            stored = next((f for f in self.files.values() if f.path == request.match_info["path"]), None)
+        if stored is None:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=stored.data, content_type="application/octet-stream")
+
+    # --- Bot API methods (``_m_<method>``) --------------------------------------------------------------
+    def _bot_user(self) -> dict[str, Any]:
+        return {"id": self.bot_id, "is_bot": True, "first_name": "Switchboard", "username": self.bot_username}
+
+    def _m_getMe(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        return {**self._bot_user(), "can_join_groups": True, "can_read_all_group_messages": False,
+                "supports_inline_queries": False}  # fmt: skip
+
+    def _m_deleteWebhook(self, params: dict[str, Any], uploads: Any) -> bool:
+        return True
+
+    def _m_setMyCommands(self, params: dict[str, Any], uploads: Any) -> bool:
+        return True
+
+    def _m_sendChatAction(self, params: dict[str, Any], uploads: Any) -> bool:
+        return True
+
+    def _m_getWebhookInfo(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self.updates)}
+
+    async def _m_getUpdates(self, params: dict[str, Any], uploads: Any) -> list[dict[str, Any]]:
+        if self.conflict_on_getupdates:
+            raise _ApiError(409, DEFAULT_DESCRIPTIONS[409])
+        offset = int(params.get("offset") or 0)
+        limit = int(params.get("limit") or 100)
+        timeout = min(float(params.get("timeout") or 0), self.long_poll_cap)
+        assert self._new_update is not None
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            self._new_update.clear()
+            with self._state:
+                if offset:
+                    self.updates = [u for u in self.updates if u["update_id"] >= offset]  # confirmed
+                ready = [u for u in self.updates if u["update_id"] >= offset][:limit]
+            remaining = deadline - asyncio.get_running_loop().time()
+            if ready or remaining <= 0:
+                return ready
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_update.wait(), remaining)
+            if self.conflict_on_getupdates:
+                raise _ApiError(409, DEFAULT_DESCRIPTIONS[409])
+
+    def _chat(self, chat_id: int) -> dict[str, Any]:
+        chat_type = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = "User"
+        else:
+            chat["title"] = f"Group {chat_id}"
+        return chat
+
+    def _bot_message(self, chat_id: int, params: dict[str, Any], message: FakeMessage) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "message_id": message.message_id,
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "from": self._bot_user(),
+        }
+        if message.thread_id is not None:
+            payload["message_thread_id"] = message.thread_id
+            payload["is_topic_message"] = True
+        if message.reply_to is not None and (chat_id, message.reply_to) in self.messages:
+            payload["reply_to_message"] = self.messages[(chat_id, message.reply_to)].payload
+        return payload
+
+    def _placement(self, params: dict[str, Any]) -> tuple[int | None, int | None]:
+        reply = params.get("reply_parameters") or {}
+        reply_to = reply.get("message_id") if isinstance(reply, dict) else None
+        reply_to = reply_to or params.get("reply_to_message_id")
+        thread = params.get("message_thread_id")
+        return (int(reply_to) if reply_to else None), (int(thread) if thread else None)
+
+    def _render(self, text: Any, parse_mode: str | None, limit: int, *, allow_empty: bool = False) -> str:
+        if text is None or text == "":
+            if allow_empty:
+                return ""
+            raise _ApiError(400, "Bad Request: message text is empty")
+        try:
+            shown = visible_text(str(text), parse_mode)
+        except EntityParseError as exc:
+            raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        if not shown.strip() and not allow_empty:
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if len(shown) > limit:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return shown
+
+    def _m_sendMessage(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        parse_mode = params.get("parse_mode")
+        shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
+        reply_to, thread = self._placement(params)
+        with self._state:
+            message = FakeMessage(chat_id, next(self._message_ids), True, [shown], [str(params["text"])],
+                                  parse_mode, reply_to=reply_to, thread_id=thread)  # fmt: skip
+            message.payload = self._bot_message(chat_id, params, message) | {"text": shown}
+            self.messages[(chat_id, message.message_id)] = message
+            return message.payload
+
+    def _m_editMessageText(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        chat_id = int(params.get("chat_id") or 0)
+        key = (chat_id, int(params.get("message_id") or 0))
+        parse_mode = params.get("parse_mode")
+        shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
+        with self._state:
+            message = self.messages.get(key)
+            if message is None or not message.from_bot:
+                raise _ApiError(400, "Bad Request: message to edit not found")
+            if message.kind != "text":
+                raise _ApiError(400, "Bad Request: there is no text in the message to edit")
+            if message.text == shown and message.raw[-1] == str(params["text"]):
+                raise _ApiError(400, NOT_MODIFIED)
+            message.history.append(shown)
+            message.raw.append(str(params["text"]))
+            message.parse_mode = parse_mode
+            message.payload = {**message.payload, "text": shown, "edit_date": int(time.time())}
+            return message.payload
+
+    def _send_media(
+        self, kind: str, params: dict[str, Any], uploads: dict[str, tuple[str, bytes, str]]
+    ) -> dict[str, Any]:
+        chat_id = int(params["chat_id"])
+        reference = params.get(kind)
+        if kind in uploads:
+            filename, data, mime = uploads[kind]
+            stored = self.add_file(data, filename, mime)
+        elif isinstance(reference, str) and reference.startswith("attach://") and reference[9:] in uploads:
+            filename, data, mime = uploads[reference[9:]]
+            stored = self.add_file(data, filename, mime)
+        elif isinstance(reference, str) and reference in self.files:
+            stored = self.files[reference]
+        else:
+            raise _ApiError(400, f"Bad Request: there is no {kind} in the request")
+        caption = self._render(
+            params.get("caption"), params.get("parse_mode"), CAPTION_LIMIT, allow_empty=True
+        )
+        reply_to, thread = self._placement(params)
+        with self._state:
+            message = FakeMessage(chat_id, next(self._message_ids), True, [caption], [str(params.get("caption") or "")],
+                                  params.get("parse_mode"), kind=kind, file_name=stored.name,
+                                  file_id=stored.file_id, reply_to=reply_to, thread_id=thread)  # fmt: skip
+            payload = self._bot_message(chat_id, params, message)
+            if kind == "photo":
+                payload["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                     "width": 640, "height": 480, "file_size": len(stored.data)}]  # fmt: skip
+            else:
+                payload["document"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                       "file_name": stored.name, "mime_type": stored.mime,
+                                       "file_size": len(stored.data)}  # fmt: skip
+            if caption:
+                payload["caption"] = caption
+            message.payload = payload
+            self.messages[(chat_id, message.message_id)] = message
+            return payload
+
+    def _m_sendDocument(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        return self._send_media("document", params, uploads)
+
+    def _m_sendPhoto(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        return self._send_media("photo", params, uploads)
+
+    def _m_getFile(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        stored = self.files.get(str(params.get("file_id")))
+        if stored is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        if len(stored.data) > GET_FILE_LIMIT:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                "file_size": len(stored.data), "file_path": stored.path}  # fmt: skip
+
+    # --- injection API (thread-safe; call from tests) ----------------------------------------------------
+    def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue a raw update (``update_id`` is assigned when missing) and wake long-polling clients."""
+        with self._state:
+            update = dict(update)
+            update.setdefault("update_id", next(self._update_ids))
+            self.updates.append(update)
+        if self._loop is not None and self._new_update is not None:
+            self._loop.call_soon_threadsafe(self._new_update.set)
+        return update
+
+    def add_file(self, data: bytes, name: str, mime: str | None = None) -> StoredFile:
+        """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id."""
+        with self._state:
+            number = next(self._file_ids)
+            file_id = f"FILE{number:04d}"
+            folder = "photos" if (mime or "").startswith("image/") else "documents"
+            stored = StoredFile(file_id, data, name, mime, f"{folder}/file_{number}_{name}")
+            self.files[file_id] = stored
+            return stored
+
+    def user_message(
+        self,
+        chat_id: int,
+        text: str | None = None,
+        *,
+        user_id: int = 1001,
+        username: str | None = "alice",
+        first_name: str = "Alice",
+        chat_type: str | None = None,
+        message_id: int | None = None,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        document: tuple[str, bytes, str] | None = None,
+        photo: bytes | None = None,
+        caption: str | None = None,
+        is_bot: bool = False,
+        push: bool = True,
+    ) -> dict[str, Any]:
+        """Build (and by default push) a ``message`` update as a user would send it; returns the message.
+
+        Entities for ``@mentions`` and a leading ``/command`` are computed like Telegram's clients do.
+        ``reply_to`` is a message id already in this fake (the bot's or a user's). ``thread_id`` makes
+        it a forum-topic message.
+        """
+        if chat_type is None:
+            chat_type = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")
+        with self._state:
+            self.chat_types[chat_id] = chat_type
+            mid = message_id if message_id is not None else next(self._message_ids)
+        user = {"id": user_id, "is_bot": is_bot, "first_name": first_name}
+        if username:
+            user["username"] = username
+        message: dict[str, Any] = {"message_id": mid, "date": int(time.time()), "chat": self._chat(chat_id),
+                                   "from": user}  # fmt: skip
+        if text is not None:
+            message["text"] = text
+            if entities := _entities(text):
+                message["entities"] = entities
+        if caption is not None:
+            message["caption"] = caption
+            if entities := _entities(caption):
+                message["caption_entities"] = entities
+        if document is not None:
+            name, data, mime = document
+            stored = self.add_file(data, name, mime)
+            message["document"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                   "file_name": name, "mime_type": mime, "file_size": len(data)}  # fmt: skip
+        if photo is not None:
+            stored = self.add_file(photo, f"photo_{mid}.jpg", "image/jpeg")
+            message["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                 "width": 800, "height": 600, "file_size": len(photo)}]  # fmt: skip
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        with self._state:
+            if reply_to is not None:
+                original = self.messages.get((chat_id, reply_to))
+                if original is None:
+                    raise KeyError(f"no message {reply_to} in chat {chat_id} to reply to")
+                message["reply_to_message"] = original.payload
+            stored_message = FakeMessage(chat_id, mid, False, [text or caption or ""], [text or caption or ""],
+                                         reply_to=reply_to, thread_id=thread_id, payload=message)  # fmt: skip
+            self.messages[(chat_id, mid)] = stored_message
+        if push:
+            self.push_update({"message": message})
+        return message
+
+    def redeliver(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Deliver the same message again in a new update (what a restart with a lost offset looks like)."""
+        return self.push_update({"message": message})
+
+    def fail_next(
+        self,
+        method: str,
+        status: int = 429,
+        *,
+        retry_after: int | None = None,
+        description: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail with ``status`` (429 carries ``retry_after``)."""
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        text = description or DEFAULT_DESCRIPTIONS.get(status, "Error").format(retry_after=retry_after)
+        with self._state:
+            self._failures.setdefault(method, []).extend([Failure(status, text, retry_after)] * times)
+
+    def _take_failure(self, method: str) -> Failure | None:
+        with self._state:
+            queue = self._failures.get(method)
+            return queue.pop(0) if queue else None
+
+    # --- views ------------------------------------------------------------------------------------------
+    def calls(self, method: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self.requests if method is None or r["method"] == method]
+
+    def chat_messages(self, chat_id: int) -> list[FakeMessage]:
+        """Every message in the chat (users' and the bot's), by message id."""
+        with self._state:
+            return sorted(
+                (m for (c, _), m in self.messages.items() if c == chat_id), key=lambda m: m.message_id
+            )
+
+    def bot_messages(self, chat_id: int) -> list[FakeMessage]:
+        return [m for m in self.chat_messages(chat_id) if m.from_bot]
+
+    def bot_texts(self, chat_id: int) -> list[str]:
+        return [m.text for m in self.bot_messages(chat_id)]
+
+    async def wait_until(self, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
+        """Poll ``predicate`` from the caller's event loop until it returns something truthy."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if loop.time() > deadline:
+                raise AssertionError(f"condition not met within {timeout}s")
+            await asyncio.sleep(0.02)
+
+    async def wait_for_bot_text(self, chat_id: int, needle: str, timeout: float = 15.0) -> FakeMessage:
+        """The first bot message in ``chat_id`` whose current text contains ``needle``."""
+        return await self.wait_until(
+            lambda: next((m for m in self.bot_messages(chat_id) if needle in m.text), None), timeout
+        )
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status, self.description, self.retry_after = status, description, retry_after
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _entities(text: str) -> list[dict[str, Any]]:
+    """Mention and leading bot-command entities, with offsets in UTF-16 code units like Telegram's."""
+    found: list[dict[str, Any]] = []
+    command = re.match(r"/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?", text)
+    if command:
+        found.append({"type": "bot_command", "offset": 0, "length": _utf16_len(command.group(0))})
+    for match in re.finditer(r"(?<![\w/])@[A-Za-z][A-Za-z0-9_]{3,31}", text):
+        found.append(
+            {
+                "type": "mention",
+                "offset": _utf16_len(text[: match.start()]),
+                "length": _utf16_len(match.group(0)),
+            }
+        )
+    return found
+
+
+__all__ = ["FakeMessage", "FakeTelegram", "visible_text"]
+
+
+def main() -> None:
+    """Run the fake by hand: ``python -m tests.fakes.telegram [--port P]``; Ctrl-C stops it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fake Telegram Bot API server on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--bot-username", default="switchboard_bot")
+    args = parser.parse_args()
+    fake = FakeTelegram(bot_username=args.bot_username, port=args.port, long_poll_cap=25.0)
+    fake.start()
+    print(f"fake Telegram at {fake.url}")
+    print(f"  channels.telegram: {{enabled: true, api_base_url: {fake.url}, bot_token: '{fake.token}'}}")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
