@@ -1,14 +1,27 @@
 from __future__ import annotations
 
+from pydantic import Field
+
 from config.base import ChannelSection
 
 
 class DingTalkConfig(ChannelSection):
+    """DingTalk (钉钉) robot in Stream mode. See docs/channels/dingtalk.md.
+
+    ``card_template_id`` switches replies from final-only markdown (via the message's session webhook)
+    to an AI card that is streamed in place. ``edit_interval_seconds`` overrides the per-conversation
+    spacing of outbound calls kept in ``channels/dingtalk.py`` (1 s for card updates, 3 s for markdown
+    messages); leave it unset unless DingTalk's limits change.
+    """
+
     client_id: str | None = None
     client_secret: str | None = None
     card_template_id: str | None = None
+    card_content_key: str = "content"
     api_base_url: str = "https://api.dingtalk.com"
-    max_file_bytes: int = 20 * 1024 * 1024
+    oapi_base_url: str = "https://oapi.dingtalk.com"
+    max_file_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    edit_interval_seconds: float | None = Field(None, ge=0, le=60)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"client_id": self.client_id, "client_secret": self.client_secret}

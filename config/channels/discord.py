@@ -1,15 +1,28 @@
 from __future__ import annotations
 
+from pydantic import Field
+
 from config.base import ChannelSection
 
 
 class DiscordConfig(ChannelSection):
+    """``channels.discord``. ``api_base_url``/``gateway_url`` exist so tests (or a proxy) can stand in
+    for Discord; discord.py keeps both as process-wide globals, so one process talks to one API base."""
+
     bot_token: str | None = None
     api_base_url: str = "https://discord.com/api/v10"
     gateway_url: str | None = None
     mention_only: bool = True
     allowed_guilds: list[str] = []
-    max_file_bytes: int = 25 * 1024 * 1024
+    #: Largest file the bot attaches to a reply (Discord's default upload cap is 25 MiB).
+    max_file_bytes: int = Field(25 * 1024 * 1024, gt=0)
+    #: Spacing of reply calls (send/edit) per channel. Discord allows about 5 messages per 5 s per
+    #: channel; lower only for tests or a proxy that paces for you.
+    edit_interval_seconds: float = Field(1.0, ge=0, le=60)
+    #: Seconds discord.py waits after the last GUILD_CREATE before it calls the client ready.
+    guild_ready_timeout: float = Field(default=2.0, ge=0)
+    #: How long start() waits for the gateway's READY before reporting the channel as failed.
+    connect_timeout: float = Field(default=30.0, gt=0)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}

@@ -1,0 +1,358 @@
+"""DingTalk (钉钉) robot over dingtalk-stream (Stream mode): no public URL needed.
+
+How the pieces fit:
+
+* **Inbound.** dingtalk-stream's client opens the stream connection (``POST
+  /v1.0/gateway/connections/open``, then a websocket) and parses frames; our :class:`_BotHandler`
+  (a ``ChatbotHandler``) gets each robot message. The SDK does blocking HTTP inside its loop and its own
+  ``start()`` swallows cancellation, so the connection runs on a daemon thread with its own event loop,
+  driven by :meth:`DingTalkChannel._run_stream` (reusing the SDK's ``open_connection`` and
+  ``route_message``, which sends the ACK frame). Each message is handed to the service loop with
+  ``asyncio.run_coroutine_threadsafe(sink(msg), service_loop)`` and the ACK waits for the answer: OK when
+  accepted or a duplicate, a "system exception" (500) status when the bus is full (Backpressure): the
+  delivery counts as failed for DingTalk's retry, and nothing was stored, so nothing is acked-then-dropped.
+* **Outbound.** Replies are HTTP calls on the service loop (``channels.dingtalk_api``). The reply mode is
+  chosen once, at construction: an AI card streamed in place when ``card_template_id`` is set,
+  otherwise final-only markdown through the session webhook (see ``channels.dingtalk_reply``).
+
+Platform figures: pacing and sizes here (about 5000 characters per markdown message, about 20 messages a
+minute per group robot so webhook sends are spaced 3 s apart); error codes and token lifetime in
+``channels.dingtalk_api``; file sizes in ``channels.dingtalk_reply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from typing import Any
+from urllib.parse import quote_plus
+
+import dingtalk_stream
+import websockets
+from dingtalk_stream import AckMessage, ChatbotMessage
+
+from channels.base import Channel, InboundSink
+from channels.dingtalk_api import DingTalkApi
+from channels.dingtalk_reply import CardTransport, ReplyTarget, WebhookTransport
+from channels.errors import Backpressure, ChannelError
+from channels.reply import ReplyTransport
+from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from config.channels.dingtalk import DingTalkConfig
+
+log = logging.getLogger(__name__)
+
+#: Markdown messages are cut at about 5000 characters; stay well below (adaptation adds a few).
+TEXT_LIMIT = 4000
+#: About 20 messages per minute per group robot → one webhook message every 3 s.
+WEBHOOK_SEND_INTERVAL = 3.0
+#: AI card streaming updates: about one a second keeps the typing effect smooth and within quota.
+CARD_UPDATE_INTERVAL = 1.0
+#: How long start() waits for the first stream connection before returning (it keeps trying after).
+CONNECT_WAIT = 15.0
+#: How long a message's ACK may wait for the service to accept it.
+SINK_TIMEOUT = 30.0
+RECONNECT_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)
+P2P, GROUP = "1", "2"
+
+
+class _QuietPings(logging.Filter):
+    """The SDK logs every gateway ping as an "unknown message topic" warning; that is noise, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.WARNING and "topic=ping" in record.getMessage())
+
+
+SDK_LOGGER = logging.getLogger("dingtalk_stream.client")
+SDK_LOGGER.addFilter(_QuietPings())
+
+
+_OPEN_LOCK = threading.Lock()
+
+
+class _StreamClient(dingtalk_stream.DingTalkStreamClient):
+    """The SDK client, opening its connection at our configured API root.
+
+    The SDK reads the gateway URL from the class attribute ``DingTalkStreamClient.OPEN_CONNECTION_API``
+    (built from ``DINGTALK_OPENAPI_ENDPOINT`` at import). We set it for the duration of each open, under
+    a lock, so two channels pointed at different roots (tests, doctor) never use each other's URL. It is
+    the only SDK URL we use: tokens, cards, webhooks and files go through ``channels.dingtalk_api``.
+    """
+
+    def __init__(self, credential: dingtalk_stream.Credential, open_url: str) -> None:
+        super().__init__(credential, logger=SDK_LOGGER)
+        self.open_url = open_url
+
+    def open_connection(self) -> dict[str, Any] | None:
+        with _OPEN_LOCK:
+            dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API = self.open_url
+            return super().open_connection()
+
+
+class _BotHandler(dingtalk_stream.ChatbotHandler):
+    """Receives ``/v1.0/im/bot/messages/get`` callbacks on the stream thread; its return value is the ACK."""
+
+    def __init__(self, channel: DingTalkChannel) -> None:
+        super().__init__()
+        self.channel = channel
+
+    async def process(self, callback: dingtalk_stream.CallbackMessage) -> tuple[int, str]:
+        return await self.channel._accept(callback.data)
+
+
+class DingTalkChannel(Channel):
+    provider = "dingtalk"
+    limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=WEBHOOK_SEND_INTERVAL, supports_edit=False)
+
+    def __init__(self, config: DingTalkConfig, *, settings: Any = None) -> None:
+        if not config.client_id or not config.client_secret:
+            raise ValueError(
+                "channels.dingtalk needs client_id and client_secret (the app's AppKey/AppSecret)"
+            )
+        self.config = config
+        self.settings = settings
+        self.card_mode = bool(config.card_template_id)
+        # The reply mode decides the limits, so they are set per instance before the base class reads them.
+        interval = config.edit_interval_seconds
+        if self.card_mode:
+            self.limits = ReplyLimits(  # type: ignore[misc]
+                text_limit=TEXT_LIMIT,
+                min_edit_interval=CARD_UPDATE_INTERVAL if interval is None else interval,
+                supports_edit=True,
+            )
+        else:
+            self.limits = ReplyLimits(  # type: ignore[misc]
+                text_limit=TEXT_LIMIT,
+                min_edit_interval=WEBHOOK_SEND_INTERVAL if interval is None else interval,
+                supports_edit=False,
+            )
+        super().__init__()
+        self.api = DingTalkApi(
+            config.api_base_url, config.client_id, config.client_secret, config.oapi_base_url
+        )
+        self._service_loop: asyncio.AbstractEventLoop | None = None
+        self._stream_loop: asyncio.AbstractEventLoop | None = None
+        self._stream_task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._first_attempt = threading.Event()  # set once the first connect attempt succeeded or failed
+        self._stopping = threading.Event()
+        self._client: _StreamClient | None = None
+        self._frame_tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    async def start(self, sink: InboundSink) -> None:
+        self._sink = sink
+        self._service_loop = asyncio.get_running_loop()
+        self._stopping.clear()
+        self._first_attempt.clear()
+        client = _StreamClient(
+            dingtalk_stream.Credential(self.config.client_id, self.config.client_secret),
+            self.config.api_base_url.rstrip("/") + "/v1.0/gateway/connections/open",
+        )
+        client.register_callback_handler(ChatbotMessage.TOPIC, _BotHandler(self))
+        client.pre_start()
+        self._client = client
+        self.status.set("starting")
+        self._thread = threading.Thread(target=self._thread_main, name="dingtalk-stream", daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(self._first_attempt.wait, CONNECT_WAIT)
+        if self.status.state != "connected":
+            log.warning("DingTalk stream not connected yet (%s); still trying", self.status.detail)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        loop, task = self._stream_loop, self._stream_task
+        if loop is not None and task is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+            self._thread = None
+        await self.api.close()
+        self.status.set("stopped")
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._stream_loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            self._stream_task = loop.create_task(self._run_stream())
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(self._stream_task)
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    async def _run_stream(self) -> None:
+        """Connect, read frames, reconnect with backoff; ends only when stop() cancels it."""
+        client = self._client
+        assert client is not None
+        attempt = 0
+        while not self._stopping.is_set():
+            try:
+                # open_connection uses blocking requests: keep it off this loop so pings still flow.
+                connection = await asyncio.get_running_loop().run_in_executor(None, client.open_connection)
+                if not connection or "endpoint" not in connection:
+                    raise ConnectionError("the gateway refused to open a connection (check client_id/secret)")
+                uri = f"{connection['endpoint']}?ticket={quote_plus(str(connection.get('ticket', '')))}"
+                async with websockets.connect(uri) as websocket:
+                    client.websocket = websocket
+                    attempt = 0
+                    self.status.set("connected")
+                    self._first_attempt.set()
+                    async for raw in websocket:
+                        try:
+                            frame = json.loads(raw)
+                        except ValueError:
+                            log.warning("ignoring a malformed DingTalk stream frame")
+                            continue
+                        # Frames are handled concurrently (a slow accept must not stall pings);
+                        # keep a reference so a running handler is not garbage-collected.
+                        task = asyncio.create_task(client.background_task(frame))
+                        self._frame_tasks.add(task)
+                        task.add_done_callback(self._frame_tasks.discard)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopping.is_set():
+                    break
+                delay = RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)]
+                attempt += 1
+                log.warning("DingTalk stream disconnected (%s); reconnecting in %gs", exc, delay)
+                self.status.set("reconnecting", f"{type(exc).__name__}: {exc}"[:200])
+                self._first_attempt.set()
+                await asyncio.sleep(delay)
+                continue
+            if not self._stopping.is_set():  # the gateway closed the socket (e.g. a "disconnect" frame)
+                self.status.set("reconnecting", "the gateway closed the connection")
+
+    # --- inbound -----------------------------------------------------------------------------------
+    async def _accept(self, data: dict[str, Any]) -> tuple[int, str]:
+        """Runs on the stream thread: normalise, hand to the service loop, and turn the answer into an ACK."""
+        try:
+            message = self.to_inbound(data)
+        except Exception:
+            log.exception("could not read a DingTalk robot message")
+            return AckMessage.STATUS_BAD_REQUEST, "unreadable message"
+        if message is None:
+            return AckMessage.STATUS_OK, "ignored"
+        if self._sink is None or self._service_loop is None:
+            return AckMessage.STATUS_SYSTEM_EXCEPTION, "not running"
+        future = asyncio.run_coroutine_threadsafe(self._sink(message), self._service_loop)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(future), SINK_TIMEOUT)
+        except Backpressure:
+            log.info("bus full: asking DingTalk to redeliver message %s", message.platform_message_id)
+            return AckMessage.STATUS_SYSTEM_EXCEPTION, "busy, retry later"
+        except Exception as exc:
+            log.warning("accepting a DingTalk message failed: %s", exc)
+            return AckMessage.STATUS_SYSTEM_EXCEPTION, "not accepted"
+        return AckMessage.STATUS_OK, "OK"
+
+    def to_inbound(self, data: dict[str, Any]) -> InboundMessage | None:
+        """Normalise a robot callback's data; ``None`` for what the bot should not answer.
+
+        One-to-one chats (conversationType "1") are one conversation per sender; in groups ("2") only
+        messages that @-mention the robot count, one conversation per group.
+        """
+        msg = ChatbotMessage.from_dict(data)
+        kind = str(msg.conversation_type or P2P)
+        if kind == GROUP and not msg.is_in_at_list:
+            return None
+        sender_id = str(msg.sender_staff_id or msg.sender_id or "")
+        if not sender_id or not msg.message_id:
+            return None
+        if msg.chatbot_user_id and msg.sender_id == msg.chatbot_user_id:
+            return None  # the robot's own message
+        text, files = self._content(msg, data)
+        if not text and not files:
+            return None
+        chat = str(msg.conversation_id or sender_id) if kind == GROUP else sender_id
+        return InboundMessage(
+            provider=self.provider,
+            workspace=str(msg.chatbot_corp_id or msg.sender_corp_id or ""),
+            chat=chat,
+            sender=Sender(id=sender_id, name=msg.sender_nick),
+            text=text,
+            platform_message_id=str(msg.message_id),
+            mentioned=kind == GROUP,
+            is_private=kind != GROUP,
+            files=files,
+            context={
+                "session_webhook": msg.session_webhook or "",
+                "session_webhook_expires_ms": msg.session_webhook_expired_time,
+                "conversation_type": kind,
+                "conversation_id": msg.conversation_id or "",
+                "sender_staff_id": msg.sender_staff_id or msg.sender_id or "",
+                "robot_code": msg.robot_code or self.config.client_id,
+            },
+        )
+
+    @staticmethod
+    def _content(msg: ChatbotMessage, data: dict[str, Any]) -> tuple[str, list[InboundFile]]:
+        """Text and attachments of each message type; anything we cannot read yields nothing."""
+        kind = msg.message_type
+        content = data.get("content") if isinstance(data.get("content"), dict) else {}
+        files: list[InboundFile] = []
+        text = ""
+        if kind == "text" and msg.text is not None:
+            text = msg.text.content or ""
+        elif kind == "picture":
+            code = content.get("downloadCode") or content.get("pictureDownloadCode")
+            if code:
+                files.append(InboundFile(name="image.png", ref=str(code), mime="image/png"))
+        elif kind == "richText":
+            parts: list[str] = []
+            for item in content.get("richText") or []:
+                if not isinstance(item, dict):
+                    continue
+                if "text" in item:
+                    parts.append(str(item["text"]))
+                code = item.get("downloadCode") or item.get("pictureDownloadCode")
+                if code:
+                    files.append(
+                        InboundFile(name=f"image-{len(files) + 1}.png", ref=str(code), mime="image/png")
+                    )
+            text = "\n".join(p for p in parts if p.strip())
+        elif kind in ("file", "video", "audio"):
+            code = content.get("downloadCode")
+            if kind == "audio":
+                text = str(content.get("recognition") or "")
+            if code:
+                default = {"file": "file", "video": "video.mp4", "audio": "audio.amr"}[kind]
+                files.append(InboundFile(name=str(content.get("fileName") or default), ref=str(code)))
+        return text.strip(), files
+
+    # --- replies -----------------------------------------------------------------------------------
+    def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        target = ReplyTarget.from_context(message.context, self.config.client_id or "")
+        if self.card_mode:
+            return CardTransport(
+                self.api, target, self.config.card_template_id or "", self.config.card_content_key
+            )
+        return WebhookTransport(self.api, target)
+
+    async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
+        limit = min(max_bytes, self.config.max_file_bytes)
+        return await self.api.download(file.ref, self.config.client_id or "", file.name, limit)
+
+    async def download(self, file: InboundFile, max_bytes: int) -> bytes:
+        """Apply the channel's own cap (``max_file_bytes``) on top of the service-wide one."""
+        return await super().download(file, min(max_bytes, self.config.max_file_bytes))
+
+    # --- doctor ------------------------------------------------------------------------------------
+    async def check(self) -> str | None:
+        """Can we get an access token with these credentials? None when yes, else what is wrong."""
+        try:
+            await self.api.access_token()
+        except ChannelError as exc:
+            return f"cannot get a DingTalk access token: {exc}"
+        finally:
+            await self.api.close()
+        return None

@@ -1,0 +1,381 @@
+"""Discord, over discord.py 2.7's gateway client.
+
+Conversations: a DM is one conversation. In a server channel the bot answers only when mentioned
+(``mention_only``, on by default); the mention opens a Discord thread from that message, and the thread is
+the conversation from then on — the reply goes there, and later messages in the thread need no mention.
+
+discord.py keeps its REST base (``discord.http.Route.BASE``) and gateway URL
+(``DiscordWebSocket.DEFAULT_GATEWAY``) as process-wide globals. :meth:`DiscordChannel.start` sets both
+from config, so **one process talks to one Discord API base** (tests point it at a local fake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+
+from channels.base import Channel, InboundSink
+from channels.discord_transport import DiscordTransport, discord_errors, map_discord_error
+from channels.errors import Backpressure, ChannelError
+from channels.reply import ReplyTransport
+from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from config.channels.discord import DiscordConfig
+
+if TYPE_CHECKING:
+    from config.schema import Settings
+
+log = logging.getLogger(__name__)
+
+#: 2000 characters per message; about 5 messages per 5 s per channel, so one call a second per chat.
+DISCORD_LIMITS = ReplyLimits(text_limit=2000, min_edit_interval=1.0)
+#: discord.py refuses values below 30 s; a longer 429 is handed to the scheduler as RetryAfter.
+MAX_RATELIMIT_SLEEP = 30.0
+#: Discord caps thread names at 100 characters.
+THREAD_NAME_LIMIT = 100
+#: JSON error code: "A thread has already been created for this message" (a redelivered mention).
+THREAD_ALREADY_EXISTS = 160004
+#: How long a full inbox is retried (polling at most every 2 s): the gateway cannot redeliver an event,
+#: so the message waits here for room rather than being dropped.
+BACKPRESSURE_WAIT_SECONDS = 30.0
+BACKPRESSURE_MAX_POLL = 2.0
+BUSY_NOTICE = "I'm overloaded right now and could not take that message — please send it again in a minute."
+APP_FLAG_MESSAGE_CONTENT = (1 << 18) | (1 << 19)  # GATEWAY_MESSAGE_CONTENT(_LIMITED)
+_REMEMBERED = 10_000
+DISCORD_GATEWAY = "wss://gateway.discord.gg/"
+
+
+def point_discord_at(config: DiscordConfig) -> None:
+    """Aim discord.py's process-wide REST base and gateway URL at ``config`` (see the module doc)."""
+    discord.http.Route.BASE = config.api_base_url.rstrip("/")
+    DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url or DISCORD_GATEWAY)
+
+
+def bot_intents() -> discord.Intents:
+    """Only what the bot reads: guilds (channels/threads), messages in guilds and DMs, and their text."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+class _Client(discord.Client):
+    """discord.py calls ``on_<event>`` methods; these forward to the channel."""
+
+    def __init__(self, owner: DiscordChannel, **options: Any) -> None:
+        super().__init__(**options)
+        self.owner = owner
+
+    async def on_ready(self) -> None:
+        self.owner._on_ready()
+
+    async def on_resumed(self) -> None:
+        self.owner._on_ready()
+
+    async def on_disconnect(self) -> None:
+        self.owner._on_disconnect()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.owner._on_message(message)
+
+
+class DiscordChannel(Channel):
+    provider = "discord"
+    limits = DISCORD_LIMITS
+
+    def __init__(self, config: DiscordConfig, *, settings: Settings | None = None) -> None:
+        if config.edit_interval_seconds != DISCORD_LIMITS.min_edit_interval:
+            self.limits = ReplyLimits(  # type: ignore[misc]
+                text_limit=DISCORD_LIMITS.text_limit, min_edit_interval=config.edit_interval_seconds
+            )
+        super().__init__()
+        self.config = config
+        self.settings = settings
+        self._client: _Client | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._stopping = False
+        self._bot_threads: OrderedDict[int, int] = OrderedDict()  # threads this bot opened → parent
+
+    @property
+    def client(self) -> discord.Client:
+        if self._client is None:
+            raise ChannelError("the Discord channel is not started")
+        return self._client
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def start(self, sink: InboundSink) -> None:
+        if not self.config.bot_token:
+            self.status.set("error", "channels.discord.bot_token is not set")
+            raise ChannelError("channels.discord.bot_token is not set")
+        self._sink = sink
+        self._stopping = False
+        self._ready.clear()
+        point_discord_at(self.config)
+        # Text only: the voice extras are not installed on purpose, so skip discord.py's warnings about them.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+        client = self._client = _Client(
+            self,
+            intents=bot_intents(),
+            guild_ready_timeout=self.config.guild_ready_timeout,
+            max_ratelimit_timeout=MAX_RATELIMIT_SLEEP,
+            chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.none(),
+            max_messages=None,
+        )
+        self.status.set("starting", "logging in")
+        try:
+            await client.login(self.config.bot_token)
+        except discord.LoginFailure:
+            await self._close_client()
+            self.status.set("error", "Discord rejected the bot token")
+            raise ChannelError(
+                "Discord rejected the bot token (401); reset it in the Developer Portal"
+            ) from None
+        except Exception as exc:
+            await self._close_client()
+            problem = map_discord_error(exc)
+            self.status.set("error", f"login failed: {problem}")
+            raise problem from exc
+        self._runner = asyncio.create_task(self._connect(client), name="discord-gateway")
+        ready = asyncio.create_task(self._ready.wait())
+        await asyncio.wait(
+            {ready, self._runner}, timeout=self.config.connect_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        ready.cancel()
+        if self._ready.is_set():
+            return
+        detail = self.status.detail if self.status.state == "error" else None
+        await self.stop()
+        detail = detail or f"the Discord gateway did not become ready within {self.config.connect_timeout:g}s"
+        self.status.set("error", detail)
+        raise ChannelError(detail)
+
+    async def _connect(self, client: discord.Client) -> None:
+        """Run the gateway until stopped; discord.py reconnects and resumes by itself."""
+        try:
+            await client.connect(reconnect=True)
+        except asyncio.CancelledError:
+            raise
+        except discord.PrivilegedIntentsRequired:
+            self.status.set(
+                "error",
+                "the Message Content intent is not enabled: Developer Portal → Bot → Privileged Gateway Intents",
+            )
+        except discord.ConnectionClosed as exc:
+            self.status.set("error", f"the Discord gateway closed the connection (code {exc.code})")
+        except Exception as exc:
+            log.warning("Discord gateway stopped: %s", map_discord_error(exc))
+            self.status.set("error", f"gateway stopped: {map_discord_error(exc)}")
+        else:
+            if not self._stopping:
+                self.status.set("error", "the Discord gateway connection ended")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self._close_client()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._runner
+            self._runner = None
+        if self.status.state != "error":
+            self.status.set("stopped")
+
+    async def _close_client(self) -> None:
+        if self._client is not None and not self._client.is_closed():
+            with contextlib.suppress(Exception):
+                await self._client.close()
+
+    def _on_ready(self) -> None:
+        user = self.client.user
+        self.status.set("connected", f"as {user}" if user else None)
+        self._ready.set()
+
+    def _on_disconnect(self) -> None:
+        if not self._stopping and self._ready.is_set():
+            self.status.set("reconnecting", "gateway connection lost; discord.py is resuming it")
+
+    # --- inbound ---------------------------------------------------------------------------------
+    async def _on_message(self, message: discord.Message) -> None:
+        try:
+            inbound = await self.normalise(message)
+            if inbound is not None:
+                await self._deliver(inbound)
+        except Exception:  # one bad event must never take the gateway listener down
+            log.exception("handling a Discord message failed")
+
+    async def normalise(self, message: discord.Message) -> InboundMessage | None:
+        """Turn a gateway message into an :class:`InboundMessage`, or None when the bot should not look at it.
+
+        This is also where a mention in a channel opens the thread that becomes the conversation, because
+        the reply must have somewhere to go before the manager starts answering.
+        """
+        me = self.client.user
+        if me is None or message.author.id == me.id or message.author.bot:
+            return None
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return None  # joins, pins, "thread created" notices …
+        mentioned = any(user.id == me.id for user in message.mentions)
+        text = self._strip_mention(message.content)
+        channel = message.channel
+        context: dict[str, Any] = {}
+        # A server message whose server is not (yet) in discord.py's cache still carries its guild id.
+        guild_id = message.guild.id if message.guild else getattr(channel, "guild_id", None)
+        if guild_id is None:
+            workspace, chat, topic = "", str(channel.id), None
+            context["reply_channel"] = str(channel.id)
+        else:
+            workspace = str(guild_id)
+            if isinstance(channel, discord.Thread) and self._is_bot_thread(channel):
+                chat, topic = str(channel.parent_id), str(channel.id)
+            elif channel.id in self._bot_threads:  # our thread, missing from discord.py's cache
+                chat, topic = str(self._bot_threads[channel.id]), str(channel.id)
+            elif isinstance(channel, discord.Thread):
+                if self.config.mention_only and not mentioned:
+                    return None
+                chat, topic = str(channel.parent_id), str(channel.id)
+            elif self.config.mention_only and not mentioned:
+                return None
+            elif mentioned and message.guild is not None and self._guild_allowed(workspace):
+                chat = str(channel.id)
+                thread_id = await self._open_thread(message, text)
+                topic = str(thread_id) if thread_id else None
+            else:
+                chat, topic = str(channel.id), None
+            context["reply_channel"] = topic or chat
+            if topic is None:
+                context["reference"] = str(message.id)
+        return InboundMessage(
+            provider=self.provider,
+            workspace=workspace,
+            chat=chat,
+            topic=topic,
+            sender=Sender(
+                id=str(message.author.id), name=message.author.display_name, is_bot=message.author.bot
+            ),
+            text=text,
+            platform_message_id=str(message.id),
+            mentioned=mentioned,
+            is_private=guild_id is None,
+            files=[self._inbound_file(a) for a in message.attachments],
+            context=context,
+        )
+
+    def _strip_mention(self, content: str) -> str:
+        """Remove the bot's own ``<@id>``/``<@!id>`` so ``@bot /new`` reads as the command ``/new``."""
+        me = self.client.user
+        if me is None:
+            return content.strip()
+        return re.sub(r"[ \t]{2,}", " ", re.sub(rf"<@!?{me.id}>", "", content)).strip()
+
+    def _is_bot_thread(self, thread: discord.Thread) -> bool:
+        me = self.client.user
+        return thread.id in self._bot_threads or (me is not None and thread.owner_id == me.id)
+
+    def _remember_thread(self, thread_id: int, parent_id: int) -> None:
+        self._bot_threads[thread_id] = parent_id
+        self._bot_threads.move_to_end(thread_id)
+        while len(self._bot_threads) > _REMEMBERED:
+            self._bot_threads.popitem(last=False)
+
+    async def _open_thread(self, message: discord.Message, text: str) -> int | None:
+        """Start a thread from the mentioning message; None (answer in the channel) when not permitted."""
+        name = (text.splitlines()[0] if text else "") or f"Chat with {self.client.user.display_name}"  # type: ignore[union-attr]
+        if len(name) > THREAD_NAME_LIMIT:
+            name = name[: THREAD_NAME_LIMIT - 1] + "…"
+        try:
+            with discord_errors():
+                thread = await message.create_thread(name=name)
+        except ChannelError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, discord.HTTPException) and cause.code == THREAD_ALREADY_EXISTS:
+                # A redelivered mention: Discord gives a message's thread the message's own id.
+                self._remember_thread(message.id, message.channel.id)
+                return message.id
+            log.info("could not open a thread, answering in the channel: %s", exc)
+            return None
+        self._remember_thread(thread.id, message.channel.id)
+        return thread.id
+
+    @staticmethod
+    def _inbound_file(attachment: discord.Attachment) -> InboundFile:
+        return InboundFile(
+            name=attachment.filename, ref=attachment.url, size=attachment.size, mime=attachment.content_type
+        )
+
+    async def _deliver(self, inbound: InboundMessage) -> None:
+        """Hand the message to the inbox; on a full inbox wait for room (a gateway event is not resent)."""
+        assert self._sink is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BACKPRESSURE_WAIT_SECONDS
+        delay = 0.25
+        while True:
+            try:
+                accepted = await self._sink(inbound)
+            except Backpressure:
+                if loop.time() + delay > deadline or self._stopping:
+                    log.warning("inbox still full; telling the sender to try again")
+                    with contextlib.suppress(ChannelError):
+                        await self.open_reply(inbound).finish(BUSY_NOTICE)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKPRESSURE_MAX_POLL)
+                continue
+            if accepted:
+                await self.reply_transport(inbound).typing()
+            return
+
+    # --- policy ----------------------------------------------------------------------------------
+    def _guild_allowed(self, workspace: str) -> bool:
+        return not self.config.allowed_guilds or workspace in self.config.allowed_guilds
+
+    def is_allowed(self, message: InboundMessage) -> bool:
+        """DMs always; server messages only from ``allowed_guilds`` (empty = every server)."""
+        return message.is_private or self._guild_allowed(message.workspace)
+
+    # --- replies and files -----------------------------------------------------------------------
+    def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        return DiscordTransport(self, message)
+
+    async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
+        """Fetch an attachment over discord.py's own HTTP session (same proxy and connector settings)."""
+        with discord_errors():
+            return await self.client.http.get_from_cdn(file.ref)
+
+    # --- doctor ----------------------------------------------------------------------------------
+    async def check(self) -> str | None:
+        """Ask Discord who the token belongs to, and whether the app may read message text."""
+        if not self.config.bot_token:
+            return "channels.discord.bot_token is not set"
+        base = self.config.api_base_url.rstrip("/")
+        headers = {"Authorization": f"Bot {self.config.bot_token}"}
+        timeout = aiohttp.ClientTimeout(total=10)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+                async with session.get(f"{base}/users/@me") as response:
+                    if response.status == 401:
+                        return "Discord rejected the bot token (401); reset it under Developer Portal → Bot"
+                    if response.status >= 400:
+                        return f"Discord answered {response.status} to /users/@me at {base}"
+                async with session.get(f"{base}/applications/@me") as response:
+                    if response.status == 200:
+                        flags = int((await response.json(content_type=None)).get("flags") or 0)
+                        if not flags & APP_FLAG_MESSAGE_CONTENT:
+                            return (
+                                "the Message Content intent is off: Developer Portal → Bot → "
+                                "Privileged Gateway Intents → Message Content Intent"
+                            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return f"cannot reach Discord at {base} ({type(exc).__name__})"
+        return None

@@ -1,0 +1,263 @@
+"""The Feishu/Lark open-platform calls the channel makes, on lark-oapi's async methods, with one error map.
+
+Why a wrapper: lark-oapi's ``a…`` methods are async for the request itself, but fetch the tenant token
+with blocking ``requests`` inside ``verify()``. So the client is built with ``enable_set_token(True)`` and
+every call first obtains the token through the SDK's own cache on a worker thread
+(:meth:`LarkApi.tenant_token`): the cache refreshes 10 minutes before the 2-hour expiry, and nothing
+blocks the service's event loop. A token the platform rejects anyway is forgotten and the call retried once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import lark_oapi as lark
+import requests
+from lark_oapi.api.im.v1 import (
+    CreateFileRequest,
+    CreateFileRequestBody,
+    CreateImageRequest,
+    CreateImageRequestBody,
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    Emoji,
+    GetMessageResourceRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+)
+from lark_oapi.core.enum import AccessTokenType, HttpMethod
+from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.model import BaseRequest, RequestOption
+from lark_oapi.core.token.manager import TokenManager
+
+from channels.errors import (
+    BadRequest,
+    ChannelError,
+    EditFailed,
+    Forbidden,
+    NetworkError,
+    RetryAfter,
+)
+
+log = logging.getLogger(__name__)
+
+#: ``code`` values that mean "slow down" (the generic gateway limit and the IM per-chat limits).
+RATE_LIMIT_CODES = frozenset({99991400, 230020, 11232, 11233})
+#: The bot may not do this: scope missing, bot not in the chat, bot capability off, user out of range.
+FORBIDDEN_CODES = frozenset({99991672, 99991679, 230002, 230006, 230013, 230027, 232011})
+#: The tenant token was rejected: refetch it once, then give up.
+TOKEN_CODES = frozenset({99991661, 99991663, 99991668})
+DEFAULT_RETRY_AFTER = 1.0
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tiff", ".ico"})
+FILE_TYPES = {".pdf": "pdf", ".doc": "doc", ".docx": "doc", ".xls": "xls", ".xlsx": "xls"}
+FILE_TYPES |= {".ppt": "ppt", ".pptx": "ppt", ".mp4": "mp4", ".opus": "opus"}
+
+
+def map_error(
+    status: int | None,
+    code: int | None,
+    msg: str | None,
+    headers: Mapping[str, str] | None,
+    *,
+    editing: bool = False,
+) -> ChannelError:
+    """The one place a failed Feishu call becomes a :mod:`channels.errors` type.
+
+    ``editing`` marks a card PATCH: any failure there that is not a rate limit, a permission problem or a
+    transport fault means this card cannot be updated (recalled, deleted, too old, rejected card JSON),
+    which the reply stream answers by posting the text as a new message.
+    """
+    text = f"feishu error {code}: {msg or 'no message'} (HTTP {status})"
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    if status == 429 or code in RATE_LIMIT_CODES:
+        reset = lowered.get("x-ogw-ratelimit-reset")
+        try:
+            wait = float(reset) if reset is not None else DEFAULT_RETRY_AFTER
+        except ValueError:
+            wait = DEFAULT_RETRY_AFTER
+        return RetryAfter(wait, text)
+    if code in FORBIDDEN_CODES or status == 403:
+        return Forbidden(text)
+    if status is not None and status >= 500 and not code:
+        return NetworkError(text)
+    if editing:
+        return EditFailed(text)
+    if status is not None and status >= 500:
+        return NetworkError(text)
+    return BadRequest(text)
+
+
+def _file_type(path: Path) -> str:
+    return FILE_TYPES.get(path.suffix.lower(), "stream")
+
+
+def is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+class LarkApi:
+    """A thin async facade over ``lark.Client`` for the IM calls a chat channel needs."""
+
+    def __init__(self, app_id: str, app_secret: str, domain: str, *, timeout: float = 30.0) -> None:
+        self.app_id = app_id
+        self.client = (
+            lark.Client.builder()
+            .app_id(app_id)
+            .app_secret(app_secret)
+            .domain(domain)
+            .enable_set_token(True)
+            .timeout(timeout)
+            .log_level(lark.LogLevel.WARNING)
+            .build()
+        )
+
+    # --- token ------------------------------------------------------------------------------------
+    async def tenant_token(self) -> str:
+        """A valid tenant token from the SDK's cache, fetched/refreshed on a worker thread if needed."""
+        try:
+            return await asyncio.to_thread(TokenManager.get_self_tenant_token, self.client.config)
+        except ObtainAccessTokenException as exc:
+            code = getattr(exc, "code", None)
+            raise Forbidden(
+                f"feishu rejected the app credentials (code {code}): {getattr(exc, 'msg', '')}"
+            ) from None
+        except requests.RequestException as exc:
+            raise NetworkError(f"feishu token endpoint unreachable: {type(exc).__name__}") from None
+        except ValueError as exc:  # a non-JSON answer (proxy error page, 5xx)
+            raise NetworkError(f"feishu token endpoint gave an unreadable answer: {exc}") from None
+
+    def forget_token(self) -> None:
+        # The SDK's cache has no delete; an already-expired entry is treated as missing.
+        TokenManager.cache.set(f"self_tenant_token:{self.app_id}", "", 0)
+
+    # --- the call wrapper ---------------------------------------------------------------------------
+    async def call(
+        self,
+        fn: Callable[[Any, RequestOption], Awaitable[Any]],
+        make_request: Callable[[], Any],
+        *,
+        editing: bool = False,
+        binary: bool = False,
+    ) -> Any:
+        """Run one SDK call; return the response on ``code == 0``, raise a mapped ChannelError otherwise.
+
+        ``make_request`` builds a fresh request per attempt: the SDK consumes upload streams from the body.
+        """
+        for attempt in (1, 2):
+            token = await self.tenant_token()
+            option = RequestOption.builder().tenant_access_token(token).build()
+            try:
+                response = await fn(make_request(), option)
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"feishu unreachable: {type(exc).__name__}") from None
+            except ValueError as exc:  # the SDK could not parse the body (e.g. an HTML 502 page)
+                raise NetworkError(f"feishu gave an unreadable answer: {exc}") from None
+            raw = getattr(response, "raw", None)
+            status = getattr(raw, "status_code", None)
+            code = getattr(response, "code", None)
+            if code == 0 and (binary or status is None or status < 400):
+                return response
+            if code in TOKEN_CODES and attempt == 1:
+                log.info("feishu rejected the cached tenant token; fetching a new one")
+                self.forget_token()
+                continue
+            headers = getattr(raw, "headers", None) or {}
+            raise map_error(status, code, getattr(response, "msg", None), headers, editing=editing)
+        raise AssertionError("unreachable")
+
+    # --- operations ----------------------------------------------------------------------------------
+    async def bot_info(self) -> dict[str, Any]:
+        """``GET /open-apis/bot/v3/info``: the bot's own ``open_id`` and name (no typed SDK method)."""
+
+        def make() -> BaseRequest:
+            return (
+                BaseRequest.builder()
+                .http_method(HttpMethod.GET)
+                .uri("/open-apis/bot/v3/info")
+                .token_types({AccessTokenType.TENANT})
+                .build()
+            )
+
+        response = await self.call(self.client.arequest, make)
+        try:
+            body = json.loads(response.raw.content)
+        except ValueError as exc:
+            raise NetworkError(f"feishu bot info was unreadable: {exc}") from None
+        bot = body.get("bot") or body.get("data", {}).get("bot") or {}
+        return bot if isinstance(bot, dict) else {}
+
+    async def reply(self, message_id: str, msg_type: str, content: str, *, in_thread: bool = False) -> str:
+        body = ReplyMessageRequestBody.builder().msg_type(msg_type).content(content)
+        if in_thread:
+            body = body.reply_in_thread(True)
+        request = ReplyMessageRequest.builder().message_id(message_id).request_body(body.build()).build()
+        response = await self.call(self.client.im.v1.message.areply, lambda: request)
+        return str(response.data.message_id)
+
+    async def create(self, chat_id: str, msg_type: str, content: str) -> str:
+        body = (
+            CreateMessageRequestBody.builder().receive_id(chat_id).msg_type(msg_type).content(content).build()
+        )
+        request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+        response = await self.call(self.client.im.v1.message.acreate, lambda: request)
+        return str(response.data.message_id)
+
+    async def patch(self, message_id: str, content: str) -> None:
+        body = PatchMessageRequestBody.builder().content(content).build()
+        request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+        await self.call(self.client.im.v1.message.apatch, lambda: request, editing=True)
+
+    async def react(self, message_id: str, emoji_type: str) -> None:
+        body = (
+            CreateMessageReactionRequestBody.builder()
+            .reaction_type(Emoji.builder().emoji_type(emoji_type).build())
+            .build()
+        )
+        request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+        await self.call(self.client.im.v1.message_reaction.acreate, lambda: request)
+
+    async def download(self, message_id: str, file_key: str, kind: str) -> bytes:
+        """A message's image/file bytes. The SDK buffers the whole body; the caller enforces the size cap."""
+        request = (
+            GetMessageResourceRequest.builder().message_id(message_id).file_key(file_key).type(kind).build()
+        )
+        response = await self.call(self.client.im.v1.message_resource.aget, lambda: request, binary=True)
+        if response.file is None:
+            raise BadRequest(f"feishu returned no content for resource {file_key}")
+        return bytes(response.file.getvalue())
+
+    async def upload(self, path: Path) -> tuple[str, str]:
+        """Upload a local file; return (msg_type, content JSON) for the message that shows it."""
+        data = await asyncio.to_thread(path.read_bytes)
+
+        def stream() -> io.BytesIO:
+            buffer = io.BytesIO(data)
+            buffer.name = path.name  # httpx uses it as the multipart file name
+            return buffer
+
+        if is_image(path):
+
+            def make_image() -> CreateImageRequest:
+                body = CreateImageRequestBody.builder().image_type("message").image(stream()).build()
+                return CreateImageRequest.builder().request_body(body).build()
+
+            response = await self.call(self.client.im.v1.image.acreate, make_image)
+            return "image", json.dumps({"image_key": response.data.image_key})
+
+        def make_file() -> CreateFileRequest:
+            body = CreateFileRequestBody.builder().file_type(_file_type(path)).file_name(path.name)
+            return CreateFileRequest.builder().request_body(body.file(stream()).build()).build()
+
+        response = await self.call(self.client.im.v1.file.acreate, make_file)
+        return "file", json.dumps({"file_key": response.data.file_key})

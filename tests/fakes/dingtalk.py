@@ -1,0 +1,521 @@
+"""A fake DingTalk: stream gateway (websocket) + the OpenAPI calls a robot makes, on 127.0.0.1.
+
+The real dingtalk-stream SDK connects to it unchanged: ``POST /v1.0/gateway/connections/open`` returns a
+``ws://127.0.0.1`` endpoint and a ticket, the websocket speaks the Stream protocol's JSON frames
+(``CALLBACK`` frames on topic ``/v1.0/im/bot/messages/get``, ``SYSTEM`` pings) and records the client's
+ACK frames. Alongside: OAuth access tokens (with a real expiry, expired tokens get 401), AI cards
+(create, deliver, streaming updates), session webhooks (``/robot/sendBySession?session=…``), file
+downloads by downloadCode, and outbound files (``/media/upload`` on the old oapi host, then
+``oToMessages/batchSend`` / ``groupMessages/send``).
+
+Driving it from a test::
+
+    fake.send_bot_message("1", "hello", sender_id="alice")            # one-to-one
+    fake.send_bot_message("2", "hi", sender_id="bob", conversation_id="cid-team", at_bot=True)
+    fake.fail_next("/v1.0/card/streaming", status=429)
+    await fake.wait_for(lambda: fake.markdown_texts(fake.p2p_conversation("alice")))
+
+``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
+AI cards (each card keeps every content it showed and whether it was finalised).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from tests.fakes.server import ThreadedServer
+
+BOT_TOPIC = "/v1.0/im/bot/messages/get"
+
+
+@dataclass
+class Bubble:
+    """One thing visible in a conversation: a markdown/text message or an AI card."""
+
+    kind: str  # "markdown" | "text" | "card" | "file"
+    conversation: str
+    history: list[str] = field(default_factory=list)
+    title: str | None = None
+    ref: str | None = None  # outTrackId for cards
+    template: str | None = None
+    finalized: bool = False
+    data: bytes | None = None  # a file message's bytes
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+
+@dataclass
+class Failure:
+    path: str
+    status: int
+    errcode: int | None
+    retry_after: float | None
+    times: int
+
+
+class FakeDingTalk(ThreadedServer):
+    def __init__(
+        self,
+        client_id: str = "ding-app-key",
+        client_secret: str = "ding-app-secret",
+        corp_id: str = "ding-corp-1",
+        token_ttl: int = 7200,
+    ) -> None:
+        super().__init__()
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.corp_id = corp_id
+        self.token_ttl = token_ttl
+        self.tokens: dict[str, float] = {}  # token → expires at (monotonic)
+        self.rejected_tokens: list[str] = []
+        self.acks: dict[str, dict[str, Any]] = {}  # stream messageId → ACK frame
+        self.frames_sent: list[dict[str, Any]] = []
+        self.connections_opened = 0
+        self.files: dict[str, tuple[str, bytes]] = {}
+        self.media: dict[str, tuple[str, bytes]] = {}  # uploaded by the bot: media_id → (name, bytes)
+        self.cards: dict[str, Bubble] = {}
+        self._bubbles: list[Bubble] = []
+        self._sessions: dict[str, str] = {}  # session id → conversation
+        self._p2p: dict[str, str] = {}  # sender staff id → its one-to-one conversation id
+        self._tickets: set[str] = set()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._failures: list[Failure] = []
+        self.injected: list[dict[str, Any]] = []  # failures actually served: path, status, errcode
+        self._ids = itertools.count(1)
+
+    # --- routes --------------------------------------------------------------------------------
+    def setup_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1.0/gateway/connections/open", self._open_connection)
+        app.router.add_get("/gateway/ws", self._websocket)
+        app.router.add_post("/v1.0/oauth2/accessToken", self._access_token)
+        app.router.add_post("/v1.0/card/instances", self._card_create)
+        app.router.add_post("/v1.0/card/instances/deliver", self._card_deliver)
+        app.router.add_put("/v1.0/card/streaming", self._card_streaming)
+        app.router.add_post("/robot/sendBySession", self._send_by_session)
+        app.router.add_post("/v1.0/robot/messageFiles/download", self._file_download)
+        app.router.add_get("/files/{code}", self._file_bytes)
+        app.router.add_post("/media/upload", self._media_upload)
+        app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._robot_send)
+        app.router.add_post("/v1.0/robot/groupMessages/send", self._robot_send)
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"_raw": raw.decode(errors="replace")}
+        self.record(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": dict(request.query),
+                "token": request.headers.get("x-acs-dingtalk-access-token"),
+                "body": body,
+                "at": time.time(),
+            }
+        )
+        return body
+
+    def _injected(self, path: str) -> web.Response | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.path in path and failure.times > 0:
+                    failure.times -= 1
+                    break
+            else:
+                return None
+            self.injected.append({"path": path, "status": failure.status, "errcode": failure.errcode})
+        headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
+        if failure.errcode is not None:
+            payload = {
+                "errcode": failure.errcode,
+                "errmsg": "send too fast" if failure.errcode == 130101 else "error",
+            }
+        elif failure.status == 429:
+            payload = {"code": "Throttling.Api", "message": "request was throttled"}
+        else:
+            payload = {"code": "InvalidParameter", "message": "injected failure"}
+        return web.json_response(payload, status=failure.status, headers=headers)
+
+    def _auth(self, request: web.Request) -> web.Response | None:
+        token = request.headers.get("x-acs-dingtalk-access-token", "")
+        expires = self.tokens.get(token)
+        if expires is None or time.monotonic() >= expires:
+            self.rejected_tokens.append(token)
+            return web.json_response(
+                {"code": "InvalidAuthentication", "message": "access token is invalid or expired"}, status=401
+            )
+        return None
+
+    async def _open_connection(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if body.get("clientId") != self.client_id or body.get("clientSecret") != self.client_secret:
+            return web.json_response({"code": "InvalidAuthentication", "message": "bad client"}, status=401)
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        return web.json_response({"endpoint": f"ws://{self.host}:{self.port}/gateway/ws", "ticket": ticket})
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("ticket") not in self._tickets:
+            return web.Response(status=401, text="bad ticket")
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        self.connections_opened += 1
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                message_id = (frame.get("headers") or {}).get("messageId")
+                if message_id:
+                    with self._lock:
+                        self.acks[message_id] = frame
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _access_token(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._injected(request.path)) is not None:
+            return failed
+        if body.get("appKey") != self.client_id or body.get("appSecret") != self.client_secret:
+            return web.json_response({"code": "invalidClientIdOrSecret", "message": "bad appKey"}, status=400)
+        token = f"tok-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        self.tokens[token] = time.monotonic() + self.token_ttl
+        return web.json_response({"accessToken": token, "expireIn": self.token_ttl})
+
+    async def _card_create(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        if not body.get("cardTemplateId") or not body.get("outTrackId"):
+            return web.json_response({"code": "param.invalid", "message": "missing template"}, status=400)
+        params = (body.get("cardData") or {}).get("cardParamMap") or {}
+        first = next(iter(params.values()), "")
+        self.cards[body["outTrackId"]] = Bubble(
+            "card", "", [first], ref=body["outTrackId"], template=body["cardTemplateId"]
+        )
+        return web.json_response({"success": True, "result": body["outTrackId"]})
+
+    async def _card_deliver(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        card = self.cards.get(body.get("outTrackId", ""))
+        space = str(body.get("openSpaceId", ""))
+        if card is None or not space.startswith("dtv1.card//"):
+            return web.json_response({"code": "param.invalid", "message": "unknown card"}, status=400)
+        space_type, _, space_id = space[len("dtv1.card//") :].partition(".")
+        card.conversation = space_id if space_type == "IM_GROUP" else self._p2p.get(space_id, space_id)
+        with self._lock:
+            self._bubbles.append(card)
+        return web.json_response({"success": True})
+
+    async def _card_streaming(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        card = self.cards.get(body.get("outTrackId", ""))
+        if card is None:
+            return web.json_response({"code": "param.invalid", "message": "card not found"}, status=400)
+        content = str(body.get("content", ""))
+        card.history.append(content if body.get("isFull") else card.text + content)
+        card.finalized = card.finalized or bool(body.get("isFinalize"))
+        return web.json_response({"success": True})
+
+    async def _send_by_session(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._injected(request.path)) is not None:
+            return failed
+        conversation = self._sessions.get(request.query.get("session", ""))
+        if conversation is None:
+            return web.json_response({"errcode": 300001, "errmsg": "session does not exist"})
+        kind = body.get("msgtype")
+        if kind == "markdown":
+            md = body.get("markdown") or {}
+            bubble = Bubble("markdown", conversation, [str(md.get("text", ""))], title=md.get("title"))
+        elif kind == "text":
+            bubble = Bubble("text", conversation, [str((body.get("text") or {}).get("content", ""))])
+        else:
+            return web.json_response({"errcode": 40035, "errmsg": "unsupported msgtype"})
+        with self._lock:
+            self._bubbles.append(bubble)
+        return web.json_response({"errcode": 0, "errmsg": "ok"})
+
+    async def _file_download(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        code = str(body.get("downloadCode", ""))
+        if code not in self.files or body.get("robotCode") != self.client_id:
+            return web.json_response({"code": "param.invalid", "message": "bad downloadCode"}, status=400)
+        return web.json_response({"downloadUrl": f"{self.url}/files/{code}"})
+
+    async def _file_bytes(self, request: web.Request) -> web.Response:
+        self.record({"method": "GET", "path": request.path, "at": time.time()})
+        entry = self.files.get(request.match_info["code"])
+        if entry is None:
+            return web.Response(status=404)
+        return web.Response(body=entry[1], content_type="application/octet-stream")
+
+    async def _media_upload(self, request: web.Request) -> web.Response:
+        """The old ``oapi`` host: token in the query, multipart body, errcode-style answers."""
+        form = await request.post()
+        media = form.get("media")
+        self.record(
+            {
+                "method": "POST",
+                "path": request.path,
+                "query": {"type": request.query.get("type")},
+                "token": request.query.get("access_token"),
+                "at": time.time(),
+            }
+        )
+        if (failed := self._injected(request.path)) is not None:
+            return failed
+        expires = self.tokens.get(request.query.get("access_token", ""))
+        if expires is None or time.monotonic() >= expires:
+            return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+        if media is None or not hasattr(media, "file"):
+            return web.json_response({"errcode": 40004, "errmsg": "no media"})
+        media_id = f"@media-{next(self._ids)}"
+        self.media[media_id] = (media.filename, media.file.read())
+        return web.json_response({"errcode": 0, "errmsg": "ok", "media_id": media_id, "type": "file"})
+
+    async def _robot_send(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        param = json.loads(body.get("msgParam") or "{}")
+        key = body.get("msgKey")
+        if key not in ("sampleFile", "sampleMarkdown") or (
+            key == "sampleFile" and param.get("mediaId") not in self.media
+        ):
+            return web.json_response({"code": "param.invalid", "message": "bad msgKey/msgParam"}, status=400)
+        if "openConversationId" in body:
+            conversation = str(body["openConversationId"])
+        else:
+            [user] = body.get("userIds") or [""]
+            conversation = self._p2p.get(user, user)
+        if key == "sampleMarkdown":
+            bubble = Bubble("markdown", conversation, [str(param.get("text", ""))], title=param.get("title"))
+        else:
+            name, data = self.media[param["mediaId"]]
+            bubble = Bubble("file", conversation, [param.get("fileName") or name], data=data)
+        with self._lock:
+            self._bubbles.append(bubble)
+        return web.json_response({"processQueryKey": uuid.uuid4().hex})
+
+    # --- injection API -------------------------------------------------------------------------
+    def p2p_conversation(self, sender_id: str) -> str:
+        """The one-to-one conversation id between ``sender_id`` and the robot."""
+        return self._p2p.setdefault(sender_id, f"cid-p2p-{sender_id}")
+
+    def add_file(self, download_code: str, data: bytes, name: str = "file.bin") -> None:
+        self.files[download_code] = (name, data)
+
+    def build_message(
+        self,
+        conversation_type: str,
+        text: str = "",
+        sender_id: str = "user-1",
+        conversation_id: str | None = None,
+        *,
+        at_bot: bool = False,
+        msg_id: str | None = None,
+        msgtype: str = "text",
+        download_code: str | None = None,
+        file_name: str | None = None,
+        sender_nick: str | None = None,
+        webhook_ttl: float = 5400,
+    ) -> dict[str, Any]:
+        """The ``data`` of a robot-message callback, shaped like DingTalk's."""
+        now_ms = int(time.time() * 1000)
+        if conversation_type == "1":
+            conversation_id = conversation_id or self.p2p_conversation(sender_id)
+            self._p2p[sender_id] = conversation_id
+        else:
+            conversation_id = conversation_id or "cid-group-1"
+        session = uuid.uuid4().hex
+        self._sessions[session] = conversation_id
+        data: dict[str, Any] = {
+            "conversationId": conversation_id,
+            "chatbotCorpId": self.corp_id,
+            "chatbotUserId": "$:LWCP_v1:$robot",
+            "msgId": msg_id or f"msg{uuid.uuid4().hex[:16]}",
+            "senderNick": sender_nick or sender_id.title(),
+            "isAdmin": False,
+            "senderStaffId": sender_id,
+            "sessionWebhookExpiredTime": now_ms + int(webhook_ttl * 1000),
+            "createAt": now_ms,
+            "senderCorpId": self.corp_id,
+            "conversationType": conversation_type,
+            "senderId": f"$:LWCP_v1:${sender_id}",
+            "sessionWebhook": f"{self.url}/robot/sendBySession?session={session}",
+            "robotCode": self.client_id,
+            "msgtype": msgtype,
+        }
+        if conversation_type == "2":
+            data["isInAtList"] = at_bot
+            data["conversationTitle"] = "Team room"
+            if at_bot:
+                data["atUsers"] = [{"dingtalkId": "$:LWCP_v1:$robot"}]
+        if msgtype == "text":
+            data["text"] = {"content": (" " if at_bot else "") + text}
+        elif msgtype == "picture":
+            data["content"] = {"downloadCode": download_code, "pictureDownloadCode": download_code}
+        elif msgtype in ("file", "video", "audio"):
+            data["content"] = {"downloadCode": download_code, "fileName": file_name or "file.bin"}
+        elif msgtype == "richText":
+            items: list[dict[str, Any]] = [{"text": text}] if text else []
+            if download_code:
+                items.append({"type": "picture", "downloadCode": download_code})
+            data["content"] = {"richText": items}
+        return data
+
+    def send_bot_message(
+        self,
+        conversation_type: str,
+        text: str = "",
+        sender_id: str = "user-1",
+        conversation_id: str | None = None,
+        at_bot: bool = False,
+        msg_id: str | None = None,
+        msgtype: str = "text",
+        download_code: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Push a robot message to the connected client. Returns the stream frame's messageId (for ACKs)."""
+        data = self.build_message(
+            conversation_type,
+            text,
+            sender_id,
+            conversation_id,
+            at_bot=at_bot,
+            msg_id=msg_id,
+            msgtype=msgtype,
+            download_code=download_code,
+            **kwargs,
+        )
+        return self.push_callback(data)
+
+    def push_callback(self, data: dict[str, Any], topic: str = BOT_TOPIC) -> str:
+        message_id = uuid.uuid4().hex
+        frame = {
+            "specVersion": "1.0",
+            "type": "CALLBACK",
+            "headers": {
+                "appId": "fake-app",
+                "connectionId": "fake-connection",
+                "contentType": "application/json",
+                "messageId": message_id,
+                "time": str(int(time.time() * 1000)),
+                "topic": topic,
+            },
+            "data": json.dumps(data),
+        }
+        self._push(frame)
+        return message_id
+
+    def ping(self) -> str:
+        """A SYSTEM ping, as the gateway sends; the client must ACK it with the same data."""
+        message_id = uuid.uuid4().hex
+        frame = {
+            "specVersion": "1.0",
+            "type": "SYSTEM",
+            "headers": {"contentType": "application/json", "messageId": message_id, "topic": "ping"},
+            "data": json.dumps({"opaque": message_id}),
+        }
+        self._push(frame)
+        return message_id
+
+    def _push(self, frame: dict[str, Any]) -> None:
+        async def send() -> None:
+            if not self._sockets:
+                raise RuntimeError("no DingTalk stream client is connected")
+            await self._sockets[-1].send_str(json.dumps(frame))
+
+        self.frames_sent.append(frame)
+        self.call(send)
+
+    def disconnect_clients(self) -> None:
+        """Drop every stream connection (the client should reconnect)."""
+
+        async def close() -> None:
+            for ws in list(self._sockets):
+                await ws.close()
+
+        self.call(close)
+
+    def fail_next(
+        self,
+        path_substring: str,
+        status: int = 429,
+        errcode: int | None = None,
+        *,
+        times: int = 1,
+        retry_after: float | None = None,
+    ) -> None:
+        """The next ``times`` calls whose path contains ``path_substring`` fail with ``status``.
+
+        With ``errcode`` the answer is DingTalk's HTTP-200-with-errcode dialect (``130101`` = send too fast).
+        """
+        with self._lock:
+            self._failures.append(
+                Failure(path_substring, 200 if errcode is not None else status, errcode, retry_after, times)
+            )
+
+    # --- views ---------------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return bool(self._sockets)
+
+    def calls(self, path_substring: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self.requests if path_substring in r["path"]]
+
+    def ack_code(self, message_id: str) -> int | None:
+        """The status code the client ACKed a pushed frame with (None while not yet ACKed)."""
+        with self._lock:
+            frame = self.acks.get(message_id)
+        return None if frame is None else int(frame.get("code", 0))
+
+    async def wait_ack(self, message_id: str, timeout: float = 20.0) -> int:
+        return await self.wait_for(lambda: self.ack_code(message_id), timeout)
+
+    def bubbles(self, conversation: str) -> list[Bubble]:
+        with self._lock:
+            return [b for b in self._bubbles if b.conversation == conversation]
+
+    def markdown_texts(self, conversation: str) -> list[str]:
+        return [b.text for b in self.bubbles(conversation) if b.kind in ("markdown", "text")]
+
+    def card_bubbles(self, conversation: str) -> list[Bubble]:
+        return [b for b in self.bubbles(conversation) if b.kind == "card"]
+
+    def all_bubbles(self) -> list[Bubble]:
+        with self._lock:
+            return list(self._bubbles)
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
+        """Poll ``predicate`` until it returns something truthy; returns it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout}s")
+            await asyncio.sleep(0.02)

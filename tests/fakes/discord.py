@@ -1,0 +1,629 @@
+"""A fake Discord: REST under ``/api/v10``, a gateway websocket and an attachment CDN, on 127.0.0.1.
+
+The real discord.py client talks to it unchanged once pointed at it::
+
+    with FakeDiscord() as fake:
+        DiscordConfig(bot_token=fake.token, api_base_url=fake.api_base_url, gateway_url=fake.gateway_url)
+
+What it does, and why each piece is here:
+
+* Gateway: HELLO (op 10) → the client's IDENTIFY → READY (bot user, guilds as unavailable) followed by one
+  GUILD_CREATE per guild, so discord.py knows the guild's channels and threads. Heartbeats (op 1) get op 11;
+  RESUME (op 6) gets RESUMED. Frames are compressed the way the client asked in the URL query
+  (``compress=zstd-stream`` or ``zlib-stream``; discord.py picks zstd when ``zstandard`` is installed),
+  or sent as plain text frames when no compression is asked for.
+* REST: every response is ``Content-Type: application/json`` exactly (discord.py compares the header
+  verbatim and otherwise treats the body as text). Messages keep their edit history and the
+  ``allowed_mentions`` of every send/edit, so a test can assert what a user saw and who would be pinged.
+* Failures: :meth:`fail_next` makes the next call of a route fail the way Discord does (a 429 carries
+  ``retry_after`` in the JSON body and a ``Via`` header — without ``Via`` discord.py assumes a Cloudflare
+  ban and does not retry; ``cloudflare=True`` reproduces that).
+
+Route names for :meth:`fail_next` and ``calls``: ``me``, ``application``, ``gateway``, ``send``, ``edit``,
+``thread``, ``typing``, ``attachment``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.server import ThreadedServer
+
+try:  # discord.py asks for zstd-stream whenever zstandard is importable; mirror that
+    import zstandard
+except ImportError:  # pragma: no cover - depends on the environment
+    zstandard = None  # type: ignore[assignment]
+
+# Gateway opcodes (https://discord.com/developers/docs/topics/opcodes-and-status-codes)
+OP_DISPATCH, OP_HEARTBEAT, OP_IDENTIFY, OP_RESUME = 0, 1, 2, 6
+OP_HELLO, OP_HEARTBEAT_ACK = 10, 11
+
+MESSAGE_CONTENT_INTENT = 1 << 15  # gateway intent bit the client asks for in IDENTIFY
+MESSAGE_CONTENT_INTENT_FLAG = 1 << 18  # application flag GATEWAY_MESSAGE_CONTENT
+_SNOWFLAKE_BASE = 1_200_000_000_000_000_000
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON response whose Content-Type is exactly ``application/json`` (no charset suffix)."""
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    return web.Response(body=json.dumps(data).encode(), status=status, headers=all_headers)
+
+
+@dataclass
+class FakeMessage:
+    """One message as a Discord user would see it, with every version it went through."""
+
+    id: str
+    channel_id: str
+    author_id: str
+    history: list[str] = field(default_factory=list)
+    allowed_mentions: list[dict[str, Any] | None] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    reference: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+
+@dataclass
+class _Failure:
+    status: int
+    retry_after: float | None
+    code: int
+    cloudflare: bool
+
+
+@dataclass
+class _Connection:
+    ws: web.WebSocketResponse
+    compress: str | None
+    sequence: int = 0
+    identified: bool = False
+    session_id: str = ""
+    zlib_ctx: Any = None
+    zstd_ctx: Any = None
+
+
+class FakeDiscord(ThreadedServer):
+    def __init__(
+        self,
+        *,
+        token: str = "fake-discord-bot-token",
+        bot_name: str = "switchboard",
+        guilds: dict[str, list[str]] | None = None,
+        message_content_intent: bool = True,
+    ) -> None:
+        super().__init__()
+        self.token = token
+        self._ids = itertools.count(1)
+        self.bot_id = self.new_id()
+        self.bot_name = bot_name
+        self.message_content_intent = message_content_intent
+        #: guild id → its text channel ids. One guild with one channel unless told otherwise.
+        if guilds is None:
+            guilds = {self.new_id(): [self.new_id()]}
+        self.guilds = guilds
+        self.messages: dict[str, FakeMessage] = {}
+        self.threads: dict[str, dict[str, Any]] = {}  # thread id → channel object
+        self.typing: list[str] = []  # channel ids, one entry per typing trigger
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        #: While True the gateway refuses connections (503), as during a Discord outage.
+        self.gateway_down = False
+        self.gateway_queries: list[dict[str, str]] = []
+        self._attachments: dict[str, tuple[str, bytes, str | None]] = {}  # id → (name, data, mime)
+        self._failures: dict[str, list[_Failure]] = {}
+        self._connections: list[_Connection] = []
+        self._state_lock = threading.Lock()
+
+    # --- addresses --------------------------------------------------------------------------------
+    @property
+    def api_base_url(self) -> str:
+        return f"{self.url}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/gateway"
+
+    @property
+    def guild_id(self) -> str:
+        return next(iter(self.guilds))
+
+    @property
+    def channel_id(self) -> str:
+        return self.guilds[self.guild_id][0]
+
+    def new_id(self) -> str:
+        return str(_SNOWFLAKE_BASE + next(self._ids))
+
+    # --- objects ----------------------------------------------------------------------------------
+    def user(self, user_id: str, name: str | None = None, *, bot: bool = False) -> dict[str, Any]:
+        return {
+            "id": user_id,
+            "username": name or f"user{user_id[-4:]}",
+            "global_name": name,
+            "discriminator": "0",
+            "avatar": None,
+            "bot": bot,
+        }
+
+    @property
+    def bot_user(self) -> dict[str, Any]:
+        return {**self.user(self.bot_id, self.bot_name, bot=True), "verified": True, "mfa_enabled": False}
+
+    def _channel_object(self, guild_id: str, channel_id: str, position: int) -> dict[str, Any]:
+        return {
+            "id": channel_id,
+            "type": 0,
+            "guild_id": guild_id,
+            "name": f"channel-{position}",
+            "position": position,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+            "topic": None,
+            "rate_limit_per_user": 0,
+            "last_message_id": None,
+        }
+
+    def _guild_object(self, guild_id: str) -> dict[str, Any]:
+        return {
+            "id": guild_id,
+            "name": f"guild-{guild_id[-4:]}",
+            "unavailable": False,
+            "large": False,
+            "member_count": 2,
+            "owner_id": self.new_id(),
+            "joined_at": _now(),
+            "roles": [],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "members": [],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "channels": [self._channel_object(guild_id, c, i) for i, c in enumerate(self.guilds[guild_id])],
+            "threads": [t for t in self.threads.values() if t["guild_id"] == guild_id],
+        }
+
+    def _guild_of(self, channel_id: str) -> str | None:
+        for guild_id, channels in self.guilds.items():
+            if channel_id in channels:
+                return guild_id
+        thread = self.threads.get(channel_id)
+        return thread["guild_id"] if thread else None
+
+    def _message_object(self, message: FakeMessage, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {
+            "id": message.id,
+            "channel_id": message.channel_id,
+            "author": self.bot_user if message.author_id == self.bot_id else self.user(message.author_id),
+            "content": message.text,
+            "timestamp": _now(),
+            "edited_timestamp": _now() if len(message.history) > 1 else None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+            "components": [],
+        }
+        guild_id = self._guild_of(message.channel_id)
+        if guild_id:
+            body["guild_id"] = guild_id
+        body.update(message.payload)
+        body.update(extra or {})
+        return body
+
+    # --- test API: injecting events -----------------------------------------------------------------
+    def add_attachment(self, name: str, data: bytes, mime: str | None = None) -> dict[str, Any]:
+        """Store a file on the fake CDN and return the attachment object a message would carry."""
+        attachment_id = self.new_id()
+        with self._state_lock:
+            self._attachments[attachment_id] = (name, data, mime)
+        url = f"{self.url}/attachments/{attachment_id}/{name}"
+        body: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": name,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+        }
+        if mime:
+            body["content_type"] = mime
+        return body
+
+    def message_create(
+        self,
+        channel_id: str,
+        author: str | dict[str, Any],
+        content: str,
+        *,
+        guild_id: str | None = None,
+        mentions: list[str] | None = None,
+        attachments: list[dict[str, Any] | tuple[str, bytes]] | None = None,
+        message_id: str | None = None,
+        author_is_bot: bool = False,
+    ) -> dict[str, Any]:
+        """Deliver a MESSAGE_CREATE dispatch to every identified gateway connection; returns its payload.
+
+        ``author`` is a user id (or a full user object). ``mentions`` are user ids (put ``<@id>`` in
+        ``content`` yourself, as the Discord client does). ``attachments`` are attachment objects from
+        :meth:`add_attachment` or ``(name, bytes)`` pairs. Pass the same ``message_id`` to redeliver.
+        """
+        user = author if isinstance(author, dict) else self.user(author, bot=author_is_bot)
+        files = []
+        for item in attachments or []:
+            files.append(self.add_attachment(*item) if isinstance(item, tuple) else item)
+        payload = {
+            "id": message_id or self.new_id(),
+            "channel_id": channel_id,
+            "author": user,
+            "content": content,
+            "timestamp": _now(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [self.bot_user if m == self.bot_id else self.user(m) for m in mentions or []],
+            "mention_roles": [],
+            "attachments": files,
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+            "components": [],
+        }
+        guild_id = guild_id or self._guild_of(channel_id)
+        if guild_id:
+            payload["guild_id"] = guild_id
+        with self._state_lock:
+            self.messages.setdefault(
+                payload["id"],
+                FakeMessage(payload["id"], channel_id, user["id"], [content], payload={"author": user}),
+            )
+        self.call(lambda: self._dispatch("MESSAGE_CREATE", payload))
+        return payload
+
+    def fail_next(
+        self,
+        route: str,
+        status: int = 429,
+        *,
+        retry_after: float | None = None,
+        code: int = 0,
+        times: int = 1,
+        cloudflare: bool = False,
+    ) -> None:
+        """Make the next ``times`` calls of ``route`` fail with ``status`` (see the module doc for names).
+
+        A 429 answers like Discord's per-route limit; ``cloudflare=True`` leaves out the ``Via`` header,
+        which makes discord.py raise instead of sleeping and retrying by itself.
+        """
+        if status == 429 and retry_after is None:
+            retry_after = 1.0
+        with self._state_lock:
+            self._failures.setdefault(route, []).extend(
+                [_Failure(status, retry_after, code, cloudflare)] * times
+            )
+
+    def drop_connections(self, code: int = 4000) -> None:
+        """Close every gateway socket the way Discord does before a reconnect (the client resumes)."""
+
+        async def close_all() -> None:
+            for conn in list(self._connections):
+                await conn.ws.close(code=code, message=b"fake gateway restart")
+
+        self.call(close_all)
+
+    # --- test API: views --------------------------------------------------------------------------
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.requests)
+
+    def calls_to(self, route: str) -> list[dict[str, Any]]:
+        return [c for c in self.calls if c["route"] == route]
+
+    def in_channel(self, channel_id: str, *, from_bot: bool = True) -> list[FakeMessage]:
+        """Messages in a channel (or thread) in creation order; only the bot's by default."""
+        with self._state_lock:
+            found = [m for m in self.messages.values() if m.channel_id == channel_id]
+        return [m for m in found if not from_bot or m.author_id == self.bot_id]
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for c in self._connections if c.identified)
+
+    # --- server -----------------------------------------------------------------------------------
+    def setup_routes(self, app: web.Application) -> None:
+        api = "/api/v10"
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get(f"{api}/gateway", self._get_gateway)
+        app.router.add_get(f"{api}/gateway/bot", self._get_gateway)
+        app.router.add_get(f"{api}/users/@me", self._me)
+        app.router.add_get(f"{api}/applications/@me", self._application)
+        app.router.add_get(f"{api}/oauth2/applications/@me", self._application)
+        app.router.add_post(f"{api}/channels/{{cid}}/messages", self._send)
+        app.router.add_patch(f"{api}/channels/{{cid}}/messages/{{mid}}", self._edit)
+        app.router.add_post(f"{api}/channels/{{cid}}/messages/{{mid}}/threads", self._create_thread)
+        app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
+        app.router.add_get("/attachments/{aid}/{name}", self._attachment)
+
+    def _take_failure(self, route: str) -> web.Response | None:
+        with self._state_lock:
+            queue = self._failures.get(route)
+            failure = queue.pop(0) if queue else None
+        if failure is None:
+            return None
+        if failure.status == 429:
+            body = {
+                "message": "You are being rate limited.",
+                "retry_after": failure.retry_after,
+                "global": False,
+            }
+            headers = {"Retry-After": str(failure.retry_after), "X-RateLimit-Scope": "user"}
+            if not failure.cloudflare:
+                headers["Via"] = "1.1 google"
+            return _json(body, 429, headers)
+        messages = {403: "Missing Permissions", 404: "Unknown Message", 400: "Invalid Form Body"}
+        code = failure.code or {403: 50013, 404: 10008, 400: 50035}.get(failure.status, 0)
+        return _json({"message": messages.get(failure.status, "Server error"), "code": code}, failure.status)
+
+    async def _begin(self, request: web.Request, route: str) -> tuple[web.Response | None, Any]:
+        """Authenticate, read the body, record the call and apply any injected failure."""
+        body: Any = None
+        files: dict[str, bytes] = {}
+        if request.content_type == "application/json":
+            body = await request.json()
+        elif request.content_type.startswith("multipart/"):
+            reader = await request.multipart()
+            async for part in reader:
+                if part.name == "payload_json":
+                    body = json.loads(await part.text())
+                elif part.filename:
+                    files[part.filename] = bytes(await part.read())
+        entry = {
+            "route": route,
+            "method": request.method,
+            "path": request.path,
+            "json": body,
+            "files": sorted(files),
+            "auth_ok": request.headers.get("Authorization") == f"Bot {self.token}",
+            "at": time.monotonic(),
+        }
+        failure = None if entry["auth_ok"] else _json({"message": "401: Unauthorized", "code": 0}, 401)
+        failure = failure or self._take_failure(route)
+        entry["status"] = failure.status if failure is not None else 200
+        self.record(entry)
+        return failure, (body, files)
+
+    async def _get_gateway(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "gateway")
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        return failure or _json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
+
+    async def _me(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "me")
+        return failure or _json(self.bot_user)
+
+    async def _application(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "application")
+        flags = MESSAGE_CONTENT_INTENT_FLAG if self.message_content_intent else 0
+        owner = self.user(self.new_id(), "app-owner")
+        body = {
+            "id": self.bot_id,
+            "name": self.bot_name,
+            "description": "",
+            "icon": None,
+            "bot_public": False,
+            "bot_require_code_grant": False,
+            "owner": owner,
+            "verify_key": "0" * 64,
+            "flags": flags,
+            "bot": self.bot_user,
+        }
+        return failure or _json(body)
+
+    async def _send(self, request: web.Request) -> web.Response:
+        failure, (body, files) = await self._begin(request, "send")
+        if failure is not None:
+            return failure
+        body = body or {}
+        channel_id = request.match_info["cid"]
+        message = FakeMessage(self.new_id(), channel_id, self.bot_id, [body.get("content") or ""])
+        message.allowed_mentions.append(body.get("allowed_mentions"))
+        message.files = files
+        reference = body.get("message_reference") or {}
+        message.reference = str(reference["message_id"]) if reference.get("message_id") else None
+        with self._state_lock:
+            self.messages[message.id] = message
+        # Uploaded files are served back from the CDN route, as Discord does.
+        attachments = [self.add_attachment(name, data) for name, data in files.items()]
+        return _json(self._message_object(message, {"attachments": attachments}))
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        failure, (body, _) = await self._begin(request, "edit")
+        if failure is not None:
+            return failure
+        with self._state_lock:
+            message = self.messages.get(request.match_info["mid"])
+            if message is None or message.channel_id != request.match_info["cid"]:
+                message = None
+            elif message.author_id != self.bot_id:
+                return _json(
+                    {"message": "Cannot edit a message authored by another user", "code": 50005}, 403
+                )
+            else:
+                if "content" in (body or {}):
+                    message.history.append(body["content"] or "")
+                message.allowed_mentions.append((body or {}).get("allowed_mentions"))
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        return _json(self._message_object(message))
+
+    async def _create_thread(self, request: web.Request) -> web.Response:
+        failure, (body, _) = await self._begin(request, "thread")
+        if failure is not None:
+            return failure
+        channel_id, message_id = request.match_info["cid"], request.match_info["mid"]
+        guild_id = self._guild_of(channel_id)
+        if guild_id is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        if message_id in self.threads:
+            body = {"message": "A thread has already been created for this message", "code": 160004}
+            return _json(body, 400)
+        thread = {
+            "id": message_id,  # Discord gives a thread started from a message the message's id
+            "type": 11,
+            "guild_id": guild_id,
+            "parent_id": channel_id,
+            "owner_id": self.bot_id,
+            "name": (body or {}).get("name") or "thread",
+            "last_message_id": None,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "total_message_sent": 0,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": (body or {}).get("auto_archive_duration") or 1440,
+                "archive_timestamp": _now(),
+                "locked": False,
+            },
+        }
+        with self._state_lock:
+            self.threads[message_id] = thread
+        await self._dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return _json(thread, 201)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "typing")
+        if failure is not None:
+            return failure
+        with self._state_lock:
+            self.typing.append(request.match_info["cid"])
+        return web.Response(status=204)
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        self.record(
+            {"route": "attachment", "method": "GET", "path": request.path, "json": None, "status": 200}
+        )
+        failure = self._take_failure("attachment")
+        if failure is not None:
+            return failure
+        stored = self._attachments.get(request.match_info["aid"])
+        if stored is None:
+            return web.Response(status=404, text="not found")
+        _, data, mime = stored
+        return web.Response(body=data, content_type=mime or "application/octet-stream")
+
+    # --- gateway ----------------------------------------------------------------------------------
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.gateway_down:
+            return web.Response(status=503, text="gateway unavailable")
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        query = dict(request.query)
+        self.gateway_queries.append(query)
+        compress = query.get("compress")
+        conn = _Connection(ws, compress)
+        if compress == "zlib-stream":
+            conn.zlib_ctx = zlib.compressobj()
+        elif compress == "zstd-stream" and zstandard is not None:
+            conn.zstd_ctx = zstandard.ZstdCompressor().compressobj()
+        elif compress:
+            await ws.close(code=4000, message=b"unsupported compression")
+            return ws
+        self._connections.append(conn)
+        try:
+            await self._send_frame(conn, {"op": OP_HELLO, "d": {"heartbeat_interval": 41250}})
+            async for frame in ws:
+                if frame.type.name != "TEXT":
+                    continue
+                await self._on_gateway_frame(conn, json.loads(frame.data))
+        finally:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        return ws
+
+    async def _on_gateway_frame(self, conn: _Connection, payload: dict[str, Any]) -> None:
+        op, data = payload.get("op"), payload.get("d")
+        if op == OP_HEARTBEAT:
+            await self._send_frame(conn, {"op": OP_HEARTBEAT_ACK, "d": None})
+        elif op == OP_IDENTIFY:
+            if (data or {}).get("token") != self.token:
+                await conn.ws.close(code=4004, message=b"Authentication failed.")
+                return
+            if (
+                not self.message_content_intent
+                and int((data or {}).get("intents") or 0) & MESSAGE_CONTENT_INTENT
+            ):
+                await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
+                return
+            self.identifies.append(data)
+            conn.session_id = f"session-{self.new_id()}"
+            conn.identified = True
+            ready = {
+                "v": 10,
+                "user": self.bot_user,
+                "guilds": [{"id": g, "unavailable": True} for g in self.guilds],
+                "session_id": conn.session_id,
+                "resume_gateway_url": self.gateway_url,
+                "application": {"id": self.bot_id, "flags": MESSAGE_CONTENT_INTENT_FLAG},
+                "private_channels": [],
+                "relationships": [],
+                "shard": [0, 1],
+            }
+            await self._dispatch_to(conn, "READY", ready)
+            for guild_id in self.guilds:
+                await self._dispatch_to(conn, "GUILD_CREATE", self._guild_object(guild_id))
+        elif op == OP_RESUME:
+            self.resumes.append(data or {})
+            conn.session_id = (data or {}).get("session_id") or conn.session_id
+            conn.sequence = int((data or {}).get("seq") or 0)
+            conn.identified = True
+            await self._dispatch_to(conn, "RESUMED", {})
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        for conn in list(self._connections):
+            if conn.identified and not conn.ws.closed:
+                await self._dispatch_to(conn, event, data)
+
+    async def _dispatch_to(self, conn: _Connection, event: str, data: dict[str, Any]) -> None:
+        conn.sequence += 1
+        await self._send_frame(conn, {"op": OP_DISPATCH, "t": event, "s": conn.sequence, "d": data})
+
+    async def _send_frame(self, conn: _Connection, payload: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        if conn.zlib_ctx is not None:
+            await conn.ws.send_bytes(conn.zlib_ctx.compress(raw) + conn.zlib_ctx.flush(zlib.Z_SYNC_FLUSH))
+        elif conn.zstd_ctx is not None:
+            flush_block = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+            await conn.ws.send_bytes(conn.zstd_ctx.compress(raw) + conn.zstd_ctx.flush(flush_block))
+        else:
+            await conn.ws.send_str(raw.decode())
+
+
+__all__ = ["FakeDiscord", "FakeMessage"]

@@ -1,0 +1,674 @@
+"""A fake Feishu/Lark open platform: the HTTP API and the websocket long connection, on 127.0.0.1.
+
+Point the real lark-oapi SDK at it with ``domain=fake.url``. It speaks what the SDK speaks:
+
+* ``POST /open-apis/auth/v3/{tenant,app}_access_token/internal`` — tokens with a configurable ``expire``
+  (the SDK refreshes 10 minutes early, so ``token_expire=601`` gives a token the SDK keeps for ~1 s);
+  tokens are checked on every API call and rejected (99991663) once expired here too.
+* ``GET /open-apis/bot/v3/info`` — the bot's ``open_id``.
+* ``POST /callback/ws/endpoint`` → ``ws://…/ws?device_id=…&service_id=…`` plus a ``ClientConfig``;
+  the socket exchanges protobuf ``Frame``s (``lark_oapi.ws.pb.pbbp2_pb2``): events go out as DATA frames
+  (headers ``type=event``, ``message_id``, ``sum``/``seq`` for fragments), pings are answered with pongs,
+  and the client's response frames (its acks, ``{"code": 200}`` or 500) are recorded in ``acks``.
+* IM: messages create / reply / patch (cards must declare ``update_multi``; bodies over 30 KB refused),
+  reactions, message resources (download), file and image upload.
+
+Every request is recorded in ``requests``; ``fail_next(path_substring, status=…, code=…)`` injects failures;
+``chat(chat_id)`` shows what the bot posted there, each message with its edit history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+from tests.fakes.server import ThreadedServer
+
+MAX_CARD_BODY = 30 * 1024
+FRAME_CONTROL, FRAME_DATA = 0, 1
+
+
+@dataclass(slots=True)
+class LarkMessage:
+    """A message the bot posted, as a Feishu user would see it (``history`` = every version shown)."""
+
+    message_id: str
+    chat_id: str
+    msg_type: str
+    contents: list[str] = field(default_factory=list)  # raw ``content`` JSON per version
+    reply_to: str | None = None
+    reply_in_thread: bool = False
+
+    @property
+    def history(self) -> list[str]:
+        return [render(self.msg_type, c) for c in self.contents]
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.contents else ""
+
+    @property
+    def patches(self) -> int:
+        return len(self.contents) - 1
+
+
+def render(msg_type: str, content: str) -> str:
+    """What a user reads in a message: the card's markdown, the text, or a file/image placeholder."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return content
+    if msg_type == "interactive":
+        elements = value.get("elements") or value.get("body", {}).get("elements") or []
+        parts = []
+        for element in elements:
+            if element.get("tag") == "markdown":
+                parts.append(str(element.get("content", "")))
+            elif element.get("tag") == "div":
+                parts.append(str((element.get("text") or {}).get("content", "")))
+        return "\n".join(parts)
+    if msg_type == "text":
+        return str(value.get("text", ""))
+    if msg_type == "file":
+        return f"[file {value.get('file_key')}]"
+    if msg_type == "image":
+        return f"[image {value.get('image_key')}]"
+    return content
+
+
+@dataclass(slots=True)
+class _Failure:
+    path: str
+    method: str | None
+    status: int
+    code: int
+    retry_after: float
+    times: int
+
+
+class FakeLark(ThreadedServer):
+    def __init__(
+        self,
+        *,
+        app_id: str | None = None,
+        app_secret: str = "fake-app-secret",
+        bot_open_id: str = "ou_bot0000000000000000000000000001",
+        bot_name: str = "Switchboard",
+        tenant_key: str = "tenant-fake-1",
+        token_expire: int = 7200,
+    ) -> None:
+        super().__init__()
+        # A fresh app_id per fake: lark-oapi caches tenant tokens process-wide, keyed by app_id.
+        self.app_id = app_id or f"cli_{uuid.uuid4().hex[:16]}"
+        self.app_secret = app_secret
+        self.bot_open_id = bot_open_id
+        self.bot_name = bot_name
+        self.tenant_key = tenant_key
+        self.token_expire = token_expire
+        self.tokens: dict[str, float] = {}  # token → expires at (server clock)
+        self.token_requests = 0
+        self.messages: dict[str, LarkMessage] = {}
+        self.reactions: list[tuple[str, str]] = []
+        self.resources: dict[tuple[str, str], tuple[str, bytes]] = {}
+        self.uploads: dict[str, tuple[str, bytes]] = {}  # key → (file name, bytes)
+        self.acks: list[dict[str, Any]] = []
+        self.user_messages: dict[str, str] = {}  # message_id → chat_id of messages users "wrote"
+        self.pings = 0
+        self.ws_connections = 0
+        self.endpoint_calls = 0
+        self._sockets: list[tuple[web.WebSocketResponse, int]] = []
+        self._failures: list[_Failure] = []
+        self._holds: dict[str, asyncio.Event] = {}
+        self.held = 0  # requests currently parked by hold()
+        self._ids = itertools.count(1)
+        self._seq = itertools.count(1)
+
+    # --- routes ------------------------------------------------------------------------------------
+    def setup_routes(self, app: web.Application) -> None:
+        app.middlewares.append(self._middleware)
+        r = app.router
+        r.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._tenant_token)
+        r.add_post("/open-apis/auth/v3/app_access_token/internal", self._app_token)
+        r.add_get("/open-apis/bot/v3/info", self._bot_info)
+        r.add_post("/callback/ws/endpoint", self._ws_endpoint)
+        r.add_get("/ws", self._ws)
+        r.add_post("/open-apis/im/v1/messages", self._create_message)
+        r.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply_message)
+        r.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch_message)
+        r.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._reaction)
+        r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
+        r.add_post("/open-apis/im/v1/files", self._upload_file)
+        r.add_post("/open-apis/im/v1/images", self._upload_image)
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/ws":
+            return await handler(request)
+        body: Any = None
+        if request.content_type == "application/json" and request.can_read_body:
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode(errors="replace")
+        entry: dict[str, Any] = {
+            "method": request.method,
+            "path": request.path,
+            "query": dict(request.query),
+            "json": body,
+            "authorization": request.headers.get("Authorization"),
+            "at": time.time(),
+        }
+        self.record(entry)
+        for key, gate in list(self._holds.items()):
+            if key in request.path:
+                self.held += 1
+                try:
+                    await gate.wait()
+                finally:
+                    self.held -= 1
+        failure = self._take_failure(request)
+        if failure is not None:
+            entry["injected"] = failure.status
+            headers = {}
+            if failure.status == 429 or failure.code == 99991400:
+                headers["x-ogw-ratelimit-reset"] = f"{failure.retry_after:g}"
+                headers["x-ogw-ratelimit-limit"] = "5"
+            return web.json_response(
+                {"code": failure.code, "msg": "injected failure"}, status=failure.status, headers=headers
+            )
+        if request.path.startswith("/open-apis/") and "/auth/" not in request.path:
+            problem = self._check_token(request)
+            if problem is not None:
+                return problem
+        return await handler(request)
+
+    def _take_failure(self, request: web.Request) -> _Failure | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.path in request.path and failure.method in (None, request.method):
+                    failure.times -= 1
+                    if failure.times <= 0:
+                        self._failures.remove(failure)
+                    return failure
+        return None
+
+    def _check_token(self, request: web.Request) -> web.Response | None:
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip()
+        expires = self.tokens.get(token)
+        if expires is None or expires < time.time():
+            return web.json_response(
+                {"code": 99991663, "msg": "Invalid access token for authorization."}, status=400
+            )
+        return None
+
+    # --- auth & bot --------------------------------------------------------------------------------
+    def _issue(self) -> str:
+        token = f"t-{uuid.uuid4().hex}"
+        self.tokens[token] = time.time() + self.token_expire
+        self.token_requests += 1
+        return token
+
+    async def _tenant_token(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        return web.json_response(
+            {"code": 0, "msg": "ok", "tenant_access_token": self._issue(), "expire": self.token_expire}
+        )
+
+    async def _app_token(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        token = self._issue()
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "ok",
+                "app_access_token": token,
+                "tenant_access_token": token,
+                "expire": self.token_expire,
+            }
+        )
+
+    async def _bot_info(self, request: web.Request) -> web.Response:
+        bot = {
+            "activate_status": 2,
+            "app_name": self.bot_name,
+            "avatar_url": "",
+            "ip_white_list": [],
+            "open_id": self.bot_open_id,
+        }
+        return web.json_response({"code": 0, "msg": "ok", "bot": bot})
+
+    # --- websocket ---------------------------------------------------------------------------------
+    async def _ws_endpoint(self, request: web.Request) -> web.Response:
+        self.endpoint_calls += 1
+        body = await request.json()
+        if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
+            return web.json_response({"code": 403, "msg": "app credentials are invalid"})
+        service_id = 7000 + self.endpoint_calls
+        url = f"ws://{self.host}:{self.port}/ws?device_id=dev-{self.endpoint_calls}&service_id={service_id}"
+        config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0, "PingInterval": 120}
+        return web.json_response({"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": config}})
+
+    async def _ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        service_id = int(request.query.get("service_id", "0"))
+        entry = (ws, service_id)
+        self._sockets.append(entry)
+        self.ws_connections += 1
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.BINARY:
+                    continue
+                frame = Frame()
+                frame.ParseFromString(msg.data)
+                headers = {h.key: h.value for h in frame.headers}
+                if frame.method == FRAME_CONTROL and headers.get("type") == "ping":
+                    self.pings += 1
+                    await ws.send_bytes(self._frame(FRAME_CONTROL, service_id, {"type": "pong"}, b""))
+                elif frame.method == FRAME_DATA:
+                    try:
+                        response = json.loads(frame.payload or b"{}")
+                    except ValueError:
+                        response = {}
+                    with self._lock:
+                        self.acks.append(
+                            {
+                                "message_id": headers.get("message_id"),
+                                "code": response.get("code"),
+                                "headers": headers,
+                            }
+                        )
+        finally:
+            if entry in self._sockets:
+                self._sockets.remove(entry)
+        return ws
+
+    def _frame(self, method: int, service_id: int, headers: dict[str, str], payload: bytes) -> bytes:
+        frame = Frame()
+        seq = next(self._seq)
+        frame.SeqID = seq
+        frame.LogID = seq
+        frame.service = service_id
+        frame.method = method
+        for key, value in headers.items():
+            header = frame.headers.add()
+            header.key, header.value = key, value
+        frame.payload = payload
+        return frame.SerializeToString()
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._sockets)
+
+    def push_event(self, event: dict[str, Any], *, fragments: int = 1) -> None:
+        """Send one event over every open long connection, optionally split into ``fragments`` frames."""
+        payload = json.dumps(event, ensure_ascii=False).encode()
+        frame_id = str(event["header"]["event_id"])
+        size = -(-len(payload) // fragments)
+        parts = [payload[i * size : (i + 1) * size] for i in range(fragments)]
+
+        async def send() -> None:
+            if not self._sockets:
+                raise RuntimeError("no long connection is open")
+            for ws, service_id in list(self._sockets):
+                for seq, part in enumerate(parts):
+                    headers = {
+                        "type": "event",
+                        "message_id": frame_id,
+                        "trace_id": uuid.uuid4().hex,
+                        "sum": str(fragments),
+                        "seq": str(seq),
+                    }
+                    await ws.send_bytes(self._frame(FRAME_DATA, service_id, headers, part))
+
+        self.call(send)
+
+    # --- injection: user messages ------------------------------------------------------------------
+    def message_event(
+        self,
+        chat_id: str,
+        chat_type: str,
+        sender_open_id: str,
+        text: str = "",
+        *,
+        mentions_bot: bool = False,
+        message_id: str | None = None,
+        root_id: str | None = None,
+        thread_id: str | None = None,
+        message_type: str = "text",
+        content: dict[str, Any] | None = None,
+        sender_type: str = "user",
+    ) -> dict[str, Any]:
+        """A real-looking schema-2.0 ``im.message.receive_v1`` event (not sent; see ``push_event``)."""
+        message_id = message_id or f"om_{uuid.uuid4().hex}"
+        self.user_messages[message_id] = chat_id
+        now_ms = str(int(time.time() * 1000))
+        mentions = []
+        if mentions_bot:
+            text = f"@_user_1 {text}"
+            mentions.append(
+                {
+                    "key": "@_user_1",
+                    "id": {"union_id": "on_bot", "user_id": "", "open_id": self.bot_open_id},
+                    "name": self.bot_name,
+                    "tenant_key": self.tenant_key,
+                }
+            )
+        body = content if content is not None else {"text": text}
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": uuid.uuid4().hex,
+                "token": "",
+                "create_time": now_ms,
+                "event_type": "im.message.receive_v1",
+                "tenant_key": self.tenant_key,
+                "app_id": self.app_id,
+            },
+            "event": {
+                "sender": {
+                    "sender_id": {
+                        "union_id": f"on_{sender_open_id}",
+                        "user_id": sender_open_id.removeprefix("ou_"),
+                        "open_id": sender_open_id,
+                    },
+                    "sender_type": sender_type,
+                    "tenant_key": self.tenant_key,
+                },
+                "message": {
+                    "message_id": message_id,
+                    "root_id": root_id or "",
+                    "parent_id": root_id or "",
+                    "create_time": now_ms,
+                    "update_time": now_ms,
+                    "chat_id": chat_id,
+                    "thread_id": thread_id or "",
+                    "chat_type": chat_type,
+                    "message_type": message_type,
+                    "content": json.dumps(body, ensure_ascii=False),
+                    "mentions": mentions,
+                    "user_agent": "Mozilla/5.0 (fake Feishu)",
+                },
+            },
+        }
+
+    def send_message_event(
+        self,
+        chat_id: str,
+        chat_type: str,
+        sender_open_id: str,
+        text: str = "",
+        mentions_bot: bool = False,
+        message_id: str | None = None,
+        root_id: str | None = None,
+        *,
+        fragments: int = 1,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """A user writes ``text`` in ``chat_id`` (``p2p`` or ``group``); returns the event sent.
+
+        ``fragments`` > 1 splits the frame payload (``sum``/``seq`` headers), as Feishu does for big events.
+        """
+        event = self.message_event(
+            chat_id,
+            chat_type,
+            sender_open_id,
+            text,
+            mentions_bot=mentions_bot,
+            message_id=message_id,
+            root_id=root_id,
+            **kwargs,
+        )
+        self.push_event(event, fragments=fragments)
+        return event
+
+    def send_file_event(
+        self,
+        chat_id: str,
+        chat_type: str,
+        sender_open_id: str,
+        name: str,
+        data: bytes,
+        *,
+        image: bool = False,
+    ) -> dict[str, Any]:
+        """A user sends a file (or image); its bytes become downloadable as a message resource."""
+        message_id = f"om_{uuid.uuid4().hex}"
+        if image:
+            key = f"img_v3_{uuid.uuid4().hex[:12]}"
+            content: dict[str, Any] = {"image_key": key}
+            message_type = "image"
+        else:
+            key = f"file_v3_{uuid.uuid4().hex[:12]}"
+            content = {"file_key": key, "file_name": name}
+            message_type = "file"
+        self.resources[(message_id, key)] = (name, data)
+        event = self.message_event(
+            chat_id,
+            chat_type,
+            sender_open_id,
+            message_id=message_id,
+            message_type=message_type,
+            content=content,
+        )
+        self.push_event(event)
+        return event
+
+    def fail_next(
+        self,
+        path_substring: str,
+        *,
+        status: int = 429,
+        code: int | None = None,
+        method: str | None = None,
+        times: int = 1,
+        retry_after: float = 1,
+    ) -> None:
+        """The next ``times`` requests whose path contains ``path_substring`` (and method) fail."""
+        if code is None:
+            code = 99991400 if status == 429 else 230001
+        with self._lock:
+            self._failures.append(_Failure(path_substring, method, status, code, retry_after, times))
+
+    def hold(self, path_substring: str) -> None:
+        """Park every request whose path contains ``path_substring`` until :meth:`release`."""
+
+        def make() -> None:
+            self._holds[path_substring] = asyncio.Event()
+
+        self.call(make)
+
+    def release(self) -> None:
+        def fire() -> None:
+            for gate in self._holds.values():
+                gate.set()
+            self._holds.clear()
+
+        self.call(fire)
+
+    def clear_failures(self) -> None:
+        with self._lock:
+            self._failures.clear()
+
+    # --- IM API ----------------------------------------------------------------------------------------
+    def _new_message(self, chat_id: str, body: dict[str, Any], reply_to: str | None = None) -> web.Response:
+        msg_type, content = str(body.get("msg_type") or ""), str(body.get("content") or "")
+        problem = self._check_content(msg_type, content)
+        if problem is not None:
+            return problem
+        message_id = f"om_bot{next(self._ids):06d}"
+        message = LarkMessage(
+            message_id, chat_id, msg_type, [content], reply_to, bool(body.get("reply_in_thread"))
+        )
+        with self._lock:
+            self.messages[message_id] = message
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "success",
+                "data": {
+                    "message_id": message_id,
+                    "root_id": reply_to or "",
+                    "parent_id": reply_to or "",
+                    "msg_type": msg_type,
+                    "create_time": str(int(time.time() * 1000)),
+                    "update_time": str(int(time.time() * 1000)),
+                    "deleted": False,
+                    "updated": False,
+                    "chat_id": chat_id,
+                    "sender": {"id": self.app_id, "id_type": "app_id", "sender_type": "app"},
+                    "body": {"content": content},
+                },
+            }
+        )
+
+    def _check_content(self, msg_type: str, content: str) -> web.Response | None:
+        try:
+            value = json.loads(content)
+        except ValueError:
+            return web.json_response({"code": 230001, "msg": "invalid message content"}, status=400)
+        if msg_type == "interactive":
+            if len(content.encode()) > MAX_CARD_BODY:
+                return web.json_response({"code": 230025, "msg": "card content too long"}, status=400)
+            if not (value.get("config") or {}).get("update_multi"):
+                return web.json_response(
+                    {"code": 230099, "msg": "card must declare update_multi"}, status=400
+                )
+        elif msg_type not in ("text", "post", "file", "image"):
+            return web.json_response({"code": 230001, "msg": f"unsupported msg_type {msg_type}"}, status=400)
+        return None
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if request.query.get("receive_id_type") != "chat_id":
+            return web.json_response(
+                {"code": 230001, "msg": "receive_id_type must be chat_id here"}, status=400
+            )
+        return self._new_message(str(body.get("receive_id")), body)
+
+    async def _reply_message(self, request: web.Request) -> web.Response:
+        target = request.match_info["message_id"]
+        chat_id = self._chat_of(target)
+        if chat_id is None:
+            return web.json_response({"code": 230011, "msg": "The message was recalled."}, status=400)
+        return self._new_message(chat_id, await request.json(), reply_to=target)
+
+    def _chat_of(self, message_id: str) -> str | None:
+        if message_id in self.messages:
+            return self.messages[message_id].chat_id
+        return self.user_messages.get(message_id)
+
+    async def _patch_message(self, request: web.Request) -> web.Response:
+        message = self.messages.get(request.match_info["message_id"])
+        if message is None:
+            return web.json_response({"code": 230011, "msg": "The message was recalled."}, status=400)
+        if message.msg_type != "interactive":
+            return web.json_response({"code": 230001, "msg": "only cards can be updated"}, status=400)
+        body = await request.json()
+        content = str(body.get("content") or "")
+        problem = self._check_content("interactive", content)
+        if problem is not None:
+            return problem
+        with self._lock:
+            message.contents.append(content)
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _reaction(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        emoji = str((body.get("reaction_type") or {}).get("emoji_type") or "")
+        with self._lock:
+            self.reactions.append((request.match_info["message_id"], emoji))
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "success",
+                "data": {
+                    "reaction_id": uuid.uuid4().hex,
+                    "operator": {"operator_id": self.app_id, "operator_type": "app"},
+                    "action_time": str(int(time.time() * 1000)),
+                    "reaction_type": {"emoji_type": emoji},
+                },
+            }
+        )
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        key = (request.match_info["message_id"], request.match_info["file_key"])
+        found = self.resources.get(key)
+        if found is None or request.query.get("type") not in ("image", "file"):
+            return web.json_response({"code": 234003, "msg": "File not in msg."}, status=400)
+        name, data = found
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    async def _read_multipart(self, request: web.Request) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        reader = await request.multipart()
+        async for part in reader:
+            if part.filename is not None:
+                fields[part.name or "file"] = (part.filename, await part.read())
+            else:
+                fields[part.name or ""] = await part.text()
+        return fields
+
+    async def _upload_file(self, request: web.Request) -> web.Response:
+        fields = await self._read_multipart(request)
+        if "file" not in fields:
+            return web.json_response({"code": 234001, "msg": "Invalid request param."}, status=400)
+        key = f"file_v3_{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self.uploads[key] = (str(fields.get("file_name") or fields["file"][0]), fields["file"][1])
+        return web.json_response({"code": 0, "msg": "success", "data": {"file_key": key}})
+
+    async def _upload_image(self, request: web.Request) -> web.Response:
+        fields = await self._read_multipart(request)
+        if "image" not in fields:
+            return web.json_response({"code": 234001, "msg": "Invalid request param."}, status=400)
+        key = f"img_v3_{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self.uploads[key] = fields["image"]
+        return web.json_response({"code": 0, "msg": "success", "data": {"image_key": key}})
+
+    # --- views -----------------------------------------------------------------------------------------
+    def chat(self, chat_id: str) -> list[LarkMessage]:
+        """What the bot posted in ``chat_id``, oldest first."""
+        with self._lock:
+            return [m for m in self.messages.values() if m.chat_id == chat_id]
+
+    def calls(self, method: str, path_substring: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self.requests if r["method"] == method and path_substring in r["path"]]
+
+    def acks_for(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        event_id = event["header"]["event_id"]
+        with self._lock:
+            return [a for a in self.acks if a["message_id"] == event_id]
+
+    async def wait_for(self, predicate: Any, timeout: float = 15.0) -> None:
+        """Poll ``predicate(self)`` until true (the fake lives on another thread, so no condition vars)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate(self):
+            if loop.time() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            await asyncio.sleep(0.02)
+
+    async def wait_for_text(self, chat_id: str, needle: str, timeout: float = 15.0) -> LarkMessage:
+        await self.wait_for(lambda f: any(needle in m.text for m in f.chat(chat_id)), timeout)
+        return next(m for m in self.chat(chat_id) if needle in m.text)
