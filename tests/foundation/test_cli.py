@@ -92,16 +92,18 @@ def test_a_message_accepted_before_a_hard_kill_is_answered_after_restart(tmp_pat
     config = config_for(tmp_path, llm.base_url)
     command = [sys.executable, "-m", "bot", "--log-level", "WARNING", "chat", "--config", str(config)]
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
-    assert proc.stdin is not None
-    proc.stdin.write(b"the question\n")
-    proc.stdin.flush()
-    for _ in range(1200):  # a cold process imports the model SDK first: allow a minute on a busy machine
-        if llm.completions:
-            break
-        time.sleep(0.05)
-    assert llm.completions, "the model was never asked"
-    proc.kill()  # SIGKILL: no cleanup at all
-    proc.wait(10)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"the question\n")
+        proc.stdin.flush()
+        for _ in range(1200):  # a cold process imports the model SDK first: allow a minute on a busy machine
+            if llm.completions:
+                break
+            time.sleep(0.05)
+        assert llm.completions, "the model was never asked"
+    finally:
+        proc.kill()  # SIGKILL: no cleanup at all
+        proc.wait(10)
     again = subprocess.run(command, input="", capture_output=True, text=True, timeout=90, env=cli_env())
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "echo: the question"

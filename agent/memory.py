@@ -1,0 +1,401 @@
+"""Per-owner long-term memory: durable facts plus a short summary, kept in the service database.
+
+After an owner's conversation settles (``memory.debounce_seconds`` with no new turn), one model call reads
+the recent transcript and the facts already known and answers with JSON: new durable facts (content,
+category, confidence) and a refreshed summary. Near-duplicates merge into the existing fact; above
+``memory.max_facts`` the weakest (lowest confidence, then oldest) are evicted. Before each turn the most
+relevant facts are rendered into the system prompt within ``memory.injection_token_budget`` — for any
+chat of that owner, on any platform, because the key is the owner, not the chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent.tables import memory_facts, memory_profiles
+from config.schema import MemoryConfig
+
+log = logging.getLogger(__name__)
+
+CATEGORIES = ("preference", "profile", "project", "skill", "context", "other")
+MIN_CONFIDENCE = 0.5
+DUPLICATE_SIMILARITY = 0.8
+TRANSCRIPT_MESSAGES = 20
+TRANSCRIPT_CHARS_PER_MESSAGE = 1000
+EXTRACTION_MARKER = "You maintain the long-term memory of an assistant"
+EXTRACTION_PROMPT = f"""{EXTRACTION_MARKER} about one user.
+Read the known facts and the latest conversation. Answer with JSON only, no prose:
+{{"facts": [{{"content": "...", "category": "{"|".join(CATEGORIES)}", "confidence": 0.0-1.0}}],
+ "summary": "two or three sentences about who the user is and what they work on"}}
+Only include durable facts worth remembering in later conversations (preferences, background, ongoing
+projects, skills). Skip small talk, one-off requests and anything secret (passwords, tokens, keys).
+List only facts that are new or changed; return an empty list when there are none."""
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "of",
+        "to",
+        "in",
+        "on",
+        "for",
+        "with",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "i",
+        "my",
+        "me",
+        "you",
+        "your",
+        "it",
+        "this",
+        "that",
+        "at",
+        "as",
+        "by",
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    id: str
+    content: str
+    category: str
+    confidence: float
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateFact:
+    content: str
+    category: str
+    confidence: float
+
+
+def words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
+
+
+def similarity(a: str, b: str) -> float:
+    wa, wb = words(a), words(b)
+    if not wa or not wb:
+        return 1.0 if a.strip().lower() == b.strip().lower() else 0.0
+    return len(wa & wb) / len(wa | wb)
+
+
+def parse_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in a model answer (tolerating code fences and chatter around it)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        value = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_extraction(text: str) -> tuple[list[CandidateFact], str | None] | None:
+    data = parse_json_object(text)
+    if data is None:
+        return None
+    facts: list[CandidateFact] = []
+    for item in data.get("facts") or []:
+        if not isinstance(item, dict):
+            continue
+        content = str(item.get("content") or "").strip()
+        try:
+            confidence = min(1.0, max(0.0, float(item.get("confidence", 0.7))))
+        except (TypeError, ValueError):
+            confidence = 0.7
+        category = str(item.get("category") or "other").strip().lower()
+        if content and confidence >= MIN_CONFIDENCE:
+            facts.append(
+                CandidateFact(content[:500], category if category in CATEGORIES else "other", confidence)
+            )
+    summary = data.get("summary")
+    return facts, (str(summary).strip()[:1000] or None) if summary else None
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token: close enough for a prompt budget, and needs no tokenizer."""
+    return max(1, len(text) // 4)
+
+
+class MemoryStore:
+    """Facts and summaries per owner. Every method is one short transaction."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def facts(self, owner: str) -> list[Fact]:
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(memory_facts)
+                    .where(memory_facts.c.owner == owner)
+                    .order_by(memory_facts.c.confidence.desc(), memory_facts.c.updated_at.desc())
+                )
+            ).mappings()
+            return [
+                Fact(r["id"], r["content"], r["category"], r["confidence"], r["created_at"], r["updated_at"])
+                for r in rows
+            ]
+
+    async def summary(self, owner: str) -> str | None:
+        async with self.engine.connect() as conn:
+            return (
+                await conn.execute(select(memory_profiles.c.summary).where(memory_profiles.c.owner == owner))
+            ).scalar_one_or_none()
+
+    async def merge(
+        self,
+        owner: str,
+        candidates: Sequence[CandidateFact],
+        summary: str | None,
+        *,
+        max_facts: int,
+    ) -> None:
+        """Add new facts, fold near-duplicates into existing ones, evict the weakest above the cap."""
+        now = time.time()
+        existing = await self.facts(owner)
+        async with self.engine.begin() as conn:
+            for candidate in candidates:
+                match = max(existing, key=lambda f: similarity(f.content, candidate.content), default=None)
+                if match is not None and similarity(match.content, candidate.content) >= DUPLICATE_SIMILARITY:
+                    await conn.execute(
+                        update(memory_facts)
+                        .where(memory_facts.c.id == match.id)
+                        .values(
+                            content=candidate.content,
+                            category=candidate.category,
+                            confidence=max(match.confidence, candidate.confidence),
+                            updated_at=now,
+                        )
+                    )
+                    continue
+                fact = Fact(
+                    uuid.uuid4().hex,
+                    candidate.content,
+                    candidate.category,
+                    candidate.confidence,
+                    now,
+                    now,
+                )
+                await conn.execute(insert(memory_facts).values(owner=owner, **_row(fact)))
+                existing.append(fact)
+            if summary:
+                await conn.execute(delete(memory_profiles).where(memory_profiles.c.owner == owner))
+                await conn.execute(
+                    insert(memory_profiles).values(owner=owner, summary=summary, updated_at=now)
+                )
+            ids = (
+                await conn.execute(
+                    select(memory_facts.c.id)
+                    .where(memory_facts.c.owner == owner)
+                    .order_by(memory_facts.c.confidence.desc(), memory_facts.c.updated_at.desc())
+                    .offset(max_facts)
+                )
+            ).scalars()
+            weakest = list(ids)
+            if weakest:
+                await conn.execute(delete(memory_facts).where(memory_facts.c.id.in_(weakest)))
+
+    async def clear(self, owner: str) -> int:
+        async with self.engine.begin() as conn:
+            result = await conn.execute(delete(memory_facts).where(memory_facts.c.owner == owner))
+            await conn.execute(delete(memory_profiles).where(memory_profiles.c.owner == owner))
+            return int(result.rowcount or 0)
+
+
+def _row(fact: Fact) -> dict[str, Any]:
+    return {
+        "id": fact.id,
+        "content": fact.content,
+        "category": fact.category,
+        "confidence": fact.confidence,
+        "created_at": fact.created_at,
+        "updated_at": fact.updated_at,
+    }
+
+
+def render_memory(facts: Sequence[Fact], summary: str | None, query: str, token_budget: int) -> str:
+    """The memory block for the system prompt: summary first, then facts by relevance, within budget."""
+    if not facts and not summary:
+        return ""
+    header = "What you remember about this user from earlier conversations (use it when it helps; do not recite it):"
+    lines = [header]
+    used = estimate_tokens(header)
+    if summary:
+        line = f"Summary: {summary}"
+        if used + estimate_tokens(line) <= token_budget:
+            lines.append(line)
+            used += estimate_tokens(line)
+    query_words = words(query)
+    newest = max((f.updated_at for f in facts), default=0.0)
+
+    def score(fact: Fact) -> float:
+        overlap = len(words(fact.content) & query_words)
+        recency = 0.1 if newest and fact.updated_at >= newest - 86400 else 0.0
+        return fact.confidence + 0.5 * overlap + recency
+
+    for fact in sorted(facts, key=score, reverse=True):
+        line = f"- {fact.content} ({fact.category})"
+        cost = estimate_tokens(line)
+        if used + cost > token_budget:
+            continue
+        lines.append(line)
+        used += cost
+    return "<memory>\n" + "\n".join(lines) + "\n</memory>" if len(lines) > 1 else ""
+
+
+ModelGetter = Callable[[str | None], Any]
+TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
+
+
+class MemoryService:
+    """Debounces extraction per owner, runs it, and renders memory for prompts."""
+
+    def __init__(
+        self,
+        config: MemoryConfig,
+        store: MemoryStore,
+        *,
+        chat_model: ModelGetter,
+        transcript: TranscriptGetter,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self._chat_model = chat_model
+        self._transcript = transcript
+        self._pending: dict[str, tuple[asyncio.Task[None], set[str], str | None]] = {}
+        self._done_upto: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # every debounced task, including ones extracting now
+
+    async def prompt_block(self, owner: str, query: str) -> str:
+        facts = await self.store.facts(owner)
+        summary = await self.store.summary(owner)
+        return render_memory(facts, summary, query, self.config.injection_token_budget)
+
+    async def turn_finished(self, owner: str, thread_id: str, model: str | None = None) -> None:
+        """Note that ``thread_id`` had a turn; extract once the owner has been quiet for the debounce."""
+        if self.config.debounce_seconds <= 0:
+            await self.extract(owner, {thread_id}, model)
+            return
+        threads = {thread_id}
+        previous = self._pending.pop(owner, None)
+        if previous is not None:
+            previous[0].cancel()
+            threads |= previous[1]
+        task = asyncio.create_task(self._later(owner), name=f"memory-{owner[:16]}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._pending[owner] = (task, threads, model)
+
+    async def _later(self, owner: str) -> None:
+        await asyncio.sleep(self.config.debounce_seconds)
+        entry = self._pending.get(owner)
+        if entry is None or entry[0] is not asyncio.current_task():
+            return
+        del self._pending[owner]  # from here on a new turn schedules a fresh run instead of cancelling
+        await self.extract(owner, entry[1], entry[2])
+
+    def forget_pending(self, owner: str) -> None:
+        entry = self._pending.pop(owner, None)
+        if entry is not None:
+            entry[0].cancel()
+
+    async def extract(self, owner: str, thread_ids: set[str], model: str | None) -> bool:
+        """One extraction pass; returns whether memory changed. Failures are logged, never raised."""
+        try:
+            transcript = []
+            for thread_id in sorted(thread_ids):
+                transcript.extend(await self._new_messages(thread_id))
+            if not transcript:
+                return False
+            known = await self.store.facts(owner)
+            summary = await self.store.summary(owner)
+            request = self._request(known, summary, transcript)
+            answer = await self._chat_model(model).ainvoke(request)
+            parsed = parse_extraction(_text(answer))
+            if parsed is None:
+                log.info("memory extraction answer was not JSON; nothing stored")
+                return False
+            facts, new_summary = parsed
+            if facts or new_summary:
+                await self.store.merge(owner, facts, new_summary, max_facts=self.config.max_facts)
+            return bool(facts or new_summary)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("memory extraction failed: %s", type(exc).__name__)
+            return False
+
+    async def _new_messages(self, thread_id: str) -> list[str]:
+        messages = await self._transcript(thread_id)
+        start = self._done_upto.get(thread_id, 0)
+        self._done_upto[thread_id] = len(messages)
+        lines = []
+        for message in messages[start:][-TRANSCRIPT_MESSAGES:]:
+            if isinstance(message, HumanMessage):
+                who = "User"
+            elif isinstance(message, AIMessage):
+                who = "Assistant"
+            else:
+                continue
+            text = _text(message).strip()
+            if text:
+                lines.append(f"{who}: {text[:TRANSCRIPT_CHARS_PER_MESSAGE]}")
+        return lines
+
+    @staticmethod
+    def _request(known: Sequence[Fact], summary: str | None, transcript: list[str]) -> list[BaseMessage]:
+        facts = "\n".join(f"- {f.content} ({f.category}, {f.confidence:.2f})" for f in known) or "(none)"
+        body = (
+            f"Known summary: {summary or '(none)'}\nKnown facts:\n{facts}\n\n"
+            "Latest conversation:\n" + "\n".join(transcript)
+        )
+        return [SystemMessage(EXTRACTION_PROMPT), HumanMessage(body)]
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        self._pending.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _text(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    return "".join(
+        block if isinstance(block, str) else str(block.get("text", ""))
+        for block in content
+        if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text")
+    )

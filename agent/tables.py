@@ -1,0 +1,49 @@
+"""The agent's own tables (memory and goals), on their own ``MetaData`` so the service can create them.
+
+They live in the service database — not in files — so several instances sharing PostgreSQL agree on what
+an owner's memory holds and which goal a thread is working on.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+memory_facts = Table(
+    "agent_memory_facts",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("category", String(32), nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_agent_memory_facts_owner", "owner"),
+)
+
+memory_profiles = Table(
+    "agent_memory_profiles",
+    metadata,
+    Column("owner", String(200), primary_key=True),
+    Column("summary", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+goals = Table(
+    "agent_goals",
+    metadata,
+    Column("thread_id", String(64), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("objective", Text, nullable=False),
+    # active | satisfied | stood_down | cap_reached | no_progress | stopped
+    Column("status", String(32), nullable=False),
+    Column("continuations", Integer, nullable=False, default=0),
+    Column("no_progress", Integer, nullable=False, default=0),
+    Column("last_decision", String(32)),
+    Column("last_reason", Text),
+    Column("seen_outputs", Text, nullable=False, default="[]"),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

@@ -1,0 +1,241 @@
+"""The tools the model sees: ``bash``, ``ls``, ``read_file``, ``write_file``, ``str_replace``, ``present_files``.
+
+Each tool is a small spec (name, description, argument model, handler, one-line summary). Handlers only
+talk to a :class:`~agent.sandbox.Sandbox`, so swapping the local sandbox for a container touches no tool.
+Every result is masked for the run's secrets before the model (or the chat) sees it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agent.paths import VIRTUAL_ROOT
+from agent.sandbox import Sandbox, SandboxError, SecretMasker
+
+SUMMARY_CHARS = 60
+MAX_LIST_ENTRIES = 500
+MAX_EDIT_BYTES = 5 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Everything a tool call may use during one turn."""
+
+    sandbox: Sandbox
+    secrets: Mapping[str, str]
+    masker: SecretMasker
+    command_timeout: float
+    max_output: int
+    files: list[Path] = field(default_factory=list)
+
+
+class BashArgs(BaseModel):
+    command: str = Field(description="The bash command line to run.")
+
+
+class LsArgs(BaseModel):
+    path: str = Field(f"{VIRTUAL_ROOT}/workspace", description="Directory to list.")
+
+
+class ReadFileArgs(BaseModel):
+    path: str = Field(description="File to read.")
+    start_line: int | None = Field(None, ge=1, description="First line to return (1-based).")
+    end_line: int | None = Field(None, ge=1, description="Last line to return (inclusive).")
+
+
+class WriteFileArgs(BaseModel):
+    path: str = Field(description="File to write; parent directories are created.")
+    content: str = Field(description="The full text to write.")
+    append: bool = Field(False, description="Append instead of replacing the file.")
+
+
+class StrReplaceArgs(BaseModel):
+    path: str = Field(description="File to edit.")
+    old_str: str = Field(description="Exact text to replace; it must occur exactly once.")
+    new_str: str = Field("", description="Replacement text.")
+
+
+class PresentFilesArgs(BaseModel):
+    paths: list[str] = Field(description=f"Files under {VIRTUAL_ROOT}/outputs to send to the user.")
+
+
+Handler = Callable[[ToolContext, Any], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    args: type[BaseModel]
+    handler: Handler
+    #: One progress line from (arguments, secret masker); mask before cutting so no secret prefix leaks.
+    summarize: Callable[[Any, Callable[[str], str]], str]
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema ``bind_tools`` accepts."""
+        parameters = self.args.model_json_schema()
+        parameters.pop("title", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
+
+
+def short(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """One line, no backticks (they would break the progress line's code span), at most ``limit``."""
+    flat = re.sub(r"\s+", " ", text).strip().replace("`", "'")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# --- handlers --------------------------------------------------------------------------------------
+async def run_bash(ctx: ToolContext, args: BashArgs) -> str:
+    result = await ctx.sandbox.run(
+        args.command, secrets=ctx.secrets, time_limit=ctx.command_timeout, max_output=ctx.max_output
+    )
+    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+    body = result.output.rstrip("\n") or "(no output)"
+    return f"[{status}]\n{body}"
+
+
+async def list_dir(ctx: ToolContext, args: LsArgs) -> str:
+    entries = await ctx.sandbox.list_dir(args.path)
+    if not entries:
+        return f"{args.path} is empty"
+    lines = [f"{e.name}/" if e.is_dir else f"{e.name}  ({e.size} bytes)" for e in entries[:MAX_LIST_ENTRIES]]
+    if len(entries) > MAX_LIST_ENTRIES:
+        lines.append(f"… and {len(entries) - MAX_LIST_ENTRIES} more")
+    return "\n".join(lines)
+
+
+async def read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
+    ranged = args.start_line is not None or args.end_line is not None
+    text, cut = await ctx.sandbox.read_text(args.path, MAX_EDIT_BYTES if ranged else ctx.max_output)
+    if ranged:
+        lines = text.splitlines(keepends=True)
+        start = (args.start_line or 1) - 1
+        end = args.end_line or len(lines)
+        text = "".join(lines[start:end])
+        cut = len(text) > ctx.max_output
+        text = text[: ctx.max_output]
+    if cut:
+        text += "\n… [file cut here; read further with start_line/end_line]"
+    return text or "(empty file)"
+
+
+async def write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
+    target = await ctx.sandbox.write_text(args.path, args.content, append=args.append)
+    return f"{'appended' if args.append else 'wrote'} {len(args.content)} characters to {ctx.sandbox.virtual(target)}"
+
+
+async def str_replace(ctx: ToolContext, args: StrReplaceArgs) -> str:
+    if not args.old_str:
+        raise SandboxError("old_str must not be empty")
+    text, cut = await ctx.sandbox.read_text(args.path, MAX_EDIT_BYTES)
+    if cut:
+        raise SandboxError(f"{args.path} is too large to edit with str_replace")
+    count = text.count(args.old_str)
+    if count != 1:
+        raise SandboxError(
+            f"old_str occurs {count} times in {args.path}; it must occur exactly once (add context)"
+        )
+    await ctx.sandbox.write_text(args.path, text.replace(args.old_str, args.new_str, 1))
+    return f"edited {args.path}"
+
+
+async def present_files(ctx: ToolContext, args: PresentFilesArgs) -> str:
+    if not args.paths:
+        raise SandboxError("no files given")
+    outputs = ctx.sandbox.outputs_dir()
+    accepted: list[str] = []
+    refused: list[str] = []
+    for path in args.paths:
+        try:
+            real = ctx.sandbox.resolve(path)
+        except SandboxError as exc:
+            refused.append(f"{path}: {exc}")
+            continue
+        if outputs not in real.parents:
+            refused.append(f"{path}: only files under {VIRTUAL_ROOT}/outputs can be presented")
+        elif not real.is_file():
+            refused.append(f"{path}: no such file")
+        else:
+            if real not in ctx.files:
+                ctx.files.append(real)
+            accepted.append(ctx.sandbox.virtual(real))
+    lines = []
+    if accepted:
+        lines.append("will be delivered to the user: " + ", ".join(accepted))
+    if refused:
+        lines.append("refused: " + "; ".join(refused))
+    if not accepted:
+        raise SandboxError("nothing to present — " + "; ".join(refused))
+    return "\n".join(lines)
+
+
+TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "bash",
+            f"Run a bash command in {VIRTUAL_ROOT}/workspace (stdin is empty; there is a timeout and the "
+            "output is cut when long). Returns the exit code and combined stdout/stderr.",
+            BashArgs,
+            run_bash,
+            lambda a, m: f"running `{short(m(a.command), SUMMARY_CHARS - 10)}`",
+        ),
+        ToolSpec(
+            "ls",
+            f"List a directory under {VIRTUAL_ROOT}.",
+            LsArgs,
+            list_dir,
+            lambda a, m: f"listing {short(m(a.path), SUMMARY_CHARS - 8)}",
+        ),
+        ToolSpec(
+            "read_file",
+            f"Read a text file under {VIRTUAL_ROOT}, optionally a line range.",
+            ReadFileArgs,
+            read_file,
+            lambda a, m: f"reading {short(m(a.path), SUMMARY_CHARS - 8)}",
+        ),
+        ToolSpec(
+            "write_file",
+            f"Create or overwrite a text file under {VIRTUAL_ROOT}/workspace or /outputs.",
+            WriteFileArgs,
+            write_file,
+            lambda a, m: f"writing {short(m(a.path), SUMMARY_CHARS - 8)}",
+        ),
+        ToolSpec(
+            "str_replace",
+            "Replace one exact occurrence of old_str with new_str in a text file.",
+            StrReplaceArgs,
+            str_replace,
+            lambda a, m: f"editing {short(m(a.path), SUMMARY_CHARS - 8)}",
+        ),
+        ToolSpec(
+            "present_files",
+            f"Send files from {VIRTUAL_ROOT}/outputs to the user in the chat. Write them there first.",
+            PresentFilesArgs,
+            present_files,
+            lambda a, m: f"sharing {len(a.paths)} file(s)",
+        ),
+    )
+}
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    return [spec.schema() for spec in TOOLS.values()]
+
+
+SANDBOX_GUIDE = f"""You can use tools on a private file tree:
+- {VIRTUAL_ROOT}/workspace — your working directory (bash runs here)
+- {VIRTUAL_ROOT}/uploads — files the user sent
+- {VIRTUAL_ROOT}/outputs — put files for the user here, then call present_files to send them
+Paths outside {VIRTUAL_ROOT} are not available."""

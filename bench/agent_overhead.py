@@ -1,0 +1,127 @@
+"""Benchmark: the agent runtime's own cost for a tool-calling turn (everything except the model).
+
+One turn = model call → tool call → model call → final answer, through the real LangGraph graph, the
+SQLite checkpointer (a file in a temp dir) and the real tools/sandbox. The chat model is an in-process
+fake that answers instantly, and the time spent inside it is measured and subtracted, so what is left
+is graph scheduling, checkpoint writes, event streaming, tool execution and sandbox set-up.
+
+    python -m bench.agent_overhead --turns 200 --tool ls
+    python -m bench.agent_overhead --turns 100 --tool bash     # includes spawning /bin/bash
+
+Prints ms/turn (mean, p50, p95) of runtime overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from agent.events import TurnFinished, TurnRequest
+from agent.runtime import AgentRuntime
+from config.loader import load_settings
+
+TOOL_CALLS = {
+    "ls": {"name": "ls", "args": {"path": "/mnt/user-data/workspace"}},
+    "bash": {"name": "bash", "args": {"command": "echo hi"}},
+    "write_file": {"name": "write_file", "args": {"path": "note.txt", "content": "hello"}},
+}
+
+
+class InstantToolModel(BaseChatModel):
+    """Asks for one tool call, then answers; records how long it spent answering."""
+
+    tool: str = "ls"
+    spent: float = 0.0
+
+    @property
+    def _llm_type(self) -> str:
+        return "instant-tool-model"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> InstantToolModel:  # type: ignore[override]
+        return self
+
+    def _answer(self, messages: list[BaseMessage]) -> ChatResult:
+        if isinstance(messages[-1], ToolMessage):
+            message = AIMessage(content="done")
+        else:
+            call = dict(TOOL_CALLS[self.tool], id=f"call_{uuid.uuid4().hex[:8]}", type="tool_call")
+            message = AIMessage(content="", tool_calls=[call])
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        return self._answer(messages)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        started = time.perf_counter()
+        result = self._answer(messages)
+        self.spent += time.perf_counter() - started
+        return result
+
+
+async def main(turns: int, tool: str, same_thread: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(
+            overrides={
+                "data_dir": str(Path(tmp) / "data"),
+                "models": [{"name": "default", "api_key": "unused"}],
+                "memory": {"enabled": False},
+            },
+            env={},
+        )
+        model = InstantToolModel(tool=tool)
+        runtime = AgentRuntime(
+            settings, checkpoint_path=Path(tmp) / "checkpoints.db", chat_models={"default": model}
+        )
+        await runtime.start()
+        samples: list[float] = []
+        try:
+            for i in range(turns + 5):
+                thread = "bench-thread" if same_thread else f"bench-{i}"
+                request = TurnRequest(thread_id=thread, owner="bench", text=f"turn {i}")
+                model.spent = 0.0
+                started = time.perf_counter()
+                final = None
+                async for event in runtime.run(request):
+                    if isinstance(event, TurnFinished):
+                        final = event
+                elapsed = time.perf_counter() - started - model.spent
+                assert final is not None and final.text == "done", final
+                if i >= 5:  # warm-up: imports, first checkpoint table creation
+                    samples.append(elapsed * 1000)
+        finally:
+            await runtime.close()
+    samples.sort()
+    p95 = samples[int(len(samples) * 0.95) - 1]
+    print(
+        f"tool={tool} turns={turns} thread={'same' if same_thread else 'new each turn'}: "
+        f"runtime overhead per tool-calling turn mean {statistics.mean(samples):.1f} ms, "
+        f"p50 {statistics.median(samples):.1f} ms, p95 {p95:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--tool", choices=sorted(TOOL_CALLS), default="ls")
+    parser.add_argument("--same-thread", action="store_true", help="grow one thread instead of new threads")
+    args = parser.parse_args()
+    asyncio.run(main(args.turns, args.tool, args.same_thread))

@@ -1,0 +1,94 @@
+"""SCENARIOS 18, 21, 50: goals that keep the agent working, and stop at the cap or when stuck."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.goals import EVALUATOR_MARKER
+from tests.agent.helpers import agent_settings, everything_shown, system_text
+from tests.fakes.openai_server import Reply, ToolCall, echo_reply, last_user_text
+from tests.harness import Harness
+
+
+def goal_model(decision: str, reason: str, work=echo_reply):  # type: ignore[no-untyped-def]
+    """The fake model: the evaluator always says ``decision``; other requests get ``work(body)``."""
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if EVALUATOR_MARKER in system_text(body):
+            return Reply(text=json.dumps({"decision": decision, "reason": reason}))
+        return work(body)
+
+    return reply
+
+
+def continuations(llm) -> list[str]:  # type: ignore[no-untyped-def]
+    return [
+        last_user_text(b)
+        for b in llm.completions
+        if EVALUATOR_MARKER not in system_text(b) and last_user_text(b).startswith("[Goal continuation")
+    ]
+
+
+async def test_a_goal_continues_at_most_eight_times_then_pauses(harness, llm):
+    llm.default_reply = goal_model("continue", "more files to tidy")
+    await harness.chat.say("/goal tidy the workspace")
+    await harness.chat.wait_for_text("Goal paused after 8 continuations", timeout=60)
+    await harness.idle(timeout=30)
+    assert [c.split("]")[0] for c in continuations(llm)] == [f"[Goal continuation {n}/8" for n in range(1, 9)]
+    shown = everything_shown(harness.chat)
+    assert "🎯 Goal set: tidy the workspace" in shown
+    assert "🎯 continuing toward the goal (1/8)…" in shown
+    assert "🎯 continuing toward the goal (8/8)…" in shown
+    # The continuation prompts are hidden: only the assistant's answers appear.
+    assert any(text.startswith("echo: [Goal continuation 8/8]") for text in shown)
+    status = await harness.ask("/goal")
+    assert "paused at the continuation limit — 8/8 continuations used" in status
+    assert "Last evaluation: continue: more files to tidy" in status
+
+
+async def test_a_goal_stops_when_two_continuations_add_nothing_new(harness, llm):
+    llm.default_reply = goal_model(
+        "continue", "keep going", work=lambda body: Reply(text="Still working on it.")
+    )
+    await harness.chat.say("/goal write the release notes")
+    await harness.chat.wait_for_text("last two continuations added nothing new", timeout=30)
+    await harness.idle(timeout=30)
+    assert len(continuations(llm)) == 2
+    assert "stopped (no progress)" in await harness.ask("/goal")
+
+
+async def test_goal_shows_the_goal_and_its_last_evaluation_and_clear_clears_it(harness, llm):
+    llm.default_reply = goal_model("stand_down", "it needs the user's credentials")
+    await harness.chat.say("/goal deploy the app")
+    await harness.chat.wait_for_text("Standing down from the goal: it needs the user's credentials")
+    await harness.idle()
+    assert continuations(llm) == []
+    shown = await harness.ask("/goal")
+    assert shown.startswith("🎯 Goal: deploy the app\nStatus: stood down")
+    assert "Last evaluation: stand down: it needs the user's credentials" in shown
+    assert "Goal: deploy the app (stood down)" in await harness.ask("/status")
+    assert await harness.ask("/goal clear") == "🎯 Goal cleared."
+    assert await harness.ask("/goal") == "No goal is set. Start one with /goal OBJECTIVE."
+    assert "Goal: none" in await harness.ask("/status")
+
+
+async def test_a_satisfied_goal_ends_with_a_notice(tmp_path, llm):
+    llm.default_reply = goal_model("satisfied", "the tests pass")
+    async with Harness.running(agent_settings(tmp_path, llm)) as h:
+        await h.chat.say("/goal make the tests pass")
+        await h.chat.wait_for_text("🎯 Goal reached: the tests pass")
+        await h.idle()
+        assert "reached" in await h.ask("/goal")
+
+
+async def test_stop_during_a_goal_turn_pauses_the_goal(harness, llm):
+    llm.default_reply = goal_model("continue", "keep going")
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "sleep 30"})]))
+    await harness.chat.say("/goal index the repository")
+    await harness.chat.wait_for_text("⏳ running `sleep 30`…")
+    await harness.chat.say("/stop")
+    await harness.chat.wait_for_text("🎯 Goal paused: stopped with /stop")
+    await harness.idle()
+    assert continuations(llm) == []
+    assert "Status: paused" in await harness.ask("/goal")

@@ -1,0 +1,147 @@
+"""SCENARIOS 10, 44–46: cancelling and timing out commands, secrets, and path confinement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from channels.memory import MemoryChannel
+from channels.types import InboundMessage
+from tests.agent.helpers import agent_settings, alive, all_tool_results, everything_shown, wait_until
+from tests.fakes.openai_server import Reply, ToolCall
+from tests.harness import Harness
+
+BACKGROUND_SLEEP = "sleep 30 & echo $! > /mnt/user-data/workspace/sleep.pid; wait"
+
+
+def pid_file(tmp_path: Path) -> Path | None:
+    return next((tmp_path / "data" / "users").rglob("sleep.pid"), None)
+
+
+def read_pid(tmp_path: Path) -> int | None:
+    path = pid_file(tmp_path)
+    text = path.read_text().strip() if path else ""
+    return int(text) if text else None
+
+
+async def test_stop_during_a_long_command_kills_it_and_the_thread_answers_the_next_message(tmp_path, llm):
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": BACKGROUND_SLEEP})]))
+    async with Harness.running(agent_settings(tmp_path, llm)) as h:
+        await h.chat.say("run the long job")
+        await wait_until(lambda: read_pid(tmp_path) is not None)
+        pid = read_pid(tmp_path)
+        assert pid is not None and alive(pid)
+        await h.chat.say("/stop")
+        await h.chat.wait_for_text("⏹ Stopped.")
+        await wait_until(lambda: not alive(pid), timeout=10)
+        answer = await h.ask("are you still there?")
+    assert answer == "echo: are you still there?"
+    # The interrupted tool call was closed off, so the model API accepts the history.
+    last = llm.completions[-1]["messages"]
+    assert any(m["role"] == "tool" and "stopped this turn" in m["content"] for m in last)
+
+
+async def test_a_command_past_its_timeout_is_killed_with_its_whole_process_group(tmp_path, llm):
+    settings = agent_settings(tmp_path, llm, sandbox={"command_timeout_seconds": 1})
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": BACKGROUND_SLEEP})]),
+        Reply(text="That took too long."),
+    )
+    async with Harness.running(settings) as h:
+        answer = await h.ask("run the long job")
+    assert answer == "That took too long."
+    [result] = all_tool_results(llm)
+    assert result.startswith("[timed out]")
+    assert "ran longer than 1 s and was killed" in result
+    pid = read_pid(tmp_path)
+    assert pid is not None
+    await wait_until(lambda: not alive(pid), timeout=10)
+
+
+async def test_command_output_is_bounded(tmp_path, llm):
+    settings = agent_settings(tmp_path, llm, sandbox={"max_output_chars": 200})
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "yes abcdefgh | head -c 100000"})]),
+        Reply(text="ok"),
+    )
+    async with Harness.running(settings) as h:
+        await h.ask("print a lot")
+    [result] = all_tool_results(llm)
+    assert len(result) < 400
+    assert "[output cut: about" in result
+
+
+class TokenChannel(MemoryChannel):
+    """A platform that hands this run a short-lived token, as the GitHub channel does."""
+
+    async def run_secrets(self, message: InboundMessage) -> dict[str, str]:
+        return {"GH_TOKEN": "ghs_runtoken_5f2a9c1e"}
+
+
+async def test_host_secrets_never_reach_commands_and_injected_secrets_are_masked(tmp_path, llm, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-key-never-in-sandbox")
+    monkeypatch.setenv("SWITCHBOARD_DB_PASSWORD", "hunter2-db-password")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://app:pw@db/app")
+    monkeypatch.setenv("HARMLESS_SETTING", "visible-value")
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "env | sort > env.txt; echo token=$GH_TOKEN"})]),
+        Reply(
+            text="Done.",
+            tool_calls=[
+                ToolCall("bash", {"command": "echo again $GH_TOKEN"}),
+                ToolCall("bash", {"command": "sleep 0.5; echo ghs_runtoken_5f2a9c1e | wc -c"}),
+            ],
+        ),
+        Reply(text="The token was ghs_runtoken_5f2a9c1e, all set.", chunk_size=3, delay=0.01),
+    )
+    channel = TokenChannel("memory")
+    async with Harness.running(agent_settings(tmp_path, llm), channels={"memory": channel}) as h:
+        answer = await h.ask("check the environment")
+    env_file = next((tmp_path / "data" / "users").rglob("env.txt")).read_text()
+    # The command really had the injected token, and none of the host's secret-looking variables.
+    assert "GH_TOKEN=ghs_runtoken_5f2a9c1e" in env_file
+    assert "HARMLESS_SETTING=visible-value" in env_file
+    for leaked in ("OPENAI_API_KEY", "sk-host-key", "hunter2", "DATABASE_URL", "app:pw@"):
+        assert leaked not in env_file
+    # What the model and the chat see is masked.
+    results = all_tool_results(llm)
+    assert results[0] == "[exit code 0]\ntoken=***"
+    assert results[1] == "[exit code 0]\nagain ***"
+    assert answer == "Done.\n\nThe token was ***, all set."
+    shown = everything_shown(channel)
+    # Not even a prefix of the token, although the model streamed it in 3-character pieces.
+    assert not any("ghs_" in text for text in shown)
+    assert any("⏳ running `sleep 0.5; echo *** | wc -c`…" in text for text in shown)
+
+
+async def test_paths_outside_user_data_dotdot_and_symlink_escapes_are_refused(tmp_path, llm):
+    llm.script(
+        Reply(
+            tool_calls=[
+                ToolCall("read_file", {"path": "/etc/passwd"}),
+                ToolCall("read_file", {"path": "/mnt/user-data/workspace/../../../../etc/passwd"}),
+                ToolCall("bash", {"command": "ln -s /etc /mnt/user-data/workspace/etc-link"}),
+            ]
+        ),
+        Reply(
+            tool_calls=[
+                ToolCall("read_file", {"path": "/mnt/user-data/workspace/etc-link/passwd"}),
+                ToolCall("write_file", {"path": "/tmp/escaped.txt", "content": "x"}),
+                ToolCall("ls", {"path": "/mnt/user-data/workspace/etc-link"}),
+                ToolCall("write_file", {"path": "inside.txt", "content": "fine"}),
+                ToolCall("str_replace", {"path": "inside.txt", "old_str": "fine", "new_str": "edited"}),
+                ToolCall("read_file", {"path": "/mnt/user-data/workspace/inside.txt"}),
+            ]
+        ),
+        Reply(text="Checked."),
+    )
+    async with Harness.running(agent_settings(tmp_path, llm)) as h:
+        await h.ask("poke around")
+    results = all_tool_results(llm)
+    assert not any("root:" in r for r in results)
+    assert results[0] == "Error: /etc/passwd is outside /mnt/user-data; only files under it are reachable"
+    assert results[1].startswith("Error: '..' is not allowed in paths")
+    assert "through a symlink" in results[3]
+    assert "outside /mnt/user-data" in results[4]
+    assert "through a symlink" in results[5]
+    assert results[-1] == "edited"
+    assert not Path("/tmp/escaped.txt").exists()
