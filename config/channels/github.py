@@ -1,8 +1,22 @@
+"""GitHub settings: the webhook secret, the App credentials, and which agents answer on which repos.
+
+Each agent is one GitHub App identity (``bot_login``) bound to repositories, with per-event triggers.
+Omitted triggers fall back to the defaults in :mod:`webhooks.triggers` (documented in docs/github.md).
+"""
+
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator, model_validator
 
 from config.base import ChannelSection, Section
+
+#: Event kinds an agent can be triggered by; anything else in ``triggers`` is a typo worth failing on.
+TRIGGER_EVENTS = frozenset(
+    {"issues", "issue_comment", "pull_request", "pull_request_review", "pull_request_review_comment"}
+)
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 class GitHubTrigger(Section):
@@ -18,14 +32,37 @@ class GitHubBinding(Section):
     repo: str
     triggers: dict[str, GitHubTrigger] | None = None
 
+    @field_validator("repo")
+    @classmethod
+    def _repo_shape(cls, value: str) -> str:
+        if not _REPO.match(value):
+            raise ValueError(f"repo must look like owner/name, got {value!r}")
+        return value
+
+    @field_validator("triggers")
+    @classmethod
+    def _known_events(cls, value: dict[str, GitHubTrigger] | None) -> dict[str, GitHubTrigger] | None:
+        unknown = sorted(set(value or {}) - TRIGGER_EVENTS)
+        if unknown:
+            raise ValueError(
+                f"unknown trigger event(s) {', '.join(unknown)}; use {', '.join(sorted(TRIGGER_EVENTS))}"
+            )
+        return value
+
 
 class GitHubAgent(Section):
-    name: str
-    bot_login: str
+    name: str = Field(min_length=1, max_length=100)
+    bot_login: str = Field(min_length=1)
     installation_id: int | None = None
     system_prompt: str | None = None
     model: str | None = None
+    #: Whose space (files, memory) the agent works in; default ``github:<name>``.
+    owner: str | None = None
     bindings: list[GitHubBinding] = Field(default_factory=list)
+
+    @property
+    def owner_id(self) -> str:
+        return self.owner or f"github:{self.name}"
 
 
 class GitHubConfig(ChannelSection):
@@ -34,8 +71,22 @@ class GitHubConfig(ChannelSection):
     private_key_path: str | None = None
     api_base_url: str = "https://api.github.com"
     allow_unsigned_webhooks: bool = False
-    max_body_bytes: int = 25 * 1024 * 1024
+    max_body_bytes: int = Field(25 * 1024 * 1024, gt=0)
+    #: Spacing of comment edits per issue/PR (GitHub's secondary limits punish bursts of edits).
+    edit_interval_seconds: float = Field(2.0, ge=0)
+    #: How often the service looks for deliveries queued by ``switchboard webhooks retry``.
+    retry_poll_seconds: float = Field(2.0, gt=0)
     agents: list[GitHubAgent] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GitHubConfig:
+        if bool(self.app_id) != bool(self.private_key_path):
+            raise ValueError("app_id and private_key_path must be set together (the GitHub App credentials)")
+        names = [a.name for a in self.agents]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"GitHub agent names must be unique; repeated: {', '.join(dupes)}")
+        return self
 
     def required_secrets(self) -> dict[str, str | None]:
         if self.allow_unsigned_webhooks:

@@ -1,0 +1,124 @@
+"""``switchboard webhooks list [--failed]`` and ``switchboard webhooks retry DELIVERY_ID``.
+
+Retry does not talk to the running server directly: it marks the stored delivery ``retry`` in the
+shared database and the service (any instance) claims it on its next poll, runs the same fan-out as a
+fresh delivery, and records the outcome, which this command waits for and prints. If no service is
+running, the delivery runs when one starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from config.schema import Settings
+
+EXIT_FAILED = 1
+
+
+async def _open_store(settings: Settings) -> tuple[Any, Any]:
+    from bot.db import Database
+    from webhooks.store import DeliveryStore, metadata
+
+    db = Database(settings.database.url)
+    async with db.engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    return db, DeliveryStore(db.engine, is_sqlite=db.is_sqlite)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    return f"{int(seconds // 3600)}h"
+
+
+def _summary(delivery: Any) -> str:
+    if delivery.error:
+        return delivery.error[:80]
+    dispatch = delivery.dispatch or {}
+    fired = ", ".join(dispatch.get("fired", [])) or "-"
+    return f"fired: {fired}"
+
+
+async def _list(settings: Settings, failed: bool, limit: int) -> int:
+    db, store = await _open_store(settings)
+    try:
+        deliveries = await store.list(failed_only=failed, limit=limit)
+    finally:
+        await db.close()
+    if not deliveries:
+        print("no failed deliveries" if failed else "no deliveries recorded")
+        return 0
+    now = time.time()
+    print(f"{'DELIVERY':38} {'EVENT':28} {'STATUS':9} {'TRIES':>5} {'AGE':>5}  DETAIL")
+    for d in deliveries:
+        event = f"{d.event}.{d.action}" if d.action else d.event
+        status = "stuck" if d.stuck else d.status
+        print(f"{d.id:38} {event:28} {status:9} {d.attempts:>5} {_age(now - d.created_at):>5}  {_summary(d)}")
+    return 0
+
+
+async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
+    from webhooks.store import RECEIVED, RETRY
+
+    db, store = await _open_store(settings)
+    try:
+        before = await store.get(delivery_id)
+        if before is None:
+            print(f"unknown delivery {delivery_id}")
+            return EXIT_FAILED
+        queued = await store.request_retry(delivery_id)
+        if queued is None or queued.status != RETRY:
+            state = queued.status if queued else "unknown"
+            print(f"delivery {delivery_id} is {state}; only failed or stuck deliveries can be retried")
+            return EXIT_FAILED
+        print(f"queued {delivery_id} ({before.event}) for retry")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            current = await store.get(delivery_id)
+            if current is None or current.status in (RETRY, RECEIVED):
+                continue
+            if current.status == "failed":
+                print(f"retry failed: {current.error}")
+                return EXIT_FAILED
+            fired = ", ".join((current.dispatch or {}).get("fired", [])) or "no agent (already delivered)"
+            print(f"retried: {fired}")
+            return 0
+        print(
+            f"still queued after {wait:g}s: no running service has picked it up yet; "
+            "it runs when `switchboard serve` is running"
+        )
+        return 0
+    finally:
+        await db.close()
+
+
+def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
+    parser = subparsers.add_parser("webhooks", help="GitHub webhook deliveries: list and retry")
+    sub = parser.add_subparsers(dest="webhooks_command", required=True)
+
+    listing = sub.add_parser("list", help="recent deliveries, newest first")
+    listing.add_argument("--config", help="path to config.yaml")
+    listing.add_argument("--failed", action="store_true", help="only failed (or stuck) deliveries")
+    listing.add_argument("--limit", type=int, default=50)
+
+    def run_list(args: argparse.Namespace) -> int:
+        return asyncio.run(_list(load_or_exit(args.config), args.failed, args.limit))
+
+    listing.set_defaults(func=run_list)
+
+    retry = sub.add_parser("retry", help="re-run a failed delivery through the running service")
+    retry.add_argument("delivery_id")
+    retry.add_argument("--config", help="path to config.yaml")
+    retry.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the outcome")
+
+    def run_retry(args: argparse.Namespace) -> int:
+        return asyncio.run(_retry(load_or_exit(args.config), args.delivery_id, args.wait))
+
+    retry.set_defaults(func=run_retry)

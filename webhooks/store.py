@@ -1,0 +1,383 @@
+"""The delivery log: every GitHub delivery is written here before it is acknowledged.
+
+A row is keyed by ``X-GitHub-Delivery``. Its status tells the story an operator needs:
+
+    received  stored, fan-out in progress (or the process died mid-way: shown as stuck)
+    done      every matching agent's message is in the durable inbox (or nothing matched)
+    failed    fan-out failed; GitHub was told 5xx; ``switchboard webhooks retry`` re-runs it
+    retry     an operator asked for a re-run; the service claims it on its next poll
+
+SQLAlchemy Core on its own ``MetaData`` so it works on SQLite and PostgreSQL alike; the bot creates the
+table at start-up with everyone else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+metadata = MetaData()
+deliveries_table = Table(
+    "github_deliveries",
+    metadata,
+    Column("delivery_id", String(100), primary_key=True),
+    Column("event", String(64), nullable=False),
+    Column("action", String(64)),
+    Column("body", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=1),
+    Column("dispatch", Text),
+    Column("error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_github_deliveries_status", "status"),
+)
+
+RECEIVED, DONE, FAILED, RETRY = "received", "done", "failed", "retry"
+#: A delivery still "received" after this long belongs to a process that died mid-fan-out.
+STUCK_AFTER_SECONDS = 300.0
+
+
+@dataclass(slots=True)
+class Delivery:
+    id: str
+    event: str
+    action: str | None
+    body: str
+    status: str
+    attempts: int
+    dispatch: dict[str, Any] | None
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def stuck(self) -> bool:
+        return self.status == RECEIVED and time.time() - self.updated_at > STUCK_AFTER_SECONDS
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == FAILED or self.stuck
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: str  # claim | finish | take_retries
+    args: dict[str, Any]
+    future: asyncio.Future[Any]
+
+
+MAX_BATCH = 500
+
+
+class DeliveryStore:
+    """The delivery log. Writes are group-committed by one writer task (like the inbox): under a burst of
+    deliveries, hundreds of claims share one transaction, and SQLite never sees two writers from this
+    process fighting for its lock. Each caller still resumes only once its own row is committed."""
+
+    def __init__(self, engine: AsyncEngine, *, is_sqlite: bool) -> None:
+        self.engine = engine
+        self._insert = (sqlite.insert if is_sqlite else postgresql.insert)(deliveries_table)
+        self._claim_stmt = self._insert.on_conflict_do_nothing(index_elements=["delivery_id"]).returning(
+            deliveries_table.c.delivery_id
+        )
+        self._ops: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+
+    # --- writes (group-committed) --------------------------------------------------------------------
+    async def claim(
+        self,
+        delivery_id: str,
+        event: str,
+        action: str | None,
+        body: str,
+        *,
+        status: str = RECEIVED,
+        dispatch: dict[str, Any] | None = None,
+    ) -> tuple[Delivery | None, bool]:
+        """Record a delivery. Returns (existing row or None, whether this caller should run it).
+
+        New → (None, True). Known and failed/stuck/queued for retry → it is atomically moved back to
+        ``received`` and exactly one caller gets True (GitHub's "Redeliver" keeps the delivery id, so a
+        redelivery of a failed delivery re-runs it). Known otherwise → (row, False): a duplicate.
+        A new row may be stored already finished (``status``/``dispatch``) when nothing needs running,
+        which saves the second write.
+        """
+        return await self._submit(
+            "claim", id=delivery_id, event=event, action=action, body=body, status=status, dispatch=dispatch
+        )
+
+    async def finish(
+        self, delivery_id: str, status: str, dispatch: dict[str, Any] | None, error: str | None = None
+    ) -> None:
+        await self._submit("finish", id=delivery_id, status=status, dispatch=dispatch, error=error)
+
+    async def take_retries(self, limit: int = 20) -> list[Delivery]:
+        """Claim deliveries queued for retry; with several instances each is claimed exactly once."""
+        return await self._submit("take_retries", limit=limit)
+
+    async def close(self) -> None:
+        """Let queued writes finish, then stop the writer."""
+        if self._writer is not None:
+            self._ops.put_nowait(None)
+            await self._writer
+            self._writer = None
+
+    async def _submit(self, kind: str, **args: Any) -> Any:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop(), name="github-deliveries-writer")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.put_nowait(_Op(kind, args, future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._ops.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < MAX_BATCH and not self._ops.empty():
+                op = self._ops.get_nowait()
+                if op is None:
+                    stopping = True
+                    break
+                batch.append(op)
+            try:
+                async with self.engine.begin() as conn:
+                    results = await self._apply_batch(conn, batch)
+            except Exception:
+                # One bad op must not fail its neighbours: redo each in its own transaction.
+                for op in batch:
+                    try:
+                        async with self.engine.begin() as conn:
+                            [result] = await self._apply_batch(conn, [op])
+                    except Exception as exc:
+                        if not op.future.done():
+                            op.future.set_exception(exc)
+                    else:
+                        if not op.future.done():
+                            op.future.set_result(result)
+                continue
+            for op, result in zip(batch, results, strict=True):
+                if not op.future.done():
+                    op.future.set_result(result)
+
+    async def _apply_batch(self, conn: Any, batch: list[_Op]) -> list[Any]:
+        """Claims as one multi-row insert, finishes as one executemany, retries one by one."""
+        results: dict[int, Any] = {}
+        claims = [(i, op) for i, op in enumerate(batch) if op.kind == "claim"]
+        if claims:
+            for i, result in zip(
+                (i for i, _ in claims), await self._claim_many(conn, [op for _, op in claims]), strict=True
+            ):
+                results[i] = result
+        finishes = [(i, op) for i, op in enumerate(batch) if op.kind == "finish"]
+        if finishes:
+            now = time.time()
+            await conn.execute(
+                update(deliveries_table)
+                .where(deliveries_table.c.delivery_id == bindparam("b_id"))
+                .values(
+                    status=bindparam("b_status"),
+                    dispatch=bindparam("b_dispatch"),
+                    error=bindparam("b_error"),
+                    updated_at=now,
+                ),
+                [
+                    {
+                        "b_id": op.args["id"],
+                        "b_status": op.args["status"],
+                        "b_dispatch": json.dumps(op.args["dispatch"])
+                        if op.args["dispatch"] is not None
+                        else None,
+                        "b_error": op.args["error"][:2000] if op.args["error"] else None,
+                    }
+                    for _, op in finishes
+                ],
+            )
+            for i, _ in finishes:
+                results[i] = None
+        for i, op in enumerate(batch):
+            if op.kind == "take_retries":
+                results[i] = await self._take_retries(conn, op.args["limit"])
+        return [results[i] for i in range(len(batch))]
+
+    async def _claim_many(self, conn: Any, ops: list[_Op]) -> list[tuple[Delivery | None, bool]]:
+        now = time.time()
+        firsts: dict[str, dict[str, Any]] = {}
+        for op in ops:
+            a = op.args
+            firsts.setdefault(
+                a["id"],
+                {
+                    "delivery_id": a["id"],
+                    "event": a["event"],
+                    "action": a["action"],
+                    "body": a["body"],
+                    "status": a["status"],
+                    "dispatch": json.dumps(a["dispatch"]) if a["dispatch"] is not None else None,
+                    "attempts": 1,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            )
+        # executemany + RETURNING ("insertmanyvalues"): one cached statement whatever the batch size.
+        inserted_rows = (await conn.execute(self._claim_stmt, list(firsts.values()))).scalars()
+        inserted = set(inserted_rows)
+        known: dict[str, Delivery] = {}
+        conflicts = [i for i in firsts if i not in inserted]
+        if conflicts:
+            rows = (
+                (
+                    await conn.execute(
+                        select(deliveries_table).where(deliveries_table.c.delivery_id.in_(conflicts))
+                    )
+                )
+                .mappings()
+                .all()
+            )
+            known = {row["delivery_id"]: self._from_row(row) for row in rows}
+        results: list[tuple[Delivery | None, bool]] = []
+        seen: set[str] = set()
+        for op in ops:
+            delivery_id = op.args["id"]
+            first = delivery_id not in seen
+            seen.add(delivery_id)
+            if not first:
+                results.append((None, False))  # the same id twice in one burst: the first one runs
+            elif delivery_id in inserted:
+                results.append((None, True))
+            else:
+                existing = known.get(delivery_id)
+                if existing is None:
+                    results.append((None, False))
+                elif (existing.retryable or existing.status == RETRY) and await self._move(
+                    conn, existing, RECEIVED
+                ):
+                    existing.status = RECEIVED
+                    results.append((existing, True))
+                else:
+                    results.append((existing, False))
+        return results
+
+    async def _take_retries(self, conn: Any, limit: int) -> list[Delivery]:
+        rows = (
+            (
+                await conn.execute(
+                    select(deliveries_table)
+                    .where(deliveries_table.c.status == RETRY)
+                    .order_by(deliveries_table.c.updated_at)
+                    .limit(limit)
+                )
+            )
+            .mappings()
+            .all()
+        )
+        claimed = []
+        for row in rows:
+            delivery = self._from_row(row)
+            if await self._move(conn, delivery, RECEIVED):
+                delivery.status = RECEIVED
+                claimed.append(delivery)
+        return claimed
+
+    # --- reads and operator actions (direct) -----------------------------------------------------------
+    async def get(self, delivery_id: str) -> Delivery | None:
+        async with self.engine.connect() as conn:
+            return await self._get(conn, delivery_id)
+
+    async def list(self, *, failed_only: bool = False, limit: int = 50) -> list[Delivery]:
+        """Newest first. ``failed_only`` also lists deliveries stuck in ``received``."""
+        query = select(deliveries_table).order_by(deliveries_table.c.created_at.desc()).limit(limit)
+        if failed_only:
+            query = query.where(self._retryable_clause())
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [self._from_row(r) for r in rows]
+
+    async def request_retry(self, delivery_id: str) -> Delivery | None:
+        """Queue a failed (or stuck) delivery for the service to re-run. None if it is unknown.
+
+        Update first, read after: a read-then-write transaction could deadlock against the service's
+        writer on SQLite; a single conditional UPDATE cannot.
+        """
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(deliveries_table)
+                .where(deliveries_table.c.delivery_id == delivery_id, self._retryable_clause())
+                .values(status=RETRY, updated_at=time.time())
+            )
+        return await self.get(delivery_id)
+
+    @staticmethod
+    def _retryable_clause() -> Any:
+        stuck_before = time.time() - STUCK_AFTER_SECONDS
+        c = deliveries_table.c
+        return (c.status == FAILED) | ((c.status == RECEIVED) & (c.updated_at < stuck_before))
+
+    # --- internals -----------------------------------------------------------------------------------
+    async def _move(self, conn: Any, delivery: Delivery, status: str) -> bool:
+        """Compare-and-set on (status, updated_at) so two claimers never both win."""
+        result = await conn.execute(
+            update(deliveries_table)
+            .where(
+                deliveries_table.c.delivery_id == delivery.id,
+                deliveries_table.c.status == delivery.status,
+                deliveries_table.c.updated_at == delivery.updated_at,
+            )
+            .values(
+                status=status,
+                attempts=delivery.attempts + (1 if status == RECEIVED else 0),
+                updated_at=time.time(),
+            )
+        )
+        if result.rowcount == 1 and status == RECEIVED:
+            delivery.attempts += 1
+        return result.rowcount == 1
+
+    async def _get(self, conn: Any, delivery_id: str) -> Delivery | None:
+        row = (
+            (
+                await conn.execute(
+                    select(deliveries_table).where(deliveries_table.c.delivery_id == delivery_id)
+                )
+            )
+            .mappings()
+            .first()
+        )
+        return self._from_row(row) if row else None
+
+    @staticmethod
+    def _from_row(row: Any) -> Delivery:
+        return Delivery(
+            id=row["delivery_id"],
+            event=row["event"],
+            action=row["action"],
+            body=row["body"],
+            status=row["status"],
+            attempts=row["attempts"],
+            dispatch=json.loads(row["dispatch"]) if row["dispatch"] else None,
+            error=row["error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
