@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import resource
 import statistics
 import sys
@@ -70,7 +71,9 @@ def instant_chat_model() -> Any:
     return FakeListChatModel(responses=["ok"] * 1_000_000)
 
 
-async def run(chats: int, messages: int, agent: str, data_dir: Path, features: bool) -> dict[str, float]:
+async def run(
+    chats: int, messages: int, agent: str, data_dir: Path, features: bool, rate: float | None = None
+) -> dict[str, float]:
     settings = load_settings(
         overrides={
             "data_dir": str(data_dir),
@@ -93,17 +96,30 @@ async def run(chats: int, messages: int, agent: str, data_dir: Path, features: b
     await service.start()
     latencies: list[float] = []
 
-    async def one_chat(index: int) -> None:
-        for n in range(messages):
-            message = channel.make_message(f"message {n}", chat=f"chat-{index}", message_id=f"{index}-{n}")
-            done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-            channel.waiters[message.platform_message_id] = done
-            start = time.perf_counter()
-            await channel.deliver(message)
-            latencies.append(await done - start)
+    async def send(index: int, n: int) -> None:
+        message = channel.make_message(f"message {n}", chat=f"chat-{index}", message_id=f"{index}-{n}")
+        done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        channel.waiters[message.platform_message_id] = done
+        start = time.perf_counter()
+        await channel.deliver(message)
+        latencies.append(await done - start)
 
-    # Warm up one conversation so imports and first-use costs are not measured.
-    await one_chat(-1)
+    async def one_chat(index: int) -> None:
+        if rate is None:  # closed loop: the next message goes when the previous reply is done
+            for n in range(messages):
+                await send(index, n)
+            return
+        # Open loop: this chat sends every chats/rate seconds whatever the replies do.
+        period = chats / rate
+        await asyncio.sleep(random.random() * period)
+        pending = []
+        for n in range(messages):
+            pending.append(asyncio.create_task(send(index, n)))
+            await asyncio.sleep(period)
+        await asyncio.gather(*pending)
+
+    # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
+    await asyncio.gather(*(send(i, -1) for i in range(chats)))
     latencies.clear()
     profiler = None
     if os.environ.get("BENCH_PROFILE"):
@@ -132,19 +148,27 @@ async def run(chats: int, messages: int, agent: str, data_dir: Path, features: b
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--chats", type=int, default=100)
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--agent", choices=["instant", "langgraph"], default="instant")
     parser.add_argument("--no-features", action="store_true", help="skip connections/agent/github features")
+    parser.add_argument(
+        "--rate", type=float, help="open loop: total messages/s spread over the chats (default: closed loop)"
+    )
     args = parser.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(run(args.chats, args.messages, args.agent, Path(tmp), not args.no_features))
+        result = asyncio.run(
+            run(args.chats, args.messages, args.agent, Path(tmp), not args.no_features, args.rate)
+        )
     print(
-        f"agent={args.agent} chats={args.chats} messages/chat={args.messages} cpus={os.cpu_count()} "
+        f"agent={args.agent} chats={args.chats} messages/chat={args.messages} "
+        f"{'rate=' + format(args.rate, 'g') + '/s' if args.rate else 'closed loop'} cpus={os.cpu_count()} "
         f"python={sys.version.split()[0]}"
     )
     print(

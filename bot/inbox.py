@@ -29,10 +29,10 @@ from sqlalchemy import (
     UniqueConstraint,
     bindparam,
     select,
+    text,
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from bot.db import Database
@@ -62,6 +62,26 @@ inbox_table = Table(
 )
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+
+_INSERT_COLUMNS = (
+    "id",
+    "provider",
+    "workspace",
+    "chat",
+    "platform_message_id",
+    "payload",
+    "status",
+    "attempts",
+    "created_at",
+    "updated_at",
+)
+#: Plain SQL that SQLite and PostgreSQL both accept. Written as text because SQLAlchemy recompiled the
+#: dialect-specific ``on_conflict_do_nothing`` construct on every execution (half of an accept's cost).
+INSERT_IF_NEW = text(
+    f"INSERT INTO inbox ({', '.join(_INSERT_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in _INSERT_COLUMNS)}) "
+    "ON CONFLICT (provider, workspace, chat, platform_message_id) DO NOTHING"
+)
 MAX_BATCH = 500
 
 
@@ -90,7 +110,7 @@ class Inbox:
         self.db = db
         self._ops: asyncio.Queue[_Op] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
-        self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(inbox_table)
+        self._insert = INSERT_IF_NEW
         # SQLite: one dedicated thread applies whole batches (one hop per batch, not per statement).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inbox-writer") if db.is_sqlite else None
 
@@ -260,12 +280,7 @@ class Inbox:
                         "updated_at": now,
                     }
                 )
-            inserted = conn.execute(
-                self._insert.on_conflict_do_nothing(
-                    index_elements=["provider", "workspace", "chat", "platform_message_id"]
-                ),
-                rows,
-            )
+            inserted = conn.execute(self._insert, rows)
             keys = [op.args["message"].dedupe_key for op in accepts]
             if inserted.rowcount == len(rows) and len(set(keys)) == len(keys):
                 # The common case: every message is new, so no need to read anything back.
