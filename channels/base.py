@@ -38,7 +38,7 @@ class Channel(ABC):
     async def start(self, sink: InboundSink) -> None:
         """Connect and begin delivering messages to ``sink``. Returns once the worker is running."""
 
-    async def pause(self) -> None:
+    async def pause(self) -> None:  # noqa: B027 - optional hook
         """Stop taking new messages but keep the ability to reply.
 
         Called at shutdown before the manager drains, so turns that finish during the grace period can

@@ -169,7 +169,9 @@ async def _counts_after_stop(settings) -> dict[str, int]:  # type: ignore[no-unt
     db = Database(settings.database.url)
     try:
         async with db.engine.connect() as conn:
-            rows = await conn.execute(select(inbox_table.c.status, func.count()).group_by(inbox_table.c.status))
+            rows = await conn.execute(
+                select(inbox_table.c.status, func.count()).group_by(inbox_table.c.status)
+            )
             return {status: count for status, count in rows}
     finally:
         await db.close()

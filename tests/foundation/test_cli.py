@@ -46,7 +46,10 @@ def test_serve_on_the_embedded_defaults_answers_health(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bot", "serve", "--port", str(port)],
-        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         body = None
@@ -72,8 +75,21 @@ def test_serve_on_the_embedded_defaults_answers_health(tmp_path):
 def test_chat_reads_one_message_per_line_prints_each_reply_and_exits(tmp_path, llm):
     llm.script(Reply(text="Hi! I'm here."))
     result = subprocess.run(
-        [sys.executable, "-m", "bot", "--log-level", "WARNING", "chat", "--config", str(config_for(tmp_path, llm.base_url))],
-        input="hello\n/help\nwhat did I say first?\n", capture_output=True, text=True, timeout=90, env=cli_env(),
+        [
+            sys.executable,
+            "-m",
+            "bot",
+            "--log-level",
+            "WARNING",
+            "chat",
+            "--config",
+            str(config_for(tmp_path, llm.base_url)),
+        ],
+        input="hello\n/help\nwhat did I say first?\n",
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=cli_env(),
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")
@@ -82,7 +98,9 @@ def test_chat_reads_one_message_per_line_prints_each_reply_and_exits(tmp_path, l
     assert result.stdout.rstrip().endswith("echo: what did I say first?")
     # The model saw the conversation so far, and the real key from the environment.
     assert [m["content"] for m in llm.completions[-1]["messages"] if m["role"] != "system"] == [
-        "hello", "Hi! I'm here.", "what did I say first?"
+        "hello",
+        "Hi! I'm here.",
+        "what did I say first?",
     ]
     assert llm.api_key_seen[-1] == "Bearer sk-fake-cli"
 
@@ -91,7 +109,9 @@ def test_a_message_accepted_before_a_hard_kill_is_answered_after_restart(tmp_pat
     llm.script(Reply(text="slow " * 100, chunk_size=5, delay=0.2))
     config = config_for(tmp_path, llm.base_url)
     command = [sys.executable, "-m", "bot", "--log-level", "WARNING", "chat", "--config", str(config)]
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env()
+    )
     try:
         assert proc.stdin is not None
         proc.stdin.write(b"the question\n")
@@ -113,7 +133,10 @@ def test_a_message_accepted_before_a_hard_kill_is_answered_after_restart(tmp_pat
 def test_doctor_says_what_is_fine_and_what_to_fix(tmp_path, llm):
     good = subprocess.run(
         [sys.executable, "-m", "bot", "doctor", "--config", str(config_for(tmp_path, llm.base_url))],
-        capture_output=True, text=True, timeout=90, env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=cli_env(),
     )
     assert good.returncode == 0, good.stdout + good.stderr
     assert "✓ database: reachable" in good.stdout
@@ -122,10 +145,16 @@ def test_doctor_says_what_is_fine_and_what_to_fix(tmp_path, llm):
     broken = tmp_path / "broken"
     broken.mkdir()
     path = config_for(broken, "http://127.0.0.1:9/v1")
-    path.write_text(path.read_text().replace("$FAKE_KEY", "$MISSING_KEY") + "channels: {telegram: {enabled: true, bot_token: $NO_TOKEN}}\n")
+    path.write_text(
+        path.read_text().replace("$FAKE_KEY", "$MISSING_KEY")
+        + "channels: {telegram: {enabled: true, bot_token: $NO_TOKEN}}\n"
+    )
     bad = subprocess.run(
         [sys.executable, "-m", "bot", "doctor", "--config", str(path)],
-        capture_output=True, text=True, timeout=90, env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=cli_env(),
     )
     assert bad.returncode == 1
     assert "✗ config: not usable" in bad.stdout

@@ -61,5 +61,8 @@ async def test_mention_prefixed_and_bot_suffixed_commands_are_commands(harness, 
 
 async def test_a_slash_mid_sentence_is_chat_and_an_unknown_command_is_explained(harness, llm):
     assert await harness.ask("please read /etc/hosts for me") == "echo: please read /etc/hosts for me"
-    assert await harness.ask("/frobnicate now") == "Unknown command /frobnicate. Send /help to see what I understand."
+    assert (
+        await harness.ask("/frobnicate now")
+        == "Unknown command /frobnicate. Send /help to see what I understand."
+    )
     assert [last_user_text(b) for b in llm.completions] == ["please read /etc/hosts for me"]

@@ -28,7 +28,10 @@ def test_the_built_in_defaults_are_the_embedded_single_instance_setup():
 
 
 def test_dollar_names_are_read_from_the_environment(tmp_path):
-    path = write(tmp_path, "channels:\n  telegram: {enabled: true, bot_token: $TG_TOKEN}\nserver: {public_url: '${URL}'}\n")
+    path = write(
+        tmp_path,
+        "channels:\n  telegram: {enabled: true, bot_token: $TG_TOKEN}\nserver: {public_url: '${URL}'}\n",
+    )
     settings = load_settings(path, env={"TG_TOKEN": "123:abc", "URL": "https://bot.example"})
     assert settings.channels.telegram.bot_token == "123:abc"
     assert settings.server.public_url == "https://bot.example"
@@ -62,7 +65,9 @@ def test_jwt_mode_refuses_a_default_secret(tmp_path):
     path = write(tmp_path, "auth: {mode: jwt, jwt_secret: changethis}\n")
     with pytest.raises(ConfigError) as info:
         load_settings(path, env={})
-    assert info.value.problems == ["auth: auth.mode is jwt but auth.jwt_secret is empty or a well-known default"]
+    assert info.value.problems == [
+        "auth: auth.mode is jwt but auth.jwt_secret is empty or a well-known default"
+    ]
 
 
 def test_broken_yaml_points_at_the_line(tmp_path):
@@ -76,7 +81,10 @@ def test_serve_with_a_bad_config_exits_with_the_problems_and_no_traceback(tmp_pa
     path = write(tmp_path, "sever: 1\nbus: {queue_size: 0}\n")
     result = subprocess.run(
         [sys.executable, "-m", "bot", "serve", "--config", str(path)],
-        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

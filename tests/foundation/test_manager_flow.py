@@ -9,7 +9,9 @@ from tests.fakes.openai_server import Reply, echo_reply, last_user_text
 from tests.harness import Harness
 
 
-async def test_a_second_message_waits_behind_the_running_one_shows_queued_and_is_answered_in_order(harness, llm):
+async def test_a_second_message_waits_behind_the_running_one_shows_queued_and_is_answered_in_order(
+    harness, llm
+):
     llm.script(Reply(text="first answer, slowly", chunk_size=1, delay=0.05))
     await harness.chat.say("first")
     await harness.chat.wait_for(lambda ch: any(m.text.startswith("first") for m in ch.messages.values()))
@@ -51,8 +53,17 @@ async def test_stop_cancels_the_running_turn_and_the_thread_keeps_working(harnes
 
 async def test_a_model_failure_ends_with_one_plain_sentence_and_no_internals(tmp_path, llm):
     settings = make_settings(
-        tmp_path, llm,
-        models=[{"name": "default", "model": "m", "api_key": "sk-live-SUPERSECRET", "base_url": llm.base_url, "max_retries": 0}],
+        tmp_path,
+        llm,
+        models=[
+            {
+                "name": "default",
+                "model": "m",
+                "api_key": "sk-live-SUPERSECRET",
+                "base_url": llm.base_url,
+                "max_retries": 0,
+            }
+        ],
     )
     llm.script(Reply(status=500, error="upstream exploded at /srv/app.py line 3"))
     async with Harness.running(settings) as h:
@@ -64,15 +75,27 @@ async def test_a_model_failure_ends_with_one_plain_sentence_and_no_internals(tmp
 
 async def test_wrong_credentials_and_an_unreachable_model_are_explained_differently(tmp_path, llm):
     bad_key = make_settings(
-        tmp_path / "a", llm,
-        models=[{"name": "default", "model": "m", "api_key": "sk-x", "base_url": llm.base_url, "max_retries": 0}],
+        tmp_path / "a",
+        llm,
+        models=[
+            {"name": "default", "model": "m", "api_key": "sk-x", "base_url": llm.base_url, "max_retries": 0}
+        ],
     )
     llm.script(Reply(status=401, error="invalid api key"))
     async with Harness.running(bad_key) as h:
         assert "rejected our credentials" in await h.ask("hi")
     unreachable = make_settings(
-        tmp_path / "b", None,
-        models=[{"name": "default", "model": "m", "api_key": "sk-x", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0}],
+        tmp_path / "b",
+        None,
+        models=[
+            {
+                "name": "default",
+                "model": "m",
+                "api_key": "sk-x",
+                "base_url": "http://127.0.0.1:9/v1",
+                "max_retries": 0,
+            }
+        ],
     )
     async with Harness.running(unreachable) as h:
         assert "couldn't reach the model service" in await h.ask("hi")
@@ -103,7 +126,9 @@ async def test_messages_to_different_chats_are_handled_concurrently(harness, llm
     llm.default_reply = lambda body: Reply(text=f"ok {last_user_text(body)}", chunk_size=2, delay=0.02)
     await asyncio.gather(*(harness.chat.say(f"q{i}", chat=f"c{i}") for i in range(10)))
     await harness.idle(timeout=30)
-    assert sorted(harness.chat.in_chat(f"c{i}")[0].text for i in range(10)) == sorted(f"ok q{i}" for i in range(10))
+    assert sorted(harness.chat.in_chat(f"c{i}")[0].text for i in range(10)) == sorted(
+        f"ok q{i}" for i in range(10)
+    )
 
 
 async def test_an_inbound_file_lands_in_the_owners_uploads_and_an_oversize_one_is_refused_with_a_notice(
@@ -116,8 +141,12 @@ async def test_an_inbound_file_lands_in_the_owners_uploads_and_an_oversize_one_i
         )
         conv = await h.service.threads.get(("memory", "", "chat-1", ""))
     assert conv is not None
-    uploads = tmp_path / "data" / "users" / "memory_-_user-1" / "threads" / conv.thread_id / "user-data" / "uploads"
+    uploads = (
+        tmp_path / "data" / "users" / "memory_-_user-1" / "threads" / conv.thread_id / "user-data" / "uploads"
+    )
     assert sorted(p.name for p in uploads.iterdir()) == ["notes.txt"]
     assert (uploads / "notes.txt").read_bytes() == b"hello file"
     assert answer.startswith("📎 huge.bin is too large (4 KiB; limit 1 KiB), so I skipped it.")
-    assert "[Files attached: /mnt/user-data/uploads/notes.txt]" in llm.completions[0]["messages"][-1]["content"]
+    assert (
+        "[Files attached: /mnt/user-data/uploads/notes.txt]" in llm.completions[0]["messages"][-1]["content"]
+    )

@@ -71,7 +71,11 @@ async def test_an_uneditable_reply_falls_back_to_a_new_message(settings, llm):
     assert [m.text for m in h.chat.in_chat("chat-1")][-1] == "fresh copy"
 
 
-CODE_ANSWER = "Here is the script:\n\n```python\n" + "\n".join(f"print({i})  # step {i}" for i in range(120)) + "\n```\n\nRun it with python."
+CODE_ANSWER = (
+    "Here is the script:\n\n```python\n"
+    + "\n".join(f"print({i})  # step {i}" for i in range(120))
+    + "\n```\n\nRun it with python."
+)
 
 
 async def test_a_long_answer_is_split_on_line_boundaries_without_breaking_a_code_fence(settings, llm):
