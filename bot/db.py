@@ -6,6 +6,10 @@ changes ship as additive steps in :mod:`bot.migrations` (see docs/database.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,7 +17,11 @@ from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+log = logging.getLogger(__name__)
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+SAFETY_NET_CHECKPOINT_PAGES = 20_000  # ~80 MB of WAL
+CHECKPOINT_INTERVAL_SECONDS = 1.0
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -23,6 +31,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    # Checkpoints run in the background (Database.start_maintenance); automatic ones inside a commit
+    # made that message wait 10-20 ms. This limit is only a safety net if maintenance is not running.
+    cursor.execute(f"PRAGMA wal_autocheckpoint={SAFETY_NET_CHECKPOINT_PAGES}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -50,6 +61,8 @@ class Database:
         )
 
         self._sync_engine: Engine | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None
 
     @property
     def sync_engine(self) -> Engine:
@@ -97,7 +110,38 @@ class Database:
         except Exception:
             return False
 
+    def start_maintenance(self) -> None:
+        """SQLite: copy the WAL into the database every second, off the event loop and off every commit."""
+        if self.is_sqlite and self.sqlite_path is not None and self._maintenance is None:
+            self._maintenance = asyncio.create_task(self._checkpoint_loop(), name="sqlite-checkpoint")
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_SECONDS)
+            try:
+                await asyncio.to_thread(self._checkpoint, "PASSIVE")
+            except Exception as exc:  # a busy database just means the next round does it
+                log.debug("WAL checkpoint skipped: %s", exc)
+
+    def _checkpoint(self, mode: str) -> None:
+        if self._checkpoint_conn is None:
+            self._checkpoint_conn = sqlite3.connect(
+                str(self.sqlite_path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            )
+        # PASSIVE never waits for readers or writers: it copies what it can and returns.
+        self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+
     async def close(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+            self._maintenance = None
+        if self._checkpoint_conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await asyncio.to_thread(self._checkpoint, "TRUNCATE")
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
         if self._sync_engine is not None:
             self._sync_engine.dispose()
         await self.engine.dispose()

@@ -89,6 +89,7 @@ class Service:
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.db.create_schema(self.tables())
+        self.db.start_maintenance()
         await self.inbox.start()
         if self._given_agent is not None:
             self.agent = self._given_agent
