@@ -29,9 +29,6 @@ class MessageBus:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
-        self.accepted = 0
-        self.duplicates = 0
-        self.refused = 0
 
     def _reserve(self) -> None:
         self._reserved += 1
@@ -54,10 +51,8 @@ class MessageBus:
     async def publish(self, message: InboundMessage) -> bool:
         """Store and enqueue ``message``. True if new, False if it was a duplicate that will not run again."""
         if self._closed:
-            self.refused += 1
             raise Backpressure("the service is shutting down")
         if self._reserved >= self.capacity:
-            self.refused += 1
             raise Backpressure(f"inbox full ({self.capacity} unfinished messages)")
         self._reserve()
         try:
@@ -67,11 +62,9 @@ class MessageBus:
             raise
         if entry.duplicate and (entry.status == DONE or entry.id in self._in_flight):
             self._unreserve()
-            self.duplicates += 1
             return False
         # New, or a redelivery of one that failed earlier and is not running: (re)run it.
         self._in_flight.add(entry.id)
-        self.accepted += 1
         self._queue.put_nowait(entry)
         return not entry.duplicate
 

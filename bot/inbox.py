@@ -165,15 +165,6 @@ class Inbox:
             ).mappings()
             return [self._entry(row) for row in rows]
 
-    async def get(self, entry_id: str) -> InboxEntry | None:
-        async with self.db.engine.connect() as conn:
-            row = (
-                (await conn.execute(select(inbox_table).where(inbox_table.c.id == entry_id)))
-                .mappings()
-                .first()
-            )
-        return self._entry(row) if row else None
-
     async def counts(self) -> dict[str, int]:
         from sqlalchemy import func
 

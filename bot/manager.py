@@ -126,7 +126,6 @@ class ChannelManager:
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
-        self.turns_completed = 0
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -360,7 +359,6 @@ class ChannelManager:
             return
         if turn.entry_id:
             await self._complete(turn.entry_id)
-        self.turns_completed += 1
         await self._after_turn(turn, final, stopped=stopped, failed=failed)
 
     async def _stream_agent(

@@ -142,7 +142,6 @@ class ReplyStream:
         self._wake = asyncio.Event()
         self._closing = False
         self._pump: asyncio.Task[None] | None = None
-        self.calls = 0
         self.finished = False
 
     @property
@@ -156,7 +155,6 @@ class ReplyStream:
         if not self._sent:
             await self.budget.acquire()
             ref = await self.transport.send(placeholder)
-            self.calls += 1
             self._sent.append((ref, placeholder))
         elif self._sent[0][1] != placeholder:
             self.update(placeholder)
@@ -208,7 +206,6 @@ class ReplyStream:
                 if needs_budget:
                     await self.budget.acquire()
                 needs_budget = True
-                self.calls += 1
                 with contextlib.suppress(MessageNotModified):
                     await self.transport.edit(ref, chunk)
                 self._sent[index] = (ref, chunk)
@@ -216,7 +213,6 @@ class ReplyStream:
                 if needs_budget:
                     await self.budget.acquire()
                 needs_budget = True
-                self.calls += 1
                 ref = await self.transport.send(chunk)
                 self._sent.append((ref, chunk))
 
@@ -233,7 +229,6 @@ class ReplyStream:
         await self._deliver_final(chunks)
         if files:
             await self.budget.acquire()
-            self.calls += 1
             await self.transport.send_files(files)
         self.finished = True
         await self.transport.finished()
@@ -261,7 +256,6 @@ class ReplyStream:
         for chunk in remaining:
             for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
                 await self.budget.acquire()
-                self.calls += 1
                 try:
                     self._sent.append((await self.transport.send(chunk, fallback=True), chunk))
                     break
