@@ -29,6 +29,7 @@ class MessageBus:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self.refused = 0  # publishes turned away by back-pressure (what the platform must redeliver)
 
     def _reserve(self) -> None:
         self._reserved += 1
@@ -51,8 +52,10 @@ class MessageBus:
     async def publish(self, message: InboundMessage) -> bool:
         """Store and enqueue ``message``. True if new, False if it was a duplicate that will not run again."""
         if self._closed:
+            self.refused += 1
             raise Backpressure("the service is shutting down")
         if self._reserved >= self.capacity:
+            self.refused += 1
             raise Backpressure(f"inbox full ({self.capacity} unfinished messages)")
         self._reserve()
         try:
