@@ -16,6 +16,7 @@ import asyncio
 import base64
 import logging
 import mimetypes
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -44,15 +45,16 @@ from agent.memory import MemoryService, MemoryStore
 from agent.models import ModelLoadError, build_chat_model
 from agent.paths import ThreadPaths
 from agent.sandbox import (
-    LocalSandboxProvider,
     Sandbox,
     SandboxError,
     SandboxProvider,
     SecretMasker,
     StreamMasker,
 )
-from agent.tools import SANDBOX_GUIDE, TOOLS, ToolContext, short, tool_schemas
+from agent.sandboxes import build_sandbox_provider
+from agent.tools import TOOLS, ToolContext, short, tool_schemas
 from config.schema import Settings
+from config.secrets import known_secrets
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,9 @@ class AgentRuntime:
         self.settings = settings
         self.engine = engine  # the service's AsyncEngine, for tables the agent owns
         self.checkpoint_path = checkpoint_path
-        self.sandbox_provider = sandbox_provider or LocalSandboxProvider()
+        self.sandbox_provider = sandbox_provider or build_sandbox_provider(settings.sandbox)
+        # Masked in every tool result, progress line and reply, on top of each run's own secrets.
+        self.known_secrets = known_secrets(settings, os.environ)
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[str, Any] = {}
         self._runs: dict[str, _Run] = {}
@@ -148,6 +152,7 @@ class AgentRuntime:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
+        await self.sandbox_provider.start()
         self.checkpointer = await self._open_checkpointer()
         self._graph = self._build_graph().compile(checkpointer=self.checkpointer)
         await asyncio.to_thread(self._warm_models)
@@ -359,7 +364,7 @@ class AgentRuntime:
 
     async def _context_prompt(self, request: TurnRequest) -> str:
         """Per-turn context after the main system prompt: the sandbox guide, who is writing, memory."""
-        parts = [SANDBOX_GUIDE]
+        parts = [self.sandbox_provider.guide()]
         if request.sender_name:
             parts.append(f"The person writing is called {short(request.sender_name, 60)}.")
         if self.memory is not None:
@@ -379,7 +384,7 @@ class AgentRuntime:
         model = self.tool_model(request.model)
         paths = ThreadPaths(Path(self.settings.data_dir), request.owner, request.thread_id)
         sandbox = await self.sandbox_provider.acquire(paths)
-        masker = SecretMasker.of(request.secrets)
+        masker = SecretMasker.of(request.secrets, self.known_secrets)
         run = _Run(
             system_prompt=request.system_prompt or self.settings.agent.system_prompt,
             context_prompt=await self._context_prompt(request),
@@ -428,6 +433,13 @@ class AgentRuntime:
                 if visible:
                     shown = True
                     yield TextDelta(visible)
+        except Exception:
+            # The model failed midway: what it already said (masked) is still the user's to see.
+            tail = stream.flush()
+            if tail:
+                yield TextDelta(tail)
+            raise
+        else:
             tail = stream.flush()
             if tail:
                 yield TextDelta(tail)

@@ -232,10 +232,3 @@ TOOLS: dict[str, ToolSpec] = {
 
 def tool_schemas() -> list[dict[str, Any]]:
     return [spec.schema() for spec in TOOLS.values()]
-
-
-SANDBOX_GUIDE = f"""You can use tools on a private file tree:
-- {VIRTUAL_ROOT}/workspace — your working directory (bash runs here)
-- {VIRTUAL_ROOT}/uploads — files the user sent
-- {VIRTUAL_ROOT}/outputs — put files for the user here, then call present_files to send them
-Paths outside {VIRTUAL_ROOT} are not available."""
