@@ -446,10 +446,15 @@ class AgentRuntime:
         finally:
             self._runs.pop(key, None)
             await sandbox.release()
-        files = tuple(run.tools.files)
+        # Checked again now that nothing of the turn runs any more: a command may have swapped a presented
+        # file for a symlink to a host file after present_files accepted it.
+        files = tuple(await sandbox.deliverable(run.tools.files))
         final = masker("\n\n".join(t.strip() for t in run.texts))
         if not final:
             final = "📎 Here are the files." if files else NOTHING_TO_ADD
+        withheld = [path.name for path in run.tools.files if path not in files]
+        if withheld:
+            final += f"\n\n⚠️ Not sent: {', '.join(withheld)} changed after it was presented."
         yield TurnFinished(
             text=final,
             files=files,

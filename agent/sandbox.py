@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 from abc import ABC, abstractmethod
@@ -25,6 +26,8 @@ from pathlib import Path, PurePosixPath
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from config.schema import SandboxLimits
 from config.secrets import CREDENTIAL_URL, is_secret_name
+
+log = logging.getLogger(__name__)
 
 MASK = "***"
 #: How long to keep reading output after the command's shell exited and its process group was killed.
@@ -164,6 +167,25 @@ class Sandbox(ABC):
     async def release(self) -> None:
         """The turn is over: end anything still running for it (a safety net behind ``run``)."""
         return None
+
+    async def deliverable(self, files: Iterable[Path]) -> list[Path]:
+        """The presented files that are still plain files inside ``outputs/`` (no symlink on the way)."""
+        outputs = self.outputs_dir()
+
+        def check() -> list[Path]:
+            kept = []
+            for real in files:
+                try:
+                    plain = real.resolve(strict=True) == real and not real.is_symlink() and real.is_file()
+                except (OSError, RuntimeError):
+                    plain = False
+                if plain and outputs in real.parents:
+                    kept.append(real)
+                else:
+                    log.warning("not delivering %s: it is no longer a plain file in outputs/", real.name)
+            return kept
+
+        return await asyncio.to_thread(check)
 
 
 class SandboxUnavailable(RuntimeError):

@@ -247,3 +247,20 @@ async def test_the_model_is_told_the_truth_about_its_environment(tmp_path, model
     system = "\n".join(str(m["content"]) for m in model.completions[-1]["messages"] if m["role"] == "system")
     assert "without isolation" in system
     assert "isolated Linux sandbox" not in system
+
+
+async def test_a_presented_file_swapped_for_a_symlink_to_a_host_file_is_not_delivered(tmp_path, model):
+    host_file = tmp_path / "service-secret.txt"
+    host_file.write_text("HOST-FILE-CONTENT")
+    model.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo harmless > /mnt/user-data/outputs/a.txt"})]),
+        Reply(tool_calls=[ToolCall("present_files", {"paths": ["/mnt/user-data/outputs/a.txt"]})]),
+        # Inside the sandbox the target does not exist; on the host, where the chat upload reads, it does.
+        Reply(tool_calls=[ToolCall("bash", {"command": f"ln -sf {host_file} /mnt/user-data/outputs/a.txt"})]),
+        Reply(text="Sent you a.txt."),
+    )
+    async with Harness.running(sandbox_settings(tmp_path, model)) as h:
+        answer = await h.ask("send me a file")
+    assert answer == "Sent you a.txt.\n\n⚠️ Not sent: a.txt changed after it was presented."
+    assert h.chat.sent_files == []
+    assert "HOST-FILE-CONTENT" not in "\n".join(everything_shown(h.chat))
