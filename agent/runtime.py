@@ -53,6 +53,7 @@ from agent.sandbox import (
 )
 from agent.sandboxes import build_sandbox_provider
 from agent.tools import TOOLS, ToolContext, short, tool_schemas
+from agent.web import WebFetcher
 from config.schema import Settings
 from config.secrets import known_secrets
 
@@ -128,6 +129,8 @@ class AgentRuntime:
         self.sandbox_provider = sandbox_provider or build_sandbox_provider(settings.sandbox)
         # Masked in every tool result, progress line and reply, on top of each run's own secrets.
         self.known_secrets = known_secrets(settings, os.environ)
+        self.web = WebFetcher(settings.web) if settings.web.fetch else None
+        self.disabled_tools = frozenset() if self.web is not None else frozenset({"web_fetch"})
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[str, Any] = {}
         self._runs: dict[str, _Run] = {}
@@ -220,7 +223,7 @@ class AgentRuntime:
         if cfg.name not in self._bound:
             model = self.chat_model(cfg.name)
             try:
-                self._bound[cfg.name] = model.bind_tools(tool_schemas())
+                self._bound[cfg.name] = model.bind_tools(tool_schemas(self.disabled_tools))
             except (NotImplementedError, AttributeError):
                 log.warning("model %s cannot call tools; it answers without them", cfg.name)
                 self._bound[cfg.name] = model
@@ -281,11 +284,11 @@ class AgentRuntime:
     async def _call_tool(
         self, run: _Run, name: str, raw_args: dict[str, Any], call_id: str | None, write: Any
     ) -> ToolMessage:
-        spec = TOOLS.get(name)
+        spec = TOOLS.get(name) if name not in self.disabled_tools else None
         mask = run.tools.masker
         if spec is None:
             return ToolMessage(
-                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(TOOLS)}.",
+                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(n for n in TOOLS if n not in self.disabled_tools)}.",
                 tool_call_id=call_id or "",
                 name=name,
                 status="error",
@@ -398,6 +401,7 @@ class AgentRuntime:
                 masker=masker,
                 command_timeout=self.settings.sandbox.command_timeout_seconds,
                 max_output=self.settings.sandbox.max_output_chars,
+                web=self.web,
             ),
         )
         key = uuid.uuid4().hex

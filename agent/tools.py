@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
+from agent.web import FetchRefused, WebFetcher
 
 SUMMARY_CHARS = 60
 MAX_LIST_ENTRIES = 500
@@ -33,6 +34,7 @@ class ToolContext:
     command_timeout: float
     max_output: int
     files: list[Path] = field(default_factory=list)
+    web: WebFetcher | None = None
 
 
 class BashArgs(BaseModel):
@@ -59,6 +61,10 @@ class StrReplaceArgs(BaseModel):
     path: str = Field(description="File to edit.")
     old_str: str = Field(description="Exact text to replace; it must occur exactly once.")
     new_str: str = Field("", description="Replacement text.")
+
+
+class WebFetchArgs(BaseModel):
+    url: str = Field(description="The http(s) URL of the page to read.")
 
 
 class PresentFilesArgs(BaseModel):
@@ -180,6 +186,21 @@ async def present_files(ctx: ToolContext, args: PresentFilesArgs) -> str:
     return "\n".join(lines)
 
 
+async def web_fetch(ctx: ToolContext, args: WebFetchArgs) -> str:
+    if ctx.web is None:
+        raise SandboxError("web_fetch is turned off on this server (web.fetch: false)")
+    try:
+        page = await ctx.web.fetch(args.url)
+    except FetchRefused as exc:
+        raise SandboxError(str(exc)) from None
+    text = page.text.strip() or "(the page has no readable text)"
+    cut = page.truncated or len(text) > ctx.max_output
+    text = text[: ctx.max_output]
+    if cut:
+        text += "\n… [page cut here]"
+    return f"{page.url} ({page.content_type})\n\n{text}"
+
+
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
@@ -226,9 +247,17 @@ TOOLS: dict[str, ToolSpec] = {
             present_files,
             lambda a, m: f"sharing {len(a.paths)} file(s)",
         ),
+        ToolSpec(
+            "web_fetch",
+            "Read a web page (or a text/JSON URL) and get its main content as markdown. Private and "
+            "loopback addresses are refused.",
+            WebFetchArgs,
+            web_fetch,
+            lambda a, m: f"reading {short(m(a.url), SUMMARY_CHARS - 8)}",
+        ),
     )
 }
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    return [spec.schema() for spec in TOOLS.values()]
+def tool_schemas(exclude: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    return [spec.schema() for spec in TOOLS.values() if spec.name not in exclude]

@@ -82,6 +82,18 @@ class SandboxConfig(Section):
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
 
 
+class WebConfig(Section):
+    """The ``web_fetch`` tool: on by default, refusing private and loopback addresses (SSRF guard)."""
+
+    fetch: bool = True
+    allow_private: bool = False
+    #: Host names fetched even though they resolve to private addresses (an intranet wiki, say).
+    allow_hosts: list[str] = Field(default_factory=list)
+    max_bytes: int = Field(2_000_000, gt=0)
+    timeout_seconds: float = Field(20, gt=0)
+    user_agent: str = "Switchboard/0.1 (web_fetch)"
+
+
 class MemoryConfig(Section):
     enabled: bool = True
     debounce_seconds: float = Field(30, ge=0)
@@ -139,6 +151,7 @@ class Settings(Section):
     models: list[ModelConfig] = Field(default_factory=_default_models, min_length=1)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     bus: BusConfig = Field(default_factory=BusConfig)
