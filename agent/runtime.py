@@ -52,6 +52,7 @@ from agent.sandbox import (
     StreamMasker,
 )
 from agent.sandboxes import build_sandbox_provider
+from agent.skills import Skill, catalogue, load_skills
 from agent.tools import TOOLS, ToolContext, short, tool_schemas
 from agent.web import WebFetcher
 from config.schema import Settings
@@ -126,11 +127,17 @@ class AgentRuntime:
         self.settings = settings
         self.engine = engine  # the service's AsyncEngine, for tables the agent owns
         self.checkpoint_path = checkpoint_path
-        self.sandbox_provider = sandbox_provider or build_sandbox_provider(settings.sandbox)
+        self.skills_dir = Path(settings.skills_dir)
+        self.skills: dict[str, Skill] = {}
+        self.sandbox_provider = sandbox_provider or build_sandbox_provider(
+            settings.sandbox, skills_dir=self.skills_dir
+        )
         # Masked in every tool result, progress line and reply, on top of each run's own secrets.
         self.known_secrets = known_secrets(settings, os.environ)
         self.web = WebFetcher(settings.web) if settings.web.fetch else None
-        self.disabled_tools = frozenset() if self.web is not None else frozenset({"web_fetch"})
+        self.disabled_tools: frozenset[str] = frozenset({"web_fetch"} if self.web is None else set()) | {
+            "load_skill"
+        }  # offered once start() has found skills
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[str, Any] = {}
         self._runs: dict[str, _Run] = {}
@@ -156,6 +163,10 @@ class AgentRuntime:
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.sandbox_provider.start()
+        self.skills = await asyncio.to_thread(load_skills, self.skills_dir)
+        if self.skills:
+            self.disabled_tools -= {"load_skill"}
+            log.info("skills: %s", ", ".join(self.skills))
         self.checkpointer = await self._open_checkpointer()
         self._graph = self._build_graph().compile(checkpointer=self.checkpointer)
         await asyncio.to_thread(self._warm_models)
@@ -210,6 +221,10 @@ class AgentRuntime:
     # --- models ------------------------------------------------------------------------------------
     def model_names(self) -> list[str]:
         return [m.name for m in self.settings.models]
+
+    def skill_names(self) -> list[str]:
+        """Skills a person can ask for with ``/skill-name`` (known once the runtime has started)."""
+        return list(self.skills)
 
     def chat_model(self, name: str | None) -> Any:
         cfg = self.settings.model_named(name if name in self.model_names() else None)
@@ -368,6 +383,13 @@ class AgentRuntime:
     async def _context_prompt(self, request: TurnRequest) -> str:
         """Per-turn context after the main system prompt: the sandbox guide, who is writing, memory."""
         parts = [self.sandbox_provider.guide()]
+        if self.skills:
+            parts.append(catalogue(self.skills))
+        skill = self.skills.get(request.skill or "")
+        if skill is not None:
+            parts.append(
+                f"For this message the person asked you to use the skill {skill.name}:\n{skill.prompt()}"
+            )
         if request.sender_name:
             parts.append(f"The person writing is called {short(request.sender_name, 60)}.")
         if self.memory is not None:
@@ -402,6 +424,7 @@ class AgentRuntime:
                 command_timeout=self.settings.sandbox.command_timeout_seconds,
                 max_output=self.settings.sandbox.max_output_chars,
                 web=self.web,
+                skills=self.skills,
             ),
         )
         key = uuid.uuid4().hex

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
+from agent.skills import SKILLS_ROOT
 from config.schema import SandboxLimits
 from config.secrets import CREDENTIAL_URL, is_secret_name
 
@@ -226,11 +227,14 @@ class LocalSandbox(Sandbox):
         *,
         base_env: Mapping[str, str] | None = None,
         limits: SandboxLimits | None = None,
+        skills_dir: Path | None = None,
     ) -> None:
         self.paths = paths
         self.root = paths.root.resolve()
         self.base_env = scrubbed_environment(os.environ if base_env is None else base_env)
         self.limits = limits
+        #: Read-only skill files, seen as /mnt/skills (None when the server has no skills).
+        self.skills = skills_dir.resolve() if skills_dir is not None and skills_dir.is_dir() else None
         self._live: set[int] = set()
 
     # --- paths -------------------------------------------------------------------------------------
@@ -245,20 +249,34 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"'..' is not allowed in paths: {raw}")
         if not pure.is_absolute():
             pure = PurePosixPath(VIRTUAL_ROOT) / "workspace" / pure
-        root = PurePosixPath(VIRTUAL_ROOT)
-        if pure != root and root not in pure.parents:
-            raise SandboxError(f"{raw} is outside {VIRTUAL_ROOT}; only files under it are reachable")
-        relative = pure.relative_to(root)
-        candidate = self.root.joinpath(*relative.parts)
-        # Follow symlinks: the real target must stay inside this thread's tree.
+        mount = next(
+            (m for m in self._mounts() if pure == PurePosixPath(m[0]) or PurePosixPath(m[0]) in pure.parents),
+            None,
+        )
+        if mount is None:
+            where = " or ".join(v for v, _ in self._mounts())
+            raise SandboxError(f"{raw} is outside {where}; only files under it are reachable")
+        virtual_root, real_root = mount
+        candidate = real_root.joinpath(*pure.relative_to(virtual_root).parts)
+        # Follow symlinks: the real target must stay inside the same tree.
         real = candidate.resolve()
-        if real != self.root and self.root not in real.parents:
-            raise SandboxError(f"{raw} leads outside {VIRTUAL_ROOT} (through a symlink); refused")
+        if real != real_root and real_root not in real.parents:
+            raise SandboxError(f"{raw} leads outside {virtual_root} (through a symlink); refused")
         return real
 
+    def _mounts(self) -> list[tuple[str, Path]]:
+        mounts = [(VIRTUAL_ROOT, self.root)]
+        if self.skills is not None:
+            mounts.append((SKILLS_ROOT, self.skills))
+        return mounts
+
     def virtual(self, real: Path) -> str:
-        relative = real.resolve().relative_to(self.root)
-        return VIRTUAL_ROOT if not relative.parts else f"{VIRTUAL_ROOT}/{relative.as_posix()}"
+        resolved = real.resolve()
+        for virtual_root, real_root in self._mounts():
+            if resolved == real_root or real_root in resolved.parents:
+                relative = resolved.relative_to(real_root)
+                return virtual_root if not relative.parts else f"{virtual_root}/{relative.as_posix()}"
+        raise ValueError(f"{real} is not inside the sandbox's trees")
 
     def outputs_dir(self) -> Path:
         return self.paths.outputs.resolve()
@@ -343,11 +361,14 @@ class LocalSandbox(Sandbox):
     def _argv(self, command: str) -> list[str]:
         # The agent writes /mnt/user-data/...; on the host that tree lives under the thread's root.
         script = command.replace(VIRTUAL_ROOT, str(self.root))
+        if self.skills is not None:
+            script = script.replace(SKILLS_ROOT, str(self.skills))
         # No process-count limit here: on the host it would count every process of the service's user.
         return ["/bin/bash", "-c", limits_prefix(self.limits, processes=False), "bash", script]
 
     def _to_virtual(self, text: str) -> str:
-        return text.replace(str(self.root), VIRTUAL_ROOT)
+        text = text.replace(str(self.root), VIRTUAL_ROOT)
+        return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
 
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
@@ -517,14 +538,19 @@ class LocalSandboxProvider(SandboxProvider):
     mode = "host"
 
     def __init__(
-        self, *, base_env: Mapping[str, str] | None = None, limits: SandboxLimits | None = None
+        self,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        limits: SandboxLimits | None = None,
+        skills_dir: Path | None = None,
     ) -> None:
         self.base_env = base_env
         self.limits = limits
+        self.skills_dir = skills_dir
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         await asyncio.to_thread(paths.ensure)
-        return LocalSandbox(paths, base_env=self.base_env, limits=self.limits)
+        return LocalSandbox(paths, base_env=self.base_env, limits=self.limits, skills_dir=self.skills_dir)
 
     def guide(self) -> str:
         return (

@@ -43,6 +43,7 @@ from agent.sandbox import (
     limits_prefix,
     spawn,
 )
+from agent.skills import SKILLS_ROOT
 from config.schema import SandboxConfig
 
 #: Host files a shell needs for names, TLS, time zones and dynamic linking; nothing secret.
@@ -95,7 +96,9 @@ class BwrapSandbox(LocalSandbox):
     """The thread's files as in :class:`LocalSandbox`; commands run under ``bwrap``."""
 
     def __init__(self, paths: ThreadPaths, provider: BwrapSandboxProvider) -> None:
-        super().__init__(paths, base_env=provider.base_env, limits=provider.config.limits)
+        super().__init__(
+            paths, base_env=provider.base_env, limits=provider.config.limits, skills_dir=provider.skills_dir
+        )
         self.provider = provider
         self.identity = provider.identity(paths)
 
@@ -116,7 +119,10 @@ class BwrapSandbox(LocalSandbox):
 
     def _argv(self, command: str) -> list[str]:
         # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
-        return [*self.provider.bwrap_args(self.root, self.identity), *self._shell(command)]
+        args = self.provider.bwrap_args(self.root, self.identity)
+        if self.skills is not None:
+            args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
+        return [*args, *self._shell(command)]
 
     def _shell(self, command: str) -> list[str]:
         shell = ["/bin/bash", "-c", limits_prefix(self.limits), "bash", command]
@@ -172,10 +178,16 @@ class BwrapSandboxProvider(SandboxProvider):
     mode = "bwrap"
 
     def __init__(
-        self, config: SandboxConfig, *, base_env: Mapping[str, str] | None = None, bwrap: str | None = None
+        self,
+        config: SandboxConfig,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        bwrap: str | None = None,
+        skills_dir: Path | None = None,
     ) -> None:
         self.config = config
         self.base_env = base_env
+        self.skills_dir = skills_dir
         self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
         self.as_root = os.geteuid() == 0
         self._etc = Path(tempfile.mkdtemp(prefix="switchboard-sandbox-etc-"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 
 from agent.sandbox import LocalSandboxProvider, SandboxProvider
 from agent.sandbox_bwrap import BwrapSandboxProvider
@@ -19,10 +20,10 @@ HOST_MODE_WARNING = (
 
 
 def build_sandbox_provider(
-    config: SandboxConfig, *, base_env: Mapping[str, str] | None = None
+    config: SandboxConfig, *, base_env: Mapping[str, str] | None = None, skills_dir: Path | None = None
 ) -> SandboxProvider:
     """The provider for ``config.mode``. A container provider would be one more branch here."""
     if config.mode == "host":
         log.warning(HOST_MODE_WARNING)
-        return LocalSandboxProvider(base_env=base_env, limits=config.limits)
-    return BwrapSandboxProvider(config, base_env=base_env)
+        return LocalSandboxProvider(base_env=base_env, limits=config.limits, skills_dir=skills_dir)
+    return BwrapSandboxProvider(config, base_env=base_env, skills_dir=skills_dir)

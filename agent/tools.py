@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
+from agent.skills import Skill
 from agent.web import FetchRefused, WebFetcher
 
 SUMMARY_CHARS = 60
@@ -35,6 +36,7 @@ class ToolContext:
     max_output: int
     files: list[Path] = field(default_factory=list)
     web: WebFetcher | None = None
+    skills: Mapping[str, Skill] = field(default_factory=dict)
 
 
 class BashArgs(BaseModel):
@@ -61,6 +63,10 @@ class StrReplaceArgs(BaseModel):
     path: str = Field(description="File to edit.")
     old_str: str = Field(description="Exact text to replace; it must occur exactly once.")
     new_str: str = Field("", description="Replacement text.")
+
+
+class LoadSkillArgs(BaseModel):
+    name: str = Field(description="The skill's name, from the list of skills.")
 
 
 class WebFetchArgs(BaseModel):
@@ -186,6 +192,14 @@ async def present_files(ctx: ToolContext, args: PresentFilesArgs) -> str:
     return "\n".join(lines)
 
 
+async def load_skill(ctx: ToolContext, args: LoadSkillArgs) -> str:
+    skill = ctx.skills.get(args.name.strip().lstrip("/"))
+    if skill is None:
+        known = ", ".join(ctx.skills) or "none on this server"
+        raise SandboxError(f"there is no skill named {args.name!r}; skills: {known}")
+    return skill.prompt()
+
+
 async def web_fetch(ctx: ToolContext, args: WebFetchArgs) -> str:
     if ctx.web is None:
         raise SandboxError("web_fetch is turned off on this server (web.fetch: false)")
@@ -246,6 +260,13 @@ TOOLS: dict[str, ToolSpec] = {
             PresentFilesArgs,
             present_files,
             lambda a, m: f"sharing {len(a.paths)} file(s)",
+        ),
+        ToolSpec(
+            "load_skill",
+            "Read the full instructions of one of the listed skills (and where its files are).",
+            LoadSkillArgs,
+            load_skill,
+            lambda a, m: f"reading skill {short(m(a.name), SUMMARY_CHARS - 14)}",
         ),
         ToolSpec(
             "web_fetch",

@@ -147,6 +147,8 @@ class Settings(Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     data_dir: str = "./data"
+    #: Folders with SKILL.md the agent can use (read-only at /mnt/skills); ignored if it does not exist.
+    skills_dir: str = "./skills"
     auth: AuthConfig = Field(default_factory=AuthConfig)
     models: list[ModelConfig] = Field(default_factory=_default_models, min_length=1)
     agent: AgentConfig = Field(default_factory=AgentConfig)
