@@ -61,3 +61,29 @@ def test_kill_9_at_random_moments_loses_nothing_and_answers_each_message_once(tm
     assert outcome.lost == [], log
     assert outcome.duplicated == [], log
     assert outcome.stale == [], log
+
+
+@pytest.mark.slow
+def test_sigterm_with_a_full_bus_while_messages_trickle_in_loses_nothing(tmp_path: Path):
+    texts = [f"t{i}" for i in range(10)]
+    chats = (61, 62)
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(long_first) as llm:
+        config = write_config(tmp_path, tg, llm, queue_size=2)  # type: ignore[arg-type]
+        service = ServeProcess(config, tmp_path / "serve.log")
+        assert wait_for(lambda: tg.calls("getUpdates"), timeout=60), "the service started polling"  # type: ignore[attr-defined]
+        for i, text in enumerate(texts):
+            tg.user_message(chats[i % 2], text, user_id=chats[i % 2])  # type: ignore[attr-defined]
+            if i == 5:
+                service.terminate()  # SIGTERM: pause the channel, drain, stop
+            else:
+                wait_for(lambda: False, timeout=0.1)
+
+        service = ServeProcess(config, tmp_path / "serve.log")
+        expected = {
+            chat: sorted(answer_for(t) for i, t in enumerate(texts) if chats[i % 2] == chat) for chat in chats
+        }
+        done = wait_for(lambda: all(sorted(tg.bot_texts(c)) == expected[c] for c in chats), timeout=90)  # type: ignore[attr-defined]
+        service.terminate()
+        log = (tmp_path / "serve.log").read_text()
+        assert done, {c: tg.bot_texts(c) for c in chats}  # type: ignore[attr-defined]
+        assert log.count("Application shutdown complete") == 2, "both stops were graceful"
