@@ -29,6 +29,7 @@ def long_first(request: dict[str, Any]) -> Reply:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_queued_notice_shown_before_a_kill_is_edited_into_its_answer_after_the_restart(tmp_path: Path):
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(long_first) as llm:
         config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
@@ -54,6 +55,7 @@ def test_a_queued_notice_shown_before_a_kill_is_edited_into_its_answer_after_the
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_kill_9_at_random_moments_loses_nothing_and_answers_each_message_once(tmp_path: Path):
     outcome = run_cycles(3, tmp_path, seed=11)
     log = (tmp_path / "serve.log").read_text()[-3000:]
@@ -64,6 +66,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_answers_each_message_once(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_sigterm_with_a_full_bus_while_messages_trickle_in_loses_nothing(tmp_path: Path):
     texts = [f"t{i}" for i in range(10)]
     chats = (61, 62)
