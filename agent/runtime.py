@@ -28,6 +28,7 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -35,9 +36,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import ValidationError
 
+from agent import context as ctxfit
+from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import AgentEvent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.goals import NOTHING_TO_ADD, GoalKeeper, GoalStore
 from agent.memory import MemoryService, MemoryStore
@@ -85,6 +89,21 @@ def without_images(message: BaseMessage) -> BaseMessage:
     return message.model_copy(update={"content": f"{text}\n[image omitted]".strip()})
 
 
+class ThreadState(MessagesState, total=False):
+    """The checkpointed state of a thread: its messages plus the running summary of older ones."""
+
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What ``/compact`` did: messages folded into the summary, estimated tokens before and after."""
+
+    summarised: int
+    tokens_before: int
+    tokens_after: int
+
+
 @dataclass(slots=True)
 class _Run:
     """Per-turn data the graph nodes need but the checkpoint must not store."""
@@ -94,6 +113,8 @@ class _Run:
     model: Any
     vision: bool
     tools: ToolContext
+    model_name: str = "default"
+    context_tokens: int = 128_000
     texts: list[str] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -226,21 +247,23 @@ class AgentRuntime:
         return self._runs[config["configurable"]["run_key"]]
 
     def _build_graph(self) -> StateGraph:
-        async def call_model(state: MessagesState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+        async def call_model(state: ThreadState, config: RunnableConfig) -> dict[str, Any]:
             run = self._run_of(config)
-            # Two system messages: the operator's/channel's prompt verbatim, then our per-turn context.
-            prompt = [SystemMessage(run.system_prompt), SystemMessage(run.context_prompt)]
-            history = state["messages"] if run.vision else [without_images(m) for m in state["messages"]]
-            response = await run.model.ainvoke([*prompt, *history], config)
+            response, removed, summary = await self._call_fitted(run, state, config)
             usage = getattr(response, "usage_metadata", None) or {}
             run.input_tokens += int(usage.get("input_tokens", 0))
             run.output_tokens += int(usage.get("output_tokens", 0))
             text = message_text(response)
             if text.strip():
                 run.texts.append(text)
-            return {"messages": [response]}
+            update: dict[str, Any] = {
+                "messages": [*(RemoveMessage(id=m.id) for m in removed if m.id), response]
+            }
+            if summary != state.get("summary"):
+                update["summary"] = summary
+            return update
 
-        async def call_tools(state: MessagesState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+        async def call_tools(state: ThreadState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
             run = self._run_of(config)
             last = state["messages"][-1]
             assert isinstance(last, AIMessage)
@@ -259,19 +282,158 @@ class AgentRuntime:
                 )
             return {"messages": results}
 
-        def route(state: MessagesState) -> str:
+        def route(state: ThreadState) -> str:
             last = state["messages"][-1]
             if isinstance(last, AIMessage) and (last.tool_calls or last.invalid_tool_calls):
                 return "tools"
             return END
 
-        graph = StateGraph(MessagesState)
+        graph = StateGraph(ThreadState)
         graph.add_node("model", call_model)
         graph.add_node("tools", call_tools)
         graph.add_edge(START, "model")
         graph.add_conditional_edges("model", route, ["tools", END])
         graph.add_edge("tools", "model")
         return graph
+
+    # --- context window ----------------------------------------------------------------------------
+    def _prompt(self, run: _Run, summary: str | None) -> list[BaseMessage]:
+        # Two system messages: the operator's/channel's prompt verbatim, then our per-turn context; then
+        # the running summary of older turns, if the thread has one.
+        prompt: list[BaseMessage] = [SystemMessage(run.system_prompt), SystemMessage(run.context_prompt)]
+        if summary:
+            prompt.append(ctxfit.summary_message(summary))
+        return prompt
+
+    def _history_budget(self, run: _Run) -> int:
+        """Tokens left for the summary and the messages once prompts, tools and the answer are counted."""
+        reserve = min(4096, run.context_tokens // 4)  # room for the model's answer
+        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(tool_schemas())
+        return max(256, run.context_tokens - reserve - fixed)
+
+    async def _fit(
+        self, run: _Run, messages: list[BaseMessage], summary: str | None, *, hard: bool
+    ) -> tuple[list[BaseMessage], list[BaseMessage], str | None]:
+        """``(kept, removed, summary)``: the thread fitted into the budget, older units summarised.
+
+        Normal fitting only acts when the thread is over budget and then keeps half of it, so it does
+        not summarise on every turn; ``hard`` (after the provider refused the request) always compacts
+        and keeps a fifth.
+        """
+        budget = self._history_budget(run)
+        summary_tokens = ctxfit.estimate_text_tokens(summary or "")
+        current = ctxfit.messages_tokens(messages)
+        if not hard and current + summary_tokens <= budget:
+            return messages, [], summary
+        # After a refusal the configured window evidently overstates the real one: shrink what is there.
+        keep = (
+            int(budget * ctxfit.KEEP_FRACTION)
+            if not hard
+            else int(min(budget, current) * ctxfit.HARD_KEEP_FRACTION)
+        )
+        split = ctxfit.split_for_budget(messages, keep - min(summary_tokens, budget // 4))
+        if not split.old:
+            return messages, [], summary
+        new_summary = await self._summarise(run, summary, split.old, budget)
+        log.info(
+            "compacted a thread: %d message(s) summarised, %d kept%s",
+            len(split.old),
+            len(split.recent),
+            " (after a context overflow)" if hard else "",
+        )
+        return split.recent, split.old, new_summary
+
+    async def _summarise(
+        self, run: _Run, previous: str | None, messages: list[BaseMessage], budget: int
+    ) -> str:
+        """Fold ``messages`` into the running summary with the conversation's model (no tools).
+
+        The model call is tagged ``nostream`` so none of its text reaches the chat; a transcript too long
+        for one request is folded in several passes.
+        """
+        model = self.chat_model(run.model_name).with_config(tags=[TAG_NOSTREAM])
+        summary = previous
+        limit = max(200, budget // 2)
+        for lines in ctxfit.chunk_lines(ctxfit.transcript_lines(messages), limit):
+            answer = await model.ainvoke(ctxfit.summary_request(summary, lines))
+            usage = getattr(answer, "usage_metadata", None) or {}
+            run.input_tokens += int(usage.get("input_tokens", 0))
+            run.output_tokens += int(usage.get("output_tokens", 0))
+            text = message_text(answer).strip()
+            if text:
+                summary = text[: ctxfit.MAX_SUMMARY_CHARS]
+        return summary or previous or ""
+
+    async def _fit_or_give_up(
+        self, run: _Run, messages: list[BaseMessage], summary: str | None, *, hard: bool
+    ) -> tuple[list[BaseMessage], list[BaseMessage], str | None]:
+        """:meth:`_fit`, where a summariser request that is itself too long means the thread cannot fit."""
+        try:
+            return await self._fit(run, messages, summary, hard=hard)
+        except Exception as exc:
+            if is_context_overflow(exc):
+                raise ContextOverflowError(run.model_name) from exc
+            raise
+
+    async def _call_fitted(
+        self, run: _Run, state: ThreadState, config: RunnableConfig
+    ) -> tuple[BaseMessage, list[BaseMessage], str | None]:
+        """Call the model with the thread fitted into its context; on an overflow compact harder, retry
+        once, and then give up with :class:`ContextOverflowError` (a sentence the user can act on)."""
+        messages = list(state["messages"])
+        summary = state.get("summary") or None
+        kept, removed, summary = await self._fit_or_give_up(run, messages, summary, hard=False)
+        for attempt in (1, 2):
+            history = kept if run.vision else [without_images(m) for m in kept]
+            try:
+                response = await run.model.ainvoke([*self._prompt(run, summary), *history], config)
+                return response, removed, summary
+            except Exception as exc:
+                if not is_context_overflow(exc):
+                    raise
+                log.warning("model %s reported a context overflow (attempt %d)", run.model_name, attempt)
+                if attempt == 2:
+                    raise ContextOverflowError(run.model_name) from exc
+                kept, more, summary = await self._fit_or_give_up(run, kept, summary, hard=True)
+                if not more:
+                    raise ContextOverflowError(run.model_name) from exc
+                removed = [*removed, *more]
+        raise AssertionError("unreachable")
+
+    async def compact(self, thread_id: str, model: str | None) -> CompactResult:
+        """``/compact``: fold everything before the latest user message into the thread's summary."""
+        if self._graph is None:
+            raise RuntimeError("agent runtime not started")
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        snapshot = await self._graph.aget_state(config)
+        values = snapshot.values or {}
+        messages: list[BaseMessage] = list(values.get("messages", []))
+        summary: str | None = values.get("summary") or None
+        before = ctxfit.messages_tokens(messages) + ctxfit.estimate_text_tokens(summary or "")
+        last_user = max(
+            (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=len(messages)
+        )
+        old = messages[:last_user]
+        if not old:
+            return CompactResult(0, before, before)
+        cfg = self.settings.model_named(model if model in self.model_names() else None)
+        run = _Run(
+            system_prompt="",
+            context_prompt="",
+            model=None,
+            vision=cfg.supports_vision,
+            tools=None,  # type: ignore[arg-type]  # no tools: only the summariser runs
+            model_name=cfg.name,
+            context_tokens=cfg.context_tokens,
+        )
+        new_summary = await self._summarise(run, summary, old, self._history_budget(run))
+        await self._graph.aupdate_state(
+            config,
+            {"messages": [RemoveMessage(id=m.id) for m in old if m.id], "summary": new_summary},
+            as_node="model",
+        )
+        after = ctxfit.messages_tokens(messages[last_user:]) + ctxfit.estimate_text_tokens(new_summary)
+        return CompactResult(len(old), before, after)
 
     async def _call_tool(
         self, run: _Run, name: str, raw_args: dict[str, Any], call_id: str | None, write: Any
@@ -380,13 +542,14 @@ class AgentRuntime:
         paths = ThreadPaths(Path(self.settings.data_dir), request.owner, request.thread_id)
         sandbox = await self.sandbox_provider.acquire(paths)
         masker = SecretMasker.of(request.secrets)
+        model_cfg = self.settings.model_named(request.model if request.model in self.model_names() else None)
         run = _Run(
             system_prompt=request.system_prompt or self.settings.agent.system_prompt,
             context_prompt=await self._context_prompt(request),
             model=model,
-            vision=self.settings.model_named(
-                request.model if request.model in self.model_names() else None
-            ).supports_vision,
+            vision=model_cfg.supports_vision,
+            model_name=model_cfg.name,
+            context_tokens=model_cfg.context_tokens,
             tools=ToolContext(
                 sandbox=sandbox,
                 secrets=dict(request.secrets),
@@ -406,6 +569,8 @@ class AgentRuntime:
         shown = False
         try:
             user = await self._user_message(request, sandbox)
+            if request.hidden:  # a goal continuation: transcripts must not present it as the user's words
+                user.id = f"{ctxfit.HIDDEN_ID_PREFIX}{uuid.uuid4().hex}"
             inputs = [*await self._dangling_tool_results(request.thread_id), user]
             async for mode, payload in self._graph.astream(
                 {"messages": inputs}, config, stream_mode=["messages", "custom"]
