@@ -6,7 +6,7 @@ an owner's memory holds and which goal a thread is working on.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 metadata = MetaData()
 
@@ -46,4 +46,27 @@ goals = Table(
     Column("seen_outputs", Text, nullable=False, default="[]"),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+goal_continuations = Table(
+    "agent_goal_continuations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("thread_id", String(64), nullable=False),
+    Column("owner", String(200), nullable=False),
+    # The goal this step belongs to: agent_goals.created_at of that goal (a new /goal gets a new one).
+    Column("goal_created_at", Float, nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("notice", Text, nullable=False),
+    # The inbound message that started the goal, as JSON, so a restart can answer in the same chat.
+    Column("message", Text, nullable=False),
+    # queued | running | answered | done | cancelled
+    Column("status", String(16), nullable=False),
+    Column("reply_text", Text),
+    Column("reason", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("thread_id", "goal_created_at", "number", name="uq_goal_continuation_step"),
+    Index("ix_agent_goal_continuations_status", "status"),
 )
