@@ -171,6 +171,8 @@ class AgentRuntime:
     async def start(self) -> None:
         self.checkpointer = await self._open_checkpointer()
         self._graph = self._build_graph().compile(checkpointer=self.checkpointer)
+        if self.memory is not None:
+            await self.memory.start()  # extractions a previous run left pending
         await asyncio.to_thread(self._warm_models)
 
     def _warm_models(self) -> None:

@@ -70,3 +70,24 @@ goal_continuations = Table(
     UniqueConstraint("thread_id", "goal_created_at", "number", name="uq_goal_continuation_step"),
     Index("ix_agent_goal_continuations_status", "status"),
 )
+
+memory_cursors = Table(
+    "agent_memory_cursors",
+    metadata,
+    Column("thread_id", String(64), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    # Id of the newest message already read by extraction (or passed over by /memory clear).
+    Column("last_message_id", String(200)),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_agent_memory_cursors_owner", "owner"),
+)
+
+memory_pending = Table(
+    "agent_memory_pending",
+    metadata,
+    Column("owner", String(200), primary_key=True),
+    Column("thread_id", String(64), primary_key=True),
+    Column("model", String(200)),
+    # When the debounce ends: a restart waits only for what is left of it.
+    Column("due_at", Float, nullable=False),
+)
