@@ -20,8 +20,10 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from langchain_core.messages import (
     AIMessage,
@@ -56,6 +58,7 @@ from agent.sandbox import (
     StreamMasker,
 )
 from agent.tools import SANDBOX_GUIDE, TOOLS, ToolContext, short, tool_schemas
+from agent.usage import UsageStore
 from config.schema import Settings
 
 log = logging.getLogger(__name__)
@@ -153,6 +156,7 @@ class AgentRuntime:
         self.checkpointer: BaseCheckpointSaver[Any] | None = None
         self.memory: MemoryService | None = None
         self.goals: GoalKeeper | None = None
+        self.usage: UsageStore | None = UsageStore(engine) if engine is not None else None
         if engine is not None:
             if settings.memory.enabled:
                 self.memory = MemoryService(
@@ -521,9 +525,15 @@ class AgentRuntime:
             blocks.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{encoded}"}})
         return HumanMessage(blocks if len(blocks) > 1 else request.text)
 
+    def _clock_line(self) -> str:
+        """Today's date and time in ``agent.timezone``: models otherwise guess from their training data."""
+        zone = self.settings.agent.timezone
+        now = datetime.now(ZoneInfo(zone))
+        return f"Current date and time: {now:%A, %Y-%m-%d %H:%M} ({zone}, UTC{now:%z})."
+
     async def _context_prompt(self, request: TurnRequest) -> str:
         """Per-turn context after the main system prompt: the sandbox guide, who is writing, memory."""
-        parts = [SANDBOX_GUIDE]
+        parts = [SANDBOX_GUIDE, self._clock_line()]
         if request.sender_name:
             parts.append(f"The person writing is called {short(request.sender_name, 60)}.")
         if self.memory is not None:
@@ -535,6 +545,15 @@ class AgentRuntime:
             if block:
                 parts.append(block)
         return "\n\n".join(parts)
+
+    async def _record_usage(self, thread_id: str, run: _Run) -> None:
+        """Keep the turn's token counts for ``/status``; a bookkeeping failure never fails the turn."""
+        if self.usage is None:
+            return
+        try:
+            await self.usage.record(thread_id, run.model_name, run.input_tokens, run.output_tokens)
+        except Exception as exc:
+            log.warning("recording token usage failed: %s", type(exc).__name__)
 
     async def run(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
         if self._graph is None:
@@ -601,6 +620,7 @@ class AgentRuntime:
         finally:
             self._runs.pop(key, None)
             await sandbox.release()
+        await self._record_usage(request.thread_id, run)
         files = tuple(run.tools.files)
         final = masker("\n\n".join(t.strip() for t in run.texts))
         if not final:

@@ -91,3 +91,16 @@ memory_pending = Table(
     # When the debounce ends: a restart waits only for what is left of it.
     Column("due_at", Float, nullable=False),
 )
+
+thread_usage = Table(
+    "agent_thread_usage",
+    metadata,
+    Column("thread_id", String(64), primary_key=True),
+    Column("model", String(200), nullable=False),  # the model of the last turn
+    Column("last_input_tokens", Integer, nullable=False),
+    Column("last_output_tokens", Integer, nullable=False),
+    Column("total_input_tokens", Integer, nullable=False),
+    Column("total_output_tokens", Integer, nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
