@@ -17,6 +17,7 @@ retries once.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -184,5 +185,11 @@ def summary_message(summary: str) -> SystemMessage:
     )
 
 
+@functools.cache
+def _schemas_tokens(text: str) -> int:
+    return estimate_text_tokens(text)
+
+
 def tools_tokens(schemas: Sequence[dict[str, Any]]) -> int:
-    return estimate_text_tokens(json.dumps(list(schemas)))
+    """What the tool schemas cost in every request (they are sent with each call)."""
+    return _schemas_tokens(json.dumps(list(schemas), sort_keys=True))

@@ -61,8 +61,14 @@ def is_context_overflow(exc: BaseException) -> bool:
     """
     if isinstance(exc, ContextOverflowError):
         return True
-    if _error_code(exc) == "context_length_exceeded":
-        return True
+    # LangChain re-raises the SDK's error as its own class; the code is on the original (the cause).
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        if _error_code(seen) == "context_length_exceeded":
+            return True
+        seen = seen.__cause__ or seen.__context__
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     if status not in (400, 413) and not ("BadRequest" in name or "InvalidRequest" in name):

@@ -35,8 +35,10 @@ class GoalRunner:
     # --- after a turn --------------------------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> FollowUp | None:
         thread_id = outcome.conversation.thread_id
-        answered = [c for c in await self.store.unfinished(thread_id) if c.status == "answered"]
-        finishing = answered[-1].id if answered and outcome.hidden else None
+        finishing: str | None = None
+        if outcome.hidden:  # a goal step just delivered its answer (after_delivery marked it)
+            answered = [c for c in await self.store.unfinished(thread_id) if c.status == "answered"]
+            finishing = answered[-1].id if answered else None
         step = await self.keeper.after_turn(
             thread_id,
             outcome.text,

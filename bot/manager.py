@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
+PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
 CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
@@ -337,6 +338,9 @@ class ChannelManager:
                 turn = lane.pending.popleft()
                 if self._stopping and turn.hidden:
                     log.info("not starting a hidden follow-up during shutdown; it resumes at next start")
+                    if turn.reply is not None:  # its notice ("continuing…") must not look like work
+                        with contextlib.suppress(Exception):
+                            await turn.reply.finish(PAUSED_FOR_RESTART)
                     continue
                 lane.current = turn
                 lane.stop_requested = False
