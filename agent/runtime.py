@@ -360,6 +360,8 @@ class AgentRuntime:
         model = self.chat_model(run.model_name).with_config(tags=[TAG_NOSTREAM])
         summary = previous
         limit = max(200, budget // 2)
+        # The summary travels with every later request: at most a third of the history budget.
+        cap = min(ctxfit.MAX_SUMMARY_CHARS, max(400, budget // 3 * 4))
         for lines in ctxfit.chunk_lines(ctxfit.transcript_lines(messages), limit):
             answer = await model.ainvoke(ctxfit.summary_request(summary, lines))
             usage = getattr(answer, "usage_metadata", None) or {}
@@ -367,7 +369,7 @@ class AgentRuntime:
             run.output_tokens += int(usage.get("output_tokens", 0))
             text = message_text(answer).strip()
             if text:
-                summary = text[: ctxfit.MAX_SUMMARY_CHARS]
+                summary = text[:cap]
         return summary or previous or ""
 
     async def _fit_or_give_up(

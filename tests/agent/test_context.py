@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from agent.context import SUMMARY_MARKER
 from tests.agent.helpers import agent_settings, everything_shown, system_text
 from tests.fakes.openai_server import Reply, ToolCall, accepted, echo_reply, last_user_text, request_tokens
@@ -49,7 +47,6 @@ def user_texts(body: dict[str, Any]) -> list[str]:
     return [str(m["content"]) for m in body["messages"] if m["role"] == "user"]
 
 
-@pytest.mark.slow
 async def test_a_forty_turn_conversation_keeps_answering_within_a_small_context(tmp_path, llm):
     llm.context_limit = LIMIT
     llm.default_reply = summarising
