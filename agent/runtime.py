@@ -98,6 +98,10 @@ class ThreadState(MessagesState, total=False):
     summary: str
 
 
+class ThreadChanged(Exception):
+    """The thread got new messages while ``/compact`` was summarising it; nothing was changed."""
+
+
 @dataclass(frozen=True, slots=True)
 class CompactResult:
     """What ``/compact`` did: messages folded into the summary, estimated tokens before and after."""
@@ -435,6 +439,10 @@ class AgentRuntime:
             context_tokens=cfg.context_tokens,
         )
         new_summary = await self._summarise(run, summary, old, self._history_budget(run))
+        # Summarising takes a model call; if a turn wrote to the thread meanwhile, do not overwrite it.
+        now = await self._graph.aget_state(config)
+        if [m.id for m in (now.values or {}).get("messages", [])] != [m.id for m in messages]:
+            raise ThreadChanged(thread_id)
         await self._graph.aupdate_state(
             config,
             {"messages": [RemoveMessage(id=m.id) for m in old if m.id], "summary": new_summary},
@@ -635,4 +643,4 @@ class AgentRuntime:
         )
 
 
-__all__ = ["AgentRuntime", "ModelLoadError", "message_text"]
+__all__ = ["AgentRuntime", "CompactResult", "ModelLoadError", "ThreadChanged", "message_text"]

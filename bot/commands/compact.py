@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from agent.errors import describe_error
+from agent.runtime import ThreadChanged
 from bot.commands.base import Command, CommandContext
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ async def compact(ctx: CommandContext) -> None:
         return
     try:
         result = await compact_thread(conv.thread_id, ctx.manager.model_for(conv))
+    except ThreadChanged:
+        await ctx.reply("This conversation moved on while I was compacting it. Send /compact again.")
+        return
     except Exception as exc:
         log.warning("compacting thread %s failed: %s", conv.thread_id[:8], type(exc).__name__)
         await ctx.reply(f"⚠️ I couldn't compact this conversation: {describe_error(exc)}")
