@@ -213,7 +213,8 @@ class GoalStore:
             await conn.execute(
                 update(goals)
                 .where(goals.c.thread_id == thread_id, goals.c.status == "active")
-                .values(status=status, last_reason=reason, updated_at=time.time())
+                # Not an evaluation: drop the last decision so /goal does not present it as one.
+                .values(status=status, last_decision=None, last_reason=reason, updated_at=time.time())
             )
             await self._cancel_unfinished(conn, thread_id, reason)
 
