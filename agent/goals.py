@@ -68,7 +68,9 @@ class Goal:
 
 
 #: Continuation states that still owe work (a run, or the evaluation after a delivered answer).
-UNFINISHED = ("queued", "running", "answered")
+#: ``inbox`` is the turn that set (or resumed) the goal: it runs as the user's message through the
+#: inbox, and the row exists so its evaluation is not lost if the process dies right after its reply.
+UNFINISHED = ("inbox", "queued", "running", "answered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,7 @@ class GoalStore:
             update(goal_continuations)
             .where(
                 goal_continuations.c.thread_id == thread_id,
-                goal_continuations.c.status.in_(("queued", "running")),
+                goal_continuations.c.status.in_(("inbox", "queued", "running")),
             )
             .values(status="cancelled", reason=reason, updated_at=time.time())
         )
@@ -274,6 +276,33 @@ class GoalStore:
         continuation = await self.continuation(row["id"])
         assert continuation is not None
         return continuation
+
+    async def note_start(self, goal: Goal, prompt: str, origin: str) -> None:
+        """Record the turn that starts (or resumes) the goal as step 0, owned by the inbox."""
+        now = time.time()
+        step = (
+            goal_continuations.c.thread_id == goal.thread_id,
+            goal_continuations.c.goal_created_at == goal.created_at,
+            goal_continuations.c.number == 0,
+        )
+        async with self.engine.begin() as conn:
+            # A resume is a new start of the same goal: the earlier start's row (long finished) goes.
+            await conn.execute(delete(goal_continuations).where(*step))
+            await conn.execute(
+                insert(goal_continuations).values(
+                    id=uuid.uuid4().hex,
+                    thread_id=goal.thread_id,
+                    owner=goal.owner,
+                    goal_created_at=goal.created_at,
+                    number=0,
+                    prompt=prompt,
+                    notice="",
+                    message=origin,
+                    status="inbox",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
 
     async def continuation(self, continuation_id: str) -> Continuation | None:
         async with self.engine.connect() as conn:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import logging
 
+from langchain_core.messages import AIMessage, BaseMessage
+
 from agent.goals import Continuation, GoalKeeper, GoalStep
+from agent.runtime import message_text
 from bot.identity import Identity
 from bot.manager import ChannelManager, FollowUp, TurnOutcome
 from bot.threads import Conversation
@@ -39,6 +42,13 @@ class GoalRunner:
         if outcome.hidden:  # a goal step just delivered its answer (after_delivery marked it)
             answered = [c for c in await self.store.unfinished(thread_id) if c.status == "answered"]
             finishing = answered[-1].id if answered else None
+        elif not outcome.stopped and not outcome.failed:
+            # The turn that set the goal: its answer is delivered, so its evaluation is owed now.
+            for start in await self.store.unfinished(thread_id):
+                if start.status == "inbox" and await self.store.mark(
+                    start.id, "answered", expect=("inbox",), reply_text=outcome.text[:20_000]
+                ):
+                    finishing = start.id
         step = await self.keeper.after_turn(
             thread_id,
             outcome.text,
@@ -104,9 +114,20 @@ class GoalRunner:
 
     # --- start-up --------------------------------------------------------------------------------
     async def resume(self) -> int:
-        """Resubmit the steps a restart interrupted; evaluate steps whose answer was already delivered."""
+        """Resubmit the steps a restart interrupted; evaluate steps whose answer was already delivered.
+
+        A goal's starting turn belongs to the inbox: if its message is still unfinished there, the inbox
+        re-runs it (and its evaluation follows as usual); if not, its reply was delivered and only the
+        evaluation was lost — it is made now from the thread's last answer.
+        """
         resumed = 0
+        waiting = {entry.message.conversation_key for entry in await self.manager.inbox.unfinished()}
         for step in await self.store.unfinished():
+            if step.status == "inbox":
+                recovered = await self._recover_start(step, waiting)
+                if recovered is None:
+                    continue
+                step = recovered
             try:
                 message = InboundMessage.from_json(json.loads(step.origin))
             except (ValueError, TypeError, KeyError):
@@ -135,6 +156,28 @@ class GoalRunner:
         if resumed:
             log.info("resumed %d goal step(s) after a restart", resumed)
         return resumed
+
+    async def _recover_start(
+        self, step: Continuation, waiting: set[tuple[str, str, str, str]]
+    ) -> Continuation | None:
+        try:
+            key = InboundMessage.from_json(json.loads(step.origin)).conversation_key
+        except (ValueError, TypeError, KeyError):
+            key = None
+        if key in waiting:
+            return None  # the inbox resumes that turn
+        last = ""
+        for message in reversed(await self._thread_messages(step.thread_id)):
+            if isinstance(message, AIMessage) and message_text(message).strip():
+                last = message_text(message)
+                break
+        if not await self.store.mark(step.id, "answered", expect=("inbox",), reply_text=last[:20_000]):
+            return None
+        return await self.store.continuation(step.id)
+
+    async def _thread_messages(self, thread_id: str) -> list[BaseMessage]:
+        reader = getattr(self.manager.agent, "thread_messages", None)
+        return list(await reader(thread_id)) if reader is not None else []
 
     async def _evaluate_delivered(
         self, step: Continuation, message: InboundMessage, identity: Identity

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from agent.goals import GoalKeeper, resume_prompt, start_prompt
 from bot.commands.base import Command, CommandContext
 
@@ -30,6 +32,7 @@ async def goal(ctx: CommandContext) -> None:
     if len(objective) > MAX_OBJECTIVE:
         await ctx.reply(f"That goal is too long ({len(objective)} characters; limit {MAX_OBJECTIVE}).")
         return
+    origin = json.dumps(ctx.message.to_json(), ensure_ascii=False)  # where later steps answer
     if (
         current is not None
         and current.objective == objective
@@ -42,9 +45,11 @@ async def goal(ctx: CommandContext) -> None:
                 f"🎯 Goal resumed: {objective} ({resumed.continuations}/{keeper.max_continuations} "
                 "continuations used)"
             )
+            await keeper.store.note_start(resumed, resume_prompt(objective), origin)
             await ctx.start_turn(resume_prompt(objective))
             return
-    await keeper.store.set(conv.thread_id, ctx.identity.owner, objective)
+    new_goal = await keeper.store.set(conv.thread_id, ctx.identity.owner, objective)
+    await keeper.store.note_start(new_goal, start_prompt(objective), origin)
     await ctx.reply(f"🎯 Goal set: {objective}")
     await ctx.start_turn(start_prompt(objective))
 

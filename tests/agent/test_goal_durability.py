@@ -218,3 +218,45 @@ def test_sigterm_mid_goal_finishes_the_running_step_starts_no_new_one_and_resume
         "[Goal continuation 2/8]",
         "[Goal continuation 3/8]",
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "reply_being_judged", ["echo: New goal: count to three", "echo: [Goal continuation 1/8]"]
+)
+def test_a_goal_killed_while_its_last_answer_is_being_judged_resumes_with_the_judgement(
+    tmp_path, llm, reply_being_judged
+):
+    plain = three_step_goal(slow_step=0)
+    judged_slowly: list[str] = []
+
+    def reply(body: dict[str, Any]) -> Reply:
+        text = last_user_text(body)
+        if EVALUATOR_MARKER in system_text(body) and reply_being_judged in text and not judged_slowly:
+            judged_slowly.append(text)
+            return Reply(text=json.dumps({"decision": "continue", "reason": "next"}), chunk_size=1, delay=0.3)
+        return plain(body)
+
+    llm.default_reply = reply
+    command = chat_command(chat_config(tmp_path, llm))
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"/goal count to three\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 90
+        while not judged_slowly and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert judged_slowly, "the evaluation never started"
+        time.sleep(0.5)  # the answer is delivered; its judgement is streaming
+    finally:
+        proc.kill()
+        first_out = proc.communicate(timeout=10)[0].decode()
+    again = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    everything = first_out + again.stdout
+    assert everything.count("echo: New goal: count to three") == 1
+    for step in (1, 2, 3):
+        assert everything.count(f"echo: [Goal continuation {step}/8]") == 1, everything
+    assert "🎯 Goal reached: next" in again.stdout
+    assert step_requests(llm) == [f"[Goal continuation {n}/8]" for n in (1, 2, 3)]

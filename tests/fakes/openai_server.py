@@ -36,7 +36,8 @@ class ToolCall:
 
 @dataclass
 class Reply:
-    """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk."""
+    """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk (a
+    non-streamed answer waits as long as its chunks would have taken)."""
 
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -155,6 +156,9 @@ class FakeOpenAI(ThreadedServer):
             "total_tokens": reply.prompt_tokens + (reply.completion_tokens or max(1, len(reply.text) // 4)),
         }
         if not body.get("stream"):
+            if reply.delay:  # as long as the streamed answer would take
+                chunks = max(1, -(-len(reply.text) // max(1, reply.chunk_size)))
+                await asyncio.sleep(reply.delay * chunks)
             return web.json_response(self._full(completion_id, model, reply, usage))
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
