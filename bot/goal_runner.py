@@ -90,7 +90,7 @@ class GoalRunner:
     async def _still_wanted(self, step: Continuation) -> str | None:
         """None when the step may run now (and it is claimed as running); otherwise the chat's reason."""
         current = await self.store.continuation(step.id)
-        if current is None or current.status not in ("queued", "running"):
+        if current is None or current.status != "queued":
             reason = current.reason if current is not None and current.reason else "it was already handled"
             return f"🎯 Not continuing the goal: {reason}."
         goal = await self.store.get(step.thread_id)
@@ -108,8 +108,9 @@ class GoalRunner:
         if conversation is None or conversation.thread_id != step.thread_id:
             await self.store.close(step.thread_id, "closed", MOVED_ON)
             return f"🎯 Goal closed: {MOVED_ON}, so I did not continue it there."
-        if not await self.store.mark(step.id, "running", expect=("queued", "running")):
-            return "🎯 Not continuing the goal: this step was cancelled."
+        # The claim: of two starts of one step (two instances resuming it), only one gets past here.
+        if not await self.store.mark(step.id, "running", expect=("queued",)):
+            return "🎯 Not continuing the goal: this step is already being handled."
         return None
 
     # --- start-up --------------------------------------------------------------------------------
@@ -142,6 +143,8 @@ class GoalRunner:
                 if follow is None:
                     continue
             else:
+                if step.status == "running":  # it died with the previous process: run it again
+                    await self.store.mark(step.id, "queued", expect=("running",))
                 follow = self._follow_up(step)
             await self.manager.submit_turn(
                 message,
