@@ -113,6 +113,11 @@ def split_for_budget(messages: Sequence[BaseMessage], keep_tokens: int) -> Split
         kept.append(unit)
         used += cost
     kept.reverse()
+    # Prefer to start at a user message: some providers (Anthropic) refuse a history that opens with
+    # the assistant. Only when one is kept, so a long tool loop keeps its latest results.
+    first_user = next((i for i, u in enumerate(kept) if isinstance(u[0], HumanMessage)), None)
+    if first_user:
+        kept = kept[first_user:]
     cut = len(parts) - len(kept)
     return Split([m for u in parts[:cut] for m in u], [m for u in kept for m in u])
 

@@ -63,6 +63,7 @@ async def test_a_forty_turn_conversation_keeps_answering_within_a_small_context(
     assert request_tokens(last) <= LIMIT
     assert "SUMMARY-NOTE: the user has been sending numbered turns" in system_text(last)
     assert user_texts(last)[-1].startswith("turn 40 ")
+    assert next(m["role"] for m in last["messages"] if m["role"] != "system") == "user"
     assert not any(t.startswith("turn 1 ") for t in user_texts(last))
     # The checkpoint holds the recent turns only, not all 80 messages.
     assert 2 <= len(state) < 30
@@ -138,3 +139,27 @@ async def test_a_tool_call_is_never_separated_from_its_result_when_compacting(tm
     assert calls == results  # every call sent has its result, and no result lacks its call
     assert roles[0] != "tool"
     assert "SUMMARY-NOTE" in system_text(body)  # something was compacted
+
+
+def test_the_kept_part_starts_at_a_user_message_and_never_splits_a_tool_call_from_its_result():
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from agent.context import messages_tokens, split_for_budget
+
+    call = {"name": "bash", "args": {"command": "ls " + "x" * 200}, "id": "c1"}
+    thread = [
+        HumanMessage("first question " * 20, id="h1"),
+        AIMessage("", tool_calls=[call], id="a1"),
+        ToolMessage("result " * 50, tool_call_id="c1", id="t1"),
+        AIMessage("first answer", id="a2"),
+        HumanMessage("second question", id="h2"),
+        AIMessage("second answer", id="a3"),
+    ]
+    # Room for the tool call, its result and everything after it, but not the first question.
+    budget = messages_tokens(thread[1:]) + 5
+    split = split_for_budget(thread, budget)
+    assert [m.id for m in split.recent] == ["h2", "a3"]  # not a history opening with the assistant
+    assert [m.id for m in split.old] == ["h1", "a1", "t1", "a2"]
+    # Room for the tool result but not its call: the result goes with the call, into the summary.
+    tight = split_for_budget(thread, messages_tokens(thread[2:]))
+    assert [m.id for m in tight.old] == ["h1", "a1", "t1", "a2"]
