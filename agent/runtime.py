@@ -59,7 +59,7 @@ from agent.sandbox import (
 )
 from agent.tools import SANDBOX_GUIDE, TOOLS, ToolContext, short, tool_schemas
 from agent.usage import UsageStore
-from config.schema import Settings
+from config.schema import ModelConfig, Settings
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,10 @@ class AgentRuntime:
         if cfg.name not in self._models:
             self._models[cfg.name] = build_chat_model(cfg)
         return self._models[cfg.name]
+
+    def _model_config(self, name: str | None) -> ModelConfig:
+        """The named model's config, or the default's when the name is unknown (as ``chat_model``)."""
+        return self.settings.model_named(name if name in self.model_names() else None)
 
     def tool_model(self, name: str | None) -> Any:
         """The model with our tools bound (or the plain model, if its class cannot call tools)."""
@@ -573,14 +577,13 @@ class AgentRuntime:
         paths = ThreadPaths(Path(self.settings.data_dir), request.owner, request.thread_id)
         sandbox = await self.sandbox_provider.acquire(paths)
         masker = SecretMasker.of(request.secrets)
-        model_cfg = self.settings.model_named(request.model if request.model in self.model_names() else None)
         run = _Run(
             system_prompt=request.system_prompt or self.settings.agent.system_prompt,
             context_prompt=await self._context_prompt(request),
             model=model,
-            vision=model_cfg.supports_vision,
-            model_name=model_cfg.name,
-            context_tokens=model_cfg.context_tokens,
+            vision=self._model_config(request.model).supports_vision,
+            model_name=self._model_config(request.model).name,
+            context_tokens=self._model_config(request.model).context_tokens,
             tools=ToolContext(
                 sandbox=sandbox,
                 secrets=dict(request.secrets),
