@@ -29,6 +29,8 @@ class TurnRequest:
     system_prompt: str | None = None
     secrets: dict[str, str] = field(default_factory=dict)
     sender_name: str | None = None
+    #: A skill a person asked for with ``/skill-name``: its full text goes into this turn's prompt.
+    skill: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import logging
 import mimetypes
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -50,16 +51,19 @@ from agent.memory import MemoryService, MemoryStore
 from agent.models import ModelLoadError, build_chat_model
 from agent.paths import ThreadPaths
 from agent.sandbox import (
-    LocalSandboxProvider,
     Sandbox,
     SandboxError,
     SandboxProvider,
     SecretMasker,
     StreamMasker,
 )
-from agent.tools import SANDBOX_GUIDE, TOOLS, ToolContext, short, tool_schemas
+from agent.sandboxes import build_sandbox_provider
+from agent.skills import Skill, catalogue, load_skills
+from agent.tools import TOOLS, ToolContext, short, tool_schemas
 from agent.usage import UsageStore
+from agent.web import WebFetcher
 from config.schema import ModelConfig, Settings
+from config.secrets import known_secrets
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +155,17 @@ class AgentRuntime:
         self.settings = settings
         self.engine = engine  # the service's AsyncEngine, for tables the agent owns
         self.checkpoint_path = checkpoint_path
-        self.sandbox_provider = sandbox_provider or LocalSandboxProvider()
+        self.skills_dir = Path(settings.skills_dir)
+        self.skills: dict[str, Skill] = {}
+        self.sandbox_provider = sandbox_provider or build_sandbox_provider(
+            settings.sandbox, skills_dir=self.skills_dir
+        )
+        # Masked in every tool result, progress line and reply, on top of each run's own secrets.
+        self.known_secrets = known_secrets(settings, os.environ)
+        self.web = WebFetcher(settings.web) if settings.web.fetch else None
+        self.disabled_tools: frozenset[str] = frozenset({"web_fetch"} if self.web is None else set()) | {
+            "load_skill"
+        }  # offered once start() has found skills
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[str, Any] = {}
         self._runs: dict[str, _Run] = {}
@@ -177,6 +191,11 @@ class AgentRuntime:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
+        await self.sandbox_provider.start()
+        self.skills = await asyncio.to_thread(load_skills, self.skills_dir)
+        if self.skills:
+            self.disabled_tools -= {"load_skill"}
+            log.info("skills: %s", ", ".join(self.skills))
         self.checkpointer = await self._open_checkpointer()
         self._graph = self._build_graph().compile(checkpointer=self.checkpointer)
         if self.memory is not None:
@@ -234,6 +253,10 @@ class AgentRuntime:
     def model_names(self) -> list[str]:
         return [m.name for m in self.settings.models]
 
+    def skill_names(self) -> list[str]:
+        """Skills a person can ask for with ``/skill-name`` (known once the runtime has started)."""
+        return list(self.skills)
+
     def chat_model(self, name: str | None) -> Any:
         cfg = self.settings.model_named(name if name in self.model_names() else None)
         if cfg.name not in self._models:
@@ -250,7 +273,7 @@ class AgentRuntime:
         if cfg.name not in self._bound:
             model = self.chat_model(cfg.name)
             try:
-                self._bound[cfg.name] = model.bind_tools(tool_schemas())
+                self._bound[cfg.name] = model.bind_tools(tool_schemas(self.disabled_tools))
             except (NotImplementedError, AttributeError):
                 log.warning("model %s cannot call tools; it answers without them", cfg.name)
                 self._bound[cfg.name] = model
@@ -322,7 +345,9 @@ class AgentRuntime:
     def _history_budget(self, run: _Run) -> int:
         """Tokens left for the summary and the messages once prompts, tools and the answer are counted."""
         reserve = min(4096, run.context_tokens // 4)  # room for the model's answer
-        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(tool_schemas())
+        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(
+            tool_schemas(self.disabled_tools)
+        )
         return max(256, run.context_tokens - reserve - fixed)
 
     async def _fit(
@@ -458,11 +483,11 @@ class AgentRuntime:
     async def _call_tool(
         self, run: _Run, name: str, raw_args: dict[str, Any], call_id: str | None, write: Any
     ) -> ToolMessage:
-        spec = TOOLS.get(name)
+        spec = TOOLS.get(name) if name not in self.disabled_tools else None
         mask = run.tools.masker
         if spec is None:
             return ToolMessage(
-                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(TOOLS)}.",
+                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(n for n in TOOLS if n not in self.disabled_tools)}.",
                 tool_call_id=call_id or "",
                 name=name,
                 status="error",
@@ -547,7 +572,14 @@ class AgentRuntime:
 
     async def _context_prompt(self, request: TurnRequest) -> str:
         """Per-turn context after the main system prompt: the sandbox guide, who is writing, memory."""
-        parts = [SANDBOX_GUIDE, self._clock_line()]
+        parts = [self.sandbox_provider.guide(), self._clock_line()]
+        if self.skills:
+            parts.append(catalogue(self.skills))
+        skill = self.skills.get(request.skill or "")
+        if skill is not None:
+            parts.append(
+                f"For this message the person asked you to use the skill {skill.name}:\n{skill.prompt()}"
+            )
         if request.sender_name:
             parts.append(f"The person writing is called {short(request.sender_name, 60)}.")
         if self.memory is not None:
@@ -576,7 +608,7 @@ class AgentRuntime:
         model = self.tool_model(request.model)
         paths = ThreadPaths(Path(self.settings.data_dir), request.owner, request.thread_id)
         sandbox = await self.sandbox_provider.acquire(paths)
-        masker = SecretMasker.of(request.secrets)
+        masker = SecretMasker.of(request.secrets, self.known_secrets)
         run = _Run(
             system_prompt=request.system_prompt or self.settings.agent.system_prompt,
             context_prompt=await self._context_prompt(request),
@@ -590,6 +622,8 @@ class AgentRuntime:
                 masker=masker,
                 command_timeout=self.settings.sandbox.command_timeout_seconds,
                 max_output=self.settings.sandbox.max_output_chars,
+                web=self.web,
+                skills=self.skills,
             ),
         )
         key = uuid.uuid4().hex
@@ -627,6 +661,13 @@ class AgentRuntime:
                 if visible:
                     shown = True
                     yield TextDelta(visible)
+        except Exception:
+            # The model failed midway: what it already said (masked) is still the user's to see.
+            tail = stream.flush()
+            if tail:
+                yield TextDelta(tail)
+            raise
+        else:
             tail = stream.flush()
             if tail:
                 yield TextDelta(tail)
@@ -634,10 +675,15 @@ class AgentRuntime:
             self._runs.pop(key, None)
             await sandbox.release()
         await self._record_usage(request.thread_id, run)
-        files = tuple(run.tools.files)
+        # Checked again now that nothing of the turn runs any more: a command may have swapped a presented
+        # file for a symlink to a host file after present_files accepted it.
+        files = tuple(await sandbox.deliverable(run.tools.files))
         final = masker("\n\n".join(t.strip() for t in run.texts))
         if not final:
             final = "📎 Here are the files." if files else NOTHING_TO_ADD
+        withheld = [path.name for path in run.tools.files if path not in files]
+        if withheld:
+            final += f"\n\n⚠️ Not sent: {', '.join(withheld)} changed after it was presented."
         yield TurnFinished(
             text=final,
             files=files,

@@ -1,38 +1,41 @@
 """Where the agent's tools act: a per-thread file tree and a shell, behind a small provider interface.
 
-Tools never touch the filesystem or spawn processes themselves; they call a :class:`Sandbox`. The local
-implementation (:class:`LocalSandbox`) works on the host under ``<data_dir>/users/<owner>/threads/<thread>
-/user-data``. A container implementation can later provide the same methods (running ``bash`` through
-``docker exec`` and reading files through the container's mount) without any tool changing.
+Tools never touch the filesystem or spawn processes themselves; they call a :class:`Sandbox`. Two
+implementations exist, chosen by ``sandbox.mode`` (see :func:`agent.sandboxes.build_sandbox_provider`):
 
-What the local sandbox does and does not isolate is written down honestly in docs/sandbox.md: file tools
-are confined to the thread's tree, but ``bash`` runs as the service's own user.
+* ``bwrap`` (the default, :mod:`agent.sandbox_bwrap`): every command runs under bubblewrap in fresh
+  mount/PID/IPC/UTS (and optionally network) namespaces that show only read-only system directories and
+  this thread's ``/mnt/user-data`` — not the service's files, database, environment or other threads.
+* ``host`` (:class:`LocalSandbox`, opt-in only): commands run as the service's own user on the host.
+
+File tools run on the host side for both, confined to the thread's tree by :meth:`LocalSandbox.resolve`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-import re
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
+from agent.skills import SKILLS_ROOT
+from config.schema import SandboxLimits
+from config.secrets import CREDENTIAL_URL, is_secret_name
+
+log = logging.getLogger(__name__)
 
 MASK = "***"
-# Names that look like credentials. Matched against the upper-cased variable name.
-_SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSW|PASSPHRASE|PWD$|CREDENTIAL|AUTH|COOKIE|SESSION|DSN|DATABASE_URL|DB_URL|_URI$|PRIVATE)"
-)
-# Values that carry credentials even under an innocent name (``scheme://user:pass@host``).
-_CREDENTIAL_URL = re.compile(r"^[a-z][a-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@", re.I)
-# A few harmless names that contain a secret-looking fragment.
-_ALLOWED_NAMES = frozenset({"PWD", "OLDPWD"})
-KILL_GRACE_SECONDS = 2.0
+#: How long to keep reading output after the command's shell exited and its process group was killed.
+#: Only a process that escaped the group (its own ``setsid``, host mode) can hold the pipe that long.
+KILL_GRACE_SECONDS = 0.5
+#: Where writes are allowed; ``uploads/`` keeps what people sent exactly as they sent it.
+WRITABLE_AREAS = ("workspace", "outputs")
 
 
 class SandboxError(Exception):
@@ -56,17 +59,12 @@ class DirEntry:
     size: int
 
 
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return upper not in _ALLOWED_NAMES and bool(_SECRET_NAME.search(upper))
-
-
 def scrubbed_environment(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without anything that looks like a credential, by name or by value."""
     return {
         name: value
         for name, value in base.items()
-        if not is_secret_name(name) and not _CREDENTIAL_URL.match(value.strip())
+        if not is_secret_name(name) and not CREDENTIAL_URL.match(value.strip())
     }
 
 
@@ -77,9 +75,10 @@ class SecretMasker:
     values: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, secrets: Mapping[str, str]) -> SecretMasker:
+    def of(cls, secrets: Mapping[str, str], known: Iterable[str] = ()) -> SecretMasker:
+        """Mask this run's secrets and every secret the service knows (``known``)."""
         # Very short values would mask ordinary words; they are still injected, just not masked.
-        values = sorted({v for v in secrets.values() if len(v) >= 4}, key=len, reverse=True)
+        values = sorted({v for v in secrets.values() if len(v) >= 4} | set(known), key=len, reverse=True)
         return cls(values)
 
     @property
@@ -96,21 +95,34 @@ class SecretMasker:
 class StreamMasker:
     """Masks secrets in streamed text without ever emitting a secret split across two chunks.
 
-    It holds back the last ``len(longest secret) - 1`` characters until more text (or the end) arrives.
+    It holds back only the longest tail of the text so far that could still grow into a secret (a
+    prefix of one), so ordinary text streams without delay however long the secrets are.
     """
 
     def __init__(self, masker: SecretMasker) -> None:
         self.masker = masker
-        self.hold = max(0, masker.longest - 1)
         self.pending = ""
+
+    def _held(self, text: str) -> int:
+        """How many trailing characters of ``text`` are the start of some secret."""
+        longest = 0
+        for secret in self.masker.values:
+            tail = text[-(len(secret) - 1) :] if len(secret) > 1 else ""
+            start = tail.find(secret[0])
+            # Leftmost candidate first: the first tail that starts the secret is the longest one.
+            while start != -1 and len(tail) - start > longest:
+                if secret.startswith(tail[start:]):
+                    longest = len(tail) - start
+                    break
+                start = tail.find(secret[0], start + 1)
+        return longest
 
     def feed(self, text: str) -> str:
         if not self.masker.values:
             return text
         self.pending = self.masker(self.pending + text)
-        if len(self.pending) <= self.hold:
-            return ""
-        cut = len(self.pending) - self.hold
+        hold = self._held(self.pending)
+        cut = len(self.pending) - hold
         out, self.pending = self.pending[:cut], self.pending[cut:]
         return out
 
@@ -157,24 +169,72 @@ class Sandbox(ABC):
         """The turn is over: end anything still running for it (a safety net behind ``run``)."""
         return None
 
+    async def deliverable(self, files: Iterable[Path]) -> list[Path]:
+        """The presented files that are still plain files inside ``outputs/`` (no symlink on the way)."""
+        outputs = self.outputs_dir()
+
+        def check() -> list[Path]:
+            kept = []
+            for real in files:
+                try:
+                    plain = real.resolve(strict=True) == real and not real.is_symlink() and real.is_file()
+                except (OSError, RuntimeError):
+                    plain = False
+                if plain and outputs in real.parents:
+                    kept.append(real)
+                else:
+                    log.warning("not delivering %s: it is no longer a plain file in outputs/", real.name)
+            return kept
+
+        return await asyncio.to_thread(check)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured sandbox cannot run on this machine; the message says how to fix it, in one line."""
+
 
 class SandboxProvider(ABC):
     """Hands out a :class:`Sandbox` per thread (a container provider would start/reuse a container here)."""
 
+    #: What ``/health`` and ``doctor`` report, and what the logs say at start-up.
+    mode: str = "custom"
+
+    async def start(self) -> None:
+        """Check that this provider can run commands here; raise :class:`SandboxUnavailable` if not."""
+        return None
+
     @abstractmethod
     async def acquire(self, paths: ThreadPaths) -> Sandbox: ...
+
+    @abstractmethod
+    def guide(self) -> str:
+        """What the model is told about its environment; it must be true for this provider."""
 
     async def close(self) -> None:
         return None
 
 
 class LocalSandbox(Sandbox):
-    """The thread's tree on the host; commands run as host processes in their own process group."""
+    """The thread's tree on the host; commands run as host processes in their own process group.
 
-    def __init__(self, paths: ThreadPaths, *, base_env: Mapping[str, str] | None = None) -> None:
+    This is ``sandbox.mode: host``: no isolation beyond the file tools' path rules. The bubblewrap sandbox
+    (:class:`agent.sandbox_bwrap.BwrapSandbox`) reuses the file side and replaces how commands start.
+    """
+
+    def __init__(
+        self,
+        paths: ThreadPaths,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        limits: SandboxLimits | None = None,
+        skills_dir: Path | None = None,
+    ) -> None:
         self.paths = paths
         self.root = paths.root.resolve()
         self.base_env = scrubbed_environment(os.environ if base_env is None else base_env)
+        self.limits = limits
+        #: Read-only skill files, seen as /mnt/skills (None when the server has no skills).
+        self.skills = skills_dir.resolve() if skills_dir is not None and skills_dir.is_dir() else None
         self._live: set[int] = set()
 
     # --- paths -------------------------------------------------------------------------------------
@@ -189,20 +249,34 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"'..' is not allowed in paths: {raw}")
         if not pure.is_absolute():
             pure = PurePosixPath(VIRTUAL_ROOT) / "workspace" / pure
-        root = PurePosixPath(VIRTUAL_ROOT)
-        if pure != root and root not in pure.parents:
-            raise SandboxError(f"{raw} is outside {VIRTUAL_ROOT}; only files under it are reachable")
-        relative = pure.relative_to(root)
-        candidate = self.root.joinpath(*relative.parts)
-        # Follow symlinks: the real target must stay inside this thread's tree.
+        mount = next(
+            (m for m in self._mounts() if pure == PurePosixPath(m[0]) or PurePosixPath(m[0]) in pure.parents),
+            None,
+        )
+        if mount is None:
+            where = " or ".join(v for v, _ in self._mounts())
+            raise SandboxError(f"{raw} is outside {where}; only files under it are reachable")
+        virtual_root, real_root = mount
+        candidate = real_root.joinpath(*pure.relative_to(virtual_root).parts)
+        # Follow symlinks: the real target must stay inside the same tree.
         real = candidate.resolve()
-        if real != self.root and self.root not in real.parents:
-            raise SandboxError(f"{raw} leads outside {VIRTUAL_ROOT} (through a symlink); refused")
+        if real != real_root and real_root not in real.parents:
+            raise SandboxError(f"{raw} leads outside {virtual_root} (through a symlink); refused")
         return real
 
+    def _mounts(self) -> list[tuple[str, Path]]:
+        mounts = [(VIRTUAL_ROOT, self.root)]
+        if self.skills is not None:
+            mounts.append((SKILLS_ROOT, self.skills))
+        return mounts
+
     def virtual(self, real: Path) -> str:
-        relative = real.resolve().relative_to(self.root)
-        return VIRTUAL_ROOT if not relative.parts else f"{VIRTUAL_ROOT}/{relative.as_posix()}"
+        resolved = real.resolve()
+        for virtual_root, real_root in self._mounts():
+            if resolved == real_root or real_root in resolved.parents:
+                relative = resolved.relative_to(real_root)
+                return virtual_root if not relative.parts else f"{virtual_root}/{relative.as_posix()}"
+        raise ValueError(f"{real} is not inside the sandbox's trees")
 
     def outputs_dir(self) -> Path:
         return self.paths.outputs.resolve()
@@ -251,9 +325,11 @@ class LocalSandbox(Sandbox):
 
     async def write_text(self, path: str, content: str, *, append: bool = False) -> Path:
         target = self.resolve(path)
-        writable = [self.root / name for name in ("workspace", "uploads", "outputs")]
+        if self.root / "uploads" in [target, *target.parents]:
+            raise SandboxError("uploads/ holds the files people sent and is read-only; write to workspace/")
+        writable = [self.root / name for name in WRITABLE_AREAS]
         if not any(area in target.parents for area in writable):
-            raise SandboxError("files can only be written inside workspace/, uploads/ or outputs/")
+            raise SandboxError("files can only be written inside workspace/ or outputs/")
 
         def write() -> Path:
             if target.is_dir():
@@ -261,9 +337,14 @@ class LocalSandbox(Sandbox):
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("a" if append else "w", encoding="utf-8") as handle:
                 handle.write(content)
+            self._adopt(target)
             return target
 
         return await asyncio.to_thread(write)
+
+    def _adopt(self, written: Path) -> None:
+        """Hook: make a file the file tools wrote usable by the command side (the bwrap user)."""
+        return None
 
     # --- commands ----------------------------------------------------------------------------------
     def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -277,39 +358,36 @@ class LocalSandbox(Sandbox):
         env.update(secrets)  # injected for this run only; never stored
         return env
 
-    def _to_real(self, command: str) -> str:
+    def _argv(self, command: str) -> list[str]:
         # The agent writes /mnt/user-data/...; on the host that tree lives under the thread's root.
-        return command.replace(VIRTUAL_ROOT, str(self.root))
+        script = command.replace(VIRTUAL_ROOT, str(self.root))
+        if self.skills is not None:
+            script = script.replace(SKILLS_ROOT, str(self.skills))
+        # No process-count limit here: on the host it would count every process of the service's user.
+        return ["/bin/bash", "-c", limits_prefix(self.limits, processes=False), "bash", script]
 
     def _to_virtual(self, text: str) -> str:
-        return text.replace(str(self.root), VIRTUAL_ROOT)
+        text = text.replace(str(self.root), VIRTUAL_ROOT)
+        return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
 
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
     ) -> CommandResult:
         workspace = self.paths.workspace
         workspace.mkdir(parents=True, exist_ok=True)
-        process = await asyncio.create_subprocess_exec(
-            "/bin/bash",
-            "-c",
-            self._to_real(command),
-            cwd=str(workspace),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=self._environment(secrets),
-            start_new_session=True,  # its own process group, so we can kill everything it spawns
-        )
         masker = SecretMasker.of(secrets)
         # Keep a little extra so a secret straddling the cut is masked whole before cutting.
-        self._live.add(process.pid)
         collector = _BoundedCollector(max_output + masker.longest)
+        process, exited = await spawn(self._argv(command), env=self._environment(secrets), cwd=workspace)
+        self._live.add(process.pid)
         assert process.stdout is not None
         reader = asyncio.create_task(collector.drain(process.stdout))
         timed_out = False
         try:
             try:
-                await asyncio.wait_for(process.wait(), time_limit)
+                # The shell's exit, not the pipe's end: a background job (`sleep 30 & echo hi`) keeps
+                # the pipe open, and waiting for it would hang the turn until the timeout.
+                await asyncio.wait_for(asyncio.shield(exited), time_limit)
             except TimeoutError:
                 timed_out = True
         finally:
@@ -319,7 +397,7 @@ class LocalSandbox(Sandbox):
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await asyncio.shield(_reap(process))
-            # Something that left the group (setsid) may still hold the pipe open; don't wait forever.
+            # Something that left the group (setsid) may still hold the pipe open; don't wait for it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE_SECONDS)
             if not reader.done():
@@ -330,19 +408,84 @@ class LocalSandbox(Sandbox):
         output = output[:max_output]
         if dropped:
             output += f"\n… [output cut: about {dropped} more characters]"
+        exit_code = None if timed_out else process.returncode
         if timed_out:
             output += f"\n… [stopped: the command ran longer than {time_limit:g} s and was killed]"
-        return CommandResult(
-            output=output,
-            exit_code=None if timed_out else process.returncode,
-            timed_out=timed_out,
-            truncated=dropped > 0,
-        )
+        else:
+            output += self._limit_notice(exit_code, output)
+        return CommandResult(output=output, exit_code=exit_code, timed_out=timed_out, truncated=dropped > 0)
+
+    def _limit_notice(self, exit_code: int | None, output: str) -> str:
+        """Say plainly which sandbox limit ended a command, so the model can adapt instead of retrying."""
+        if self.limits is None or exit_code is None:
+            return ""
+        signal_number = exit_code - 128 if exit_code > 128 else -exit_code if exit_code < 0 else 0
+        if signal_number == signal.SIGXCPU:
+            return f"\n… [stopped: the command used more than {self.limits.cpu_seconds} s of CPU time]"
+        if signal_number == signal.SIGXFSZ or "File size limit exceeded" in output:
+            return f"\n… [stopped: a file grew past the {self.limits.file_size_mb} MB size limit]"
+        if "Resource temporarily unavailable" in output and "fork" in output:
+            return f"\n… [the sandbox allows at most {self.limits.processes} processes]"
+        if "Cannot allocate memory" in output or "MemoryError" in output or "memory exhausted" in output:
+            return f"\n… [the sandbox allows at most {self.limits.memory_mb} MB of memory per process]"
+        return ""
 
     async def release(self) -> None:
         for pid in list(self._live):
             _kill_group(pid)
         self._live.clear()
+
+
+def limits_prefix(limits: SandboxLimits | None, *, processes: bool = True) -> str:
+    """A bash prologue that sets hard resource limits, then runs the command given as ``$1``.
+
+    ``ulimit`` without ``-S`` sets soft and hard limits together, so the command cannot raise them again.
+    """
+    if limits is None:
+        return 'exec /bin/bash -c "$1"'
+    parts = [f"-v {limits.memory_mb * 1024}", f"-f {limits.file_size_mb * 1024}", "-c 0"]
+    if processes:
+        parts.append(f"-u {limits.processes}")
+    # CPU: the soft limit sends SIGXCPU (reported as such); the hard one, a second later, SIGKILL.
+    cpu = f"ulimit -S -t {limits.cpu_seconds} && ulimit -H -t {limits.cpu_seconds + 1}"
+    return f'ulimit {" ".join(parts)} && {cpu} && exec /bin/bash -c "$1"'
+
+
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Stream protocol that also reports the moment the process exits, before its pipes close."""
+
+    def __init__(self, exited: asyncio.Future[None], limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def spawn(
+    argv: list[str], *, env: Mapping[str, str], cwd: Path | None = None, pass_fds: tuple[int, ...] = ()
+) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
+    """Start ``argv`` in its own session, stdout+stderr on one pipe; also return a future for its exit.
+
+    ``asyncio``'s ``Process.wait()`` only returns once every pipe is closed; the exit future does not wait
+    for children that inherited the pipe.
+    """
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitAwareProtocol(exited, 2**16, loop),
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=str(cwd) if cwd is not None else None,
+        env=dict(env),
+        start_new_session=True,  # its own process group, so we can kill everything it spawns
+        pass_fds=pass_fds,
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), exited
 
 
 class _BoundedCollector:
@@ -380,12 +523,38 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-class LocalSandboxProvider(SandboxProvider):
-    """The default provider: host processes and files, one tree per thread."""
+def file_tree_guide() -> str:
+    """The part of the model's guide that is the same for every provider: the thread's file tree."""
+    return f"""You can use tools on a private file tree:
+- {VIRTUAL_ROOT}/workspace — your working directory (bash runs here; files you make stay for this conversation)
+- {VIRTUAL_ROOT}/uploads — files the user sent (read-only)
+- {VIRTUAL_ROOT}/outputs — put files for the user here, then call present_files to send them
+File tools (ls, read_file, write_file, str_replace) only reach paths under {VIRTUAL_ROOT}."""
 
-    def __init__(self, *, base_env: Mapping[str, str] | None = None) -> None:
+
+class LocalSandboxProvider(SandboxProvider):
+    """``sandbox.mode: host``: host processes and files, one tree per thread. Chosen explicitly only."""
+
+    mode = "host"
+
+    def __init__(
+        self,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        limits: SandboxLimits | None = None,
+        skills_dir: Path | None = None,
+    ) -> None:
         self.base_env = base_env
+        self.limits = limits
+        self.skills_dir = skills_dir
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         await asyncio.to_thread(paths.ensure)
-        return LocalSandbox(paths, base_env=self.base_env)
+        return LocalSandbox(paths, base_env=self.base_env, limits=self.limits, skills_dir=self.skills_dir)
+
+    def guide(self) -> str:
+        return (
+            file_tree_guide()
+            + "\nbash runs directly on the server as the service's own user, without isolation: treat"
+            " everything outside the workspace as someone else's and leave it alone."
+        )

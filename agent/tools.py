@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
+from agent.skills import Skill
+from agent.web import FetchRefused, WebFetcher
 
 SUMMARY_CHARS = 60
 MAX_LIST_ENTRIES = 500
@@ -33,6 +35,8 @@ class ToolContext:
     command_timeout: float
     max_output: int
     files: list[Path] = field(default_factory=list)
+    web: WebFetcher | None = None
+    skills: Mapping[str, Skill] = field(default_factory=dict)
 
 
 class BashArgs(BaseModel):
@@ -59,6 +63,14 @@ class StrReplaceArgs(BaseModel):
     path: str = Field(description="File to edit.")
     old_str: str = Field(description="Exact text to replace; it must occur exactly once.")
     new_str: str = Field("", description="Replacement text.")
+
+
+class LoadSkillArgs(BaseModel):
+    name: str = Field(description="The skill's name, from the list of skills.")
+
+
+class WebFetchArgs(BaseModel):
+    url: str = Field(description="The http(s) URL of the page to read.")
 
 
 class PresentFilesArgs(BaseModel):
@@ -180,6 +192,29 @@ async def present_files(ctx: ToolContext, args: PresentFilesArgs) -> str:
     return "\n".join(lines)
 
 
+async def load_skill(ctx: ToolContext, args: LoadSkillArgs) -> str:
+    skill = ctx.skills.get(args.name.strip().lstrip("/"))
+    if skill is None:
+        known = ", ".join(ctx.skills) or "none on this server"
+        raise SandboxError(f"there is no skill named {args.name!r}; skills: {known}")
+    return skill.prompt()
+
+
+async def web_fetch(ctx: ToolContext, args: WebFetchArgs) -> str:
+    if ctx.web is None:
+        raise SandboxError("web_fetch is turned off on this server (web.fetch: false)")
+    try:
+        page = await ctx.web.fetch(args.url)
+    except FetchRefused as exc:
+        raise SandboxError(str(exc)) from None
+    text = page.text.strip() or "(the page has no readable text)"
+    cut = page.truncated or len(text) > ctx.max_output
+    text = text[: ctx.max_output]
+    if cut:
+        text += "\n… [page cut here]"
+    return f"{page.url} ({page.content_type})\n\n{text}"
+
+
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
@@ -226,16 +261,24 @@ TOOLS: dict[str, ToolSpec] = {
             present_files,
             lambda a, m: f"sharing {len(a.paths)} file(s)",
         ),
+        ToolSpec(
+            "load_skill",
+            "Read the full instructions of one of the listed skills (and where its files are).",
+            LoadSkillArgs,
+            load_skill,
+            lambda a, m: f"reading skill {short(m(a.name), SUMMARY_CHARS - 14)}",
+        ),
+        ToolSpec(
+            "web_fetch",
+            "Read a web page (or a text/JSON URL) and get its main content as markdown. Private and "
+            "loopback addresses are refused.",
+            WebFetchArgs,
+            web_fetch,
+            lambda a, m: f"reading {short(m(a.url), SUMMARY_CHARS - 8)}",
+        ),
     )
 }
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    return [spec.schema() for spec in TOOLS.values()]
-
-
-SANDBOX_GUIDE = f"""You can use tools on a private file tree:
-- {VIRTUAL_ROOT}/workspace — your working directory (bash runs here)
-- {VIRTUAL_ROOT}/uploads — files the user sent
-- {VIRTUAL_ROOT}/outputs — put files for the user here, then call present_files to send them
-Paths outside {VIRTUAL_ROOT} are not available."""
+def tool_schemas(exclude: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    return [spec.schema() for spec in TOOLS.values() if spec.name not in exclude]

@@ -6,9 +6,11 @@ fake that answers instantly, and the time spent inside it is measured and subtra
 is graph scheduling, checkpoint writes, event streaming, tool execution and sandbox set-up.
 
     python -m bench.agent_overhead --turns 200 --tool ls
-    python -m bench.agent_overhead --turns 100 --tool bash     # includes spawning /bin/bash
+    python -m bench.agent_overhead --turns 100 --tool bash                  # bash in the bwrap sandbox
+    python -m bench.agent_overhead --turns 100 --tool bash --sandbox host   # bash on the host
+    python -m bench.agent_overhead --commands 200 --sandbox bwrap          # one `true` per sample, no graph
 
-Prints ms/turn (mean, p50, p95) of runtime overhead.
+Prints ms/turn (mean, p50, p95) of runtime overhead, or ms per command for ``--commands``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from agent.events import TurnFinished, TurnRequest
+from agent.paths import ThreadPaths
 from agent.runtime import AgentRuntime
+from agent.sandboxes import build_sandbox_provider
 from config.loader import load_settings
+from config.schema import Settings
 
 TOOL_CALLS = {
     "ls": {"name": "ls", "args": {"path": "/mnt/user-data/workspace"}},
@@ -77,16 +82,49 @@ class InstantToolModel(BaseChatModel):
         return result
 
 
-async def main(turns: int, tool: str, same_thread: bool) -> None:
+def bench_settings(tmp: str, sandbox: str) -> Settings:
+    return load_settings(
+        overrides={
+            "data_dir": str(Path(tmp) / "data"),
+            "models": [{"name": "default", "api_key": "unused"}],
+            "memory": {"enabled": False},
+            "sandbox": {"mode": sandbox},
+        },
+        env={},
+    )
+
+
+def summary(samples: list[float]) -> str:
+    samples.sort()
+    p95 = samples[int(len(samples) * 0.95) - 1]
+    return (
+        f"mean {statistics.mean(samples):.1f} ms, p50 {statistics.median(samples):.1f} ms, p95 {p95:.1f} ms"
+    )
+
+
+async def commands(count: int, sandbox: str) -> None:
+    """The cost of starting one command in the sandbox, and nothing else."""
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(
-            overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "models": [{"name": "default", "api_key": "unused"}],
-                "memory": {"enabled": False},
-            },
-            env={},
-        )
+        settings = bench_settings(tmp, sandbox)
+        provider = build_sandbox_provider(settings.sandbox)
+        await provider.start()
+        box = await provider.acquire(ThreadPaths(Path(tmp) / "data", "bench", "bench"))
+        samples: list[float] = []
+        try:
+            for i in range(count + 5):
+                started = time.perf_counter()
+                result = await box.run("true", secrets={}, time_limit=30, max_output=1000)
+                assert result.exit_code == 0, result.output
+                if i >= 5:
+                    samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            await provider.close()
+    print(f"sandbox={sandbox} commands={count}: one `true` command {summary(samples)}")
+
+
+async def main(turns: int, tool: str, same_thread: bool, sandbox: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = bench_settings(tmp, sandbox)
         model = InstantToolModel(tool=tool)
         runtime = AgentRuntime(
             settings, checkpoint_path=Path(tmp) / "checkpoints.db", chat_models={"default": model}
@@ -109,12 +147,9 @@ async def main(turns: int, tool: str, same_thread: bool) -> None:
                     samples.append(elapsed * 1000)
         finally:
             await runtime.close()
-    samples.sort()
-    p95 = samples[int(len(samples) * 0.95) - 1]
     print(
-        f"tool={tool} turns={turns} thread={'same' if same_thread else 'new each turn'}: "
-        f"runtime overhead per tool-calling turn mean {statistics.mean(samples):.1f} ms, "
-        f"p50 {statistics.median(samples):.1f} ms, p95 {p95:.1f} ms"
+        f"tool={tool} sandbox={sandbox} turns={turns} thread={'same' if same_thread else 'new each turn'}: "
+        f"runtime overhead per tool-calling turn {summary(samples)}"
     )
 
 
@@ -123,5 +158,10 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--tool", choices=sorted(TOOL_CALLS), default="ls")
     parser.add_argument("--same-thread", action="store_true", help="grow one thread instead of new threads")
+    parser.add_argument("--sandbox", choices=["bwrap", "host"], default="bwrap")
+    parser.add_argument("--commands", type=int, default=0, help="time N bare commands instead of turns")
     args = parser.parse_args()
-    asyncio.run(main(args.turns, args.tool, args.same_thread))
+    if args.commands:
+        asyncio.run(commands(args.commands, args.sandbox))
+    else:
+        asyncio.run(main(args.turns, args.tool, args.same_thread, args.sandbox))

@@ -6,37 +6,35 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import os
 import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from config import ConfigError, Settings, load_settings
+from config.secrets import known_secrets
 
 EXIT_CONFIG = 2
 
 
 def secret_values(settings: Settings) -> list[str]:
-    """Every configured value whose key looks secret, so logs can mask them."""
-    found: list[str] = []
+    """Every secret the service knows (config and environment), so logs can mask them."""
+    return known_secrets(settings, os.environ)
 
-    def walk(value: Any, key: str = "") -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, str(k))
-        elif isinstance(value, list):
-            for v in value:
-                walk(v, key)
-        elif (
-            isinstance(value, str)
-            and any(w in key.lower() for w in ("token", "secret", "key", "password"))
-            and key.lower() != "private_key_path"
-        ):
-            found.append(value)
 
-    walk(settings.model_dump())
-    return found
+def preflight_sandbox(settings: Settings) -> None:
+    """Fail before anything starts, in one line, when the configured sandbox cannot run here."""
+    if settings.sandbox.mode != "bwrap":
+        return
+    from agent.sandbox import SandboxUnavailable
+    from agent.sandbox_bwrap import check_bwrap
+
+    try:
+        asyncio.run(check_bwrap(settings.sandbox))
+    except SandboxUnavailable as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
 
 
 def load_or_exit(path: str | None) -> Settings:
@@ -62,6 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         settings.server.port = args.port
     configure_logging(args.log_level, secret_values(settings))
+    preflight_sandbox(settings)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -94,6 +93,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     settings = load_or_exit(args.config)
     configure_logging(args.log_level, secret_values(settings))
+    preflight_sandbox(settings)
 
     async def main() -> None:
         terminal = TerminalChannel(user=args.user)

@@ -66,9 +66,27 @@ async def _check_channel(settings: Settings, provider: str, section: Any) -> tup
     return True, f"channel {provider}: credentials accepted"
 
 
+async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
+    if settings.sandbox.mode == "host":
+        return True, (
+            "sandbox: host — commands run as this service's user, NOT isolated "
+            "(sandbox.mode: bwrap isolates them)"
+        )
+    from agent.sandbox import SandboxUnavailable
+    from agent.sandbox_bwrap import check_bwrap
+
+    try:
+        await check_bwrap(settings.sandbox)
+    except SandboxUnavailable as exc:
+        return False, f"sandbox: {exc}"
+    network = "with network" if settings.sandbox.network else "without network"
+    return True, f"sandbox: bwrap — each command isolated, {network}"
+
+
 async def run_doctor(settings: Settings) -> int:
     checks: list[tuple[bool, str]] = [(True, "config: valid")]
     checks.append(await _check_database(settings))
+    checks.append(await _check_sandbox(settings))
     checks.extend(await _check_model(settings))
     enabled = [(p, s) for p, s in settings.channels.items() if s.enabled]
     if not enabled:

@@ -161,6 +161,7 @@ class Service:
             "status": "degraded" if degraded else "ok",
             "version": VERSION,
             "database": "ok" if db_ok else "unreachable",
+            "sandbox": self.settings.sandbox.mode,
             "channels": channels,
             "inbox": {"unfinished": self.bus.load},
         }

@@ -60,10 +60,40 @@ class ModelConfig(Section):
     context_tokens: int = Field(128_000, ge=1024)
 
 
+class SandboxLimits(Section):
+    """Per-command resource limits (``ulimit``), so a runaway command cannot hurt the service."""
+
+    cpu_seconds: int = Field(600, gt=0)
+    memory_mb: int = Field(4096, gt=0)
+    processes: int = Field(256, gt=0)
+    file_size_mb: int = Field(1024, gt=0)
+
+
 class SandboxConfig(Section):
+    """Where the agent's ``bash`` runs. ``bwrap`` isolates; ``host`` runs as the service (opt-in only)."""
+
+    mode: Literal["bwrap", "host"] = "bwrap"
+    network: bool = True
+    #: When the service runs as root, each thread's commands run as its own host uid (and gid) in
+    #: ``[uid_base, uid_base + uid_count)``, so one thread's processes never count against another's.
+    uid_base: int = Field(1_800_000_000, ge=1000, le=4_000_000_000)
+    uid_count: int = Field(100_000, ge=1, le=200_000_000)
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
     command_timeout_seconds: float = Field(600, gt=0)
     max_output_chars: int = Field(20_000, gt=0)
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
+
+
+class WebConfig(Section):
+    """The ``web_fetch`` tool: on by default, refusing private and loopback addresses (SSRF guard)."""
+
+    fetch: bool = True
+    allow_private: bool = False
+    #: Host names fetched even though they resolve to private addresses (an intranet wiki, say).
+    allow_hosts: list[str] = Field(default_factory=list)
+    max_bytes: int = Field(2_000_000, gt=0)
+    timeout_seconds: float = Field(20, gt=0)
+    user_agent: str = "Switchboard/0.1 (web_fetch)"
 
 
 class MemoryConfig(Section):
@@ -76,6 +106,9 @@ class MemoryConfig(Section):
 class ConnectionsConfig(Section):
     require_bound_identity: bool = False
     code_ttl_seconds: int = Field(600, gt=0)
+    #: The brake on guessing: this many failed /connect attempts per sender and per chat, per window.
+    max_failed_attempts: int = Field(5, gt=0)
+    failed_attempts_window_seconds: int = Field(600, gt=0)
 
 
 class AgentConfig(Section):
@@ -128,10 +161,13 @@ class Settings(Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     data_dir: str = "./data"
+    #: Folders with SKILL.md the agent can use (read-only at /mnt/skills); ignored if it does not exist.
+    skills_dir: str = "./skills"
     auth: AuthConfig = Field(default_factory=AuthConfig)
     models: list[ModelConfig] = Field(default_factory=_default_models, min_length=1)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     bus: BusConfig = Field(default_factory=BusConfig)

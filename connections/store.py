@@ -28,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from connections.attempts import AttemptLimiter
 from connections.identity import PlatformIdentity, validate_user_id
 from connections.tables import ACTIVE, REVOKED, connect_codes_table, connections_table, users_table
 
@@ -52,12 +53,14 @@ class TooManyPendingCodes(ConnectionsError):
 
 
 class CodeRejected(ConnectionsError):
-    """A code that cannot bind: ``reason`` is invalid | used | expired | wrong_provider."""
+    """A code that cannot bind: ``reason`` is invalid | used | expired | wrong_provider | throttled."""
 
-    def __init__(self, reason: str, *, code_provider: str | None = None) -> None:
+    def __init__(self, reason: str, *, code_provider: str | None = None, retry_after: float = 0) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code_provider = code_provider
+        #: For ``throttled``: seconds until this sender and chat may try again.
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +127,12 @@ class ConnectionStore:
         *,
         code_ttl_seconds: int = 600,
         max_pending: int = MAX_PENDING_CODES,
+        max_failed_attempts: int = 5,
+        failed_attempts_window: float = 600,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.engine = engine
+        self.attempts = AttemptLimiter(max_failed_attempts, failed_attempts_window)
         self.is_sqlite = engine.dialect.name == "sqlite"
         self.code_ttl_seconds = code_ttl_seconds
         self.max_pending = max_pending
@@ -224,13 +230,34 @@ class ConnectionStore:
 
     # --- binding ----------------------------------------------------------------------------------
     async def bind_with_code(
-        self, code: str, identity: PlatformIdentity, external_name: str | None = None
+        self,
+        code: str,
+        identity: PlatformIdentity,
+        external_name: str | None = None,
+        *,
+        chat: str | None = None,
     ) -> BindResult:
         """Consume ``code`` (once, for its provider) and bind ``identity`` to the code's owner.
 
         Raises :class:`CodeRejected` and changes nothing when the code is unknown, used, expired or was
-        made for another platform.
+        made for another platform — or, without looking at the code, when this sender or ``chat`` failed
+        too often lately (``throttled``).
         """
+        keys = [("sender", identity.provider, identity.workspace, identity.external_id)]
+        if chat is not None:
+            keys.append(("chat", identity.provider, identity.workspace, chat))
+        wait = self.attempts.blocked_for(keys)
+        if wait > 0:
+            raise CodeRejected("throttled", retry_after=wait)
+        try:
+            result = await self._bind(code, identity, external_name)
+        except CodeRejected:
+            self.attempts.failed(keys)
+            raise
+        self.attempts.succeeded(keys)
+        return result
+
+    async def _bind(self, code: str, identity: PlatformIdentity, external_name: str | None) -> BindResult:
         for attempt in range(BIND_ATTEMPTS):
             try:
                 result = await self._bind_once(code, identity, external_name)

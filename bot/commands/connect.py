@@ -27,6 +27,12 @@ def _rejection(exc: CodeRejected, provider: str) -> str:
             f"That connection code was made for {_title(exc.code_provider or '?')}, not {_title(provider)}. "
             f"Send it there, or get a {_title(provider)} code."
         )
+    if exc.reason == "throttled":
+        minutes = max(1, round(exc.retry_after / 60))
+        return (
+            "Too many wrong connection codes from here. Wait about "
+            f"{minutes} minute{'s' if minutes != 1 else ''}, then send the code from the connect page again."
+        )
     if exc.reason == "expired":
         return "That connection code has expired. Get a new one on the connect page."
     return "That connection code is invalid or expired."
@@ -50,11 +56,10 @@ async def connect(ctx: CommandContext) -> None:
         await ctx.reply("Bots cannot be connected to a user.")
         return
     if len(code) > MAX_CODE_LENGTH:
-        await ctx.reply("That connection code is invalid or expired.")
-        return
+        code = code[:MAX_CODE_LENGTH]  # still a failed attempt: it counts against the brake below
     identity = PlatformIdentity(message.provider, message.workspace or "", message.sender.id)
     try:
-        result = await resolver.store.bind_with_code(code, identity, message.sender.name)
+        result = await resolver.store.bind_with_code(code, identity, message.sender.name, chat=message.chat)
     except CodeRejected as exc:
         await ctx.reply(_rejection(exc, message.provider))
         return

@@ -56,8 +56,12 @@ class ConnectionsFeature(Feature):
     def state(self, service: Any) -> _State:
         found = self._states.get(service)
         if found is None:
+            config = service.settings.connections
             store = ConnectionStore(
-                service.db.engine, code_ttl_seconds=service.settings.connections.code_ttl_seconds
+                service.db.engine,
+                code_ttl_seconds=config.code_ttl_seconds,
+                max_failed_attempts=config.max_failed_attempts,
+                failed_attempts_window=config.failed_attempts_window_seconds,
             )
             resolver = DatabaseIdentityResolver(
                 store, OwnerResolver(store), getattr(service, "threads", None)

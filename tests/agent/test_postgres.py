@@ -29,7 +29,9 @@ pytestmark = [
 async def test_on_postgres_a_thread_with_tool_calls_continues_after_a_restart(tmp_path, llm):
     settings = agent_settings(tmp_path, llm, database={"url": PG_URL})
     chat = f"pg-chat-{uuid.uuid4().hex[:8]}"  # the test database is shared between runs
-    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo from-postgres"})]), Reply(text="ran it"))
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo from-a-checkpoint"})]), Reply(text="ran it")
+    )
     async with Harness.running(settings) as first:
         assert await first.ask("run something", chat=chat, message_id=f"{chat}-1") == "ran it"
     async with Harness.running(settings) as second:
@@ -42,7 +44,7 @@ async def test_on_postgres_a_thread_with_tool_calls_continues_after_a_restart(tm
         "assistant",
         "user",
     ]
-    assert any(m["role"] == "tool" and "from-postgres" in m["content"] for m in sent)
+    assert any(m["role"] == "tool" and "from-a-checkpoint" in m["content"] for m in sent)
 
 
 async def test_on_postgres_compaction_goal_steps_memory_cursors_and_usage_work(tmp_path, llm, pg_url):

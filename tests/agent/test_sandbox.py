@@ -2,37 +2,55 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
-from tests.agent.helpers import agent_settings, alive, all_tool_results, everything_shown, wait_until
+from tests.agent.helpers import agent_settings, all_tool_results, everything_shown, wait_until
 from tests.fakes.openai_server import Reply, ToolCall
 from tests.harness import Harness
 
-BACKGROUND_SLEEP = "sleep 30 & echo $! > /mnt/user-data/workspace/sleep.pid; wait"
+# A background job that proves it is alive by rewriting a file on the host side every 0.1 s. Its pid
+# would mean nothing outside the sandbox's own PID namespace; the file works in every mode.
+HEARTBEAT = "(while :; do date +%s%N > /mnt/user-data/workspace/beat; sleep 0.1; done) & wait"
+MODES = pytest.mark.parametrize("mode", ["bwrap", "host"])
 
 
-def pid_file(tmp_path: Path) -> Path | None:
-    return next((tmp_path / "data" / "users").rglob("sleep.pid"), None)
+def beat_file(tmp_path: Path) -> Path | None:
+    return next((tmp_path / "data" / "users").rglob("beat"), None)
 
 
-def read_pid(tmp_path: Path) -> int | None:
-    path = pid_file(tmp_path)
-    text = path.read_text().strip() if path else ""
-    return int(text) if text else None
+def beat(tmp_path: Path) -> str:
+    path = beat_file(tmp_path)
+    return path.read_text() if path else ""
 
 
-async def test_stop_during_a_long_command_kills_it_and_the_thread_answers_the_next_message(tmp_path, llm):
-    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": BACKGROUND_SLEEP})]))
-    async with Harness.running(agent_settings(tmp_path, llm)) as h:
+async def beating(tmp_path: Path) -> bool:
+    """True when the heartbeat file changes within a second."""
+    before = beat(tmp_path)
+    for _ in range(20):
+        await asyncio.sleep(0.05)
+        if beat(tmp_path) != before:
+            return True
+    return False
+
+
+@MODES
+async def test_stop_during_a_long_command_kills_it_and_the_thread_answers_the_next_message(
+    tmp_path, llm, mode
+):
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": HEARTBEAT})]))
+    async with Harness.running(agent_settings(tmp_path, llm, sandbox={"mode": mode})) as h:
         await h.chat.say("run the long job")
-        await wait_until(lambda: read_pid(tmp_path) is not None)
-        pid = read_pid(tmp_path)
-        assert pid is not None and alive(pid)
+        await wait_until(lambda: beat(tmp_path) != "")
+        assert await beating(tmp_path)
         await h.chat.say("/stop")
         await h.chat.wait_for_text("⏹ Stopped.")
-        await wait_until(lambda: not alive(pid), timeout=10)
+        await asyncio.sleep(0.3)  # a write already under way may still land
+        assert not await beating(tmp_path)
         answer = await h.ask("are you still there?")
     assert answer == "echo: are you still there?"
     # The interrupted tool call was closed off, so the model API accepts the history.
@@ -40,21 +58,45 @@ async def test_stop_during_a_long_command_kills_it_and_the_thread_answers_the_ne
     assert any(m["role"] == "tool" and "stopped this turn" in m["content"] for m in last)
 
 
-async def test_a_command_past_its_timeout_is_killed_with_its_whole_process_group(tmp_path, llm):
-    settings = agent_settings(tmp_path, llm, sandbox={"command_timeout_seconds": 1})
+@MODES
+async def test_a_command_past_its_timeout_is_killed_with_everything_it_started(tmp_path, llm, mode):
+    settings = agent_settings(tmp_path, llm, sandbox={"mode": mode, "command_timeout_seconds": 1})
     llm.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": BACKGROUND_SLEEP})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": HEARTBEAT})]),
         Reply(text="That took too long."),
     )
     async with Harness.running(settings) as h:
         answer = await h.ask("run the long job")
+        await asyncio.sleep(0.3)
+        assert not await beating(tmp_path)
     assert answer == "That took too long."
     [result] = all_tool_results(llm)
     assert result.startswith("[timed out]")
     assert "ran longer than 1 s and was killed" in result
-    pid = read_pid(tmp_path)
-    assert pid is not None
-    await wait_until(lambda: not alive(pid), timeout=10)
+    assert beat(tmp_path) != ""  # it really ran before it was killed
+
+
+@MODES
+async def test_a_background_job_does_not_hold_the_turn_and_ends_with_the_command(tmp_path, llm, mode):
+    llm.script(
+        Reply(
+            tool_calls=[
+                ToolCall(
+                    "bash",
+                    {"command": "(while :; do date +%s%N > beat; sleep 0.1; done) & sleep 0.3; echo hi"},
+                )
+            ]
+        ),
+        Reply(text="Started it."),
+    )
+    # Were the turn to wait for the job's pipe, it would end in the timeout: "[timed out]", not "hi".
+    settings = agent_settings(tmp_path, llm, sandbox={"mode": mode, "command_timeout_seconds": 8})
+    async with Harness.running(settings) as h:
+        answer = await h.ask("start a job in the background")
+        await asyncio.sleep(0.3)
+        assert not await beating(tmp_path)
+    assert answer == "Started it."
+    assert all_tool_results(llm) == ["[exit code 0]\nhi"]
 
 
 async def test_command_output_is_bounded(tmp_path, llm):

@@ -17,6 +17,7 @@ import itertools
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,10 +94,13 @@ class FakeOpenAI(ThreadedServer):
         #: ``context_length_exceeded``); ``rejected`` keeps their bodies.
         self.context_limit: int | None = None
         self.rejected: list[dict[str, Any]] = []
+        # A path of its own: the OpenAI SDK caches one HTTP client per base URL for the whole process, so
+        # a later fake that got the same port would inherit a client bound to an earlier test's loop.
+        self.prefix = f"/fake-{uuid.uuid4().hex[:12]}"
 
     @property
     def base_url(self) -> str:
-        return f"{self.url}/v1"
+        return f"{self.url}{self.prefix}/v1"
 
     def script(self, *replies: Reply) -> None:
         with self._script_lock:
@@ -113,8 +117,8 @@ class FakeOpenAI(ThreadedServer):
         return self.default_reply(body)
 
     def setup_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._completions)
-        app.router.add_get("/v1/models", self._models)
+        app.router.add_post(f"{self.prefix}/v1/chat/completions", self._completions)
+        app.router.add_get(f"{self.prefix}/v1/models", self._models)
 
     async def _models(self, request: web.Request) -> web.Response:
         self.record({"path": "/v1/models", "body": None})

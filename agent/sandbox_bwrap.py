@@ -1,0 +1,318 @@
+"""``sandbox.mode: bwrap``: every ``bash`` command runs inside a bubblewrap sandbox.
+
+Why bubblewrap: it is the unprivileged sandbox Flatpak uses, a single small binary from the distribution
+(``apt install bubblewrap``), and needs no daemon, image or registry — so isolation can be on by default
+on a plain Linux box. Each command gets:
+
+* a fresh mount namespace whose root is an empty tmpfs with read-only ``/usr`` (and the ``/bin``,
+  ``/lib*`` links), a minimal ``/etc`` (name resolution, TLS roots, time zone, a generated passwd), a
+  private ``/tmp``, a minimal ``/dev`` and a ``/proc`` of its own PID namespace — and the thread's tree at
+  ``/mnt/user-data`` (``workspace`` and ``outputs`` writable, ``uploads`` read-only). Nothing else of the
+  host: not ``data_dir``, the config, other threads, the host's ``/tmp`` or the service's home;
+* its own PID, IPC and UTS namespaces (the service's processes and their ``/proc/<pid>/environ`` do not
+  exist in there), and with ``sandbox.network: false`` its own empty network namespace;
+* a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
+  the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
+  from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no
+  capabilities and ``no_new_privs``. Either way the process limit counts only that thread's processes,
+  so one fork bomb cannot starve everybody else's commands;
+* hard ``ulimit`` limits (CPU seconds, address space, processes, file size) from ``sandbox.limits``;
+* ``--die-with-parent`` and ``--new-session``: when the command's shell exits, or the service kills the
+  sandbox on timeout or ``/stop``, the PID namespace ends and every process in it dies with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from agent.paths import VIRTUAL_ROOT, ThreadPaths
+from agent.sandbox import (
+    WRITABLE_AREAS,
+    LocalSandbox,
+    Sandbox,
+    SandboxProvider,
+    SandboxUnavailable,
+    file_tree_guide,
+    limits_prefix,
+    spawn,
+)
+from agent.skills import SKILLS_ROOT
+from config.schema import SandboxConfig
+
+#: Host files a shell needs for names, TLS, time zones and dynamic linking; nothing secret.
+ETC_FILES = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "gai.conf",
+    "host.conf",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "profile",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "ssl",
+    "timezone",
+)
+#: Top-level system directories: bound read-only, or recreated as the symlinks they are (merged /usr).
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+SANDBOX_UID = 1000
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+INSTALL_HINT = (
+    "install it (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap) "
+    "or set sandbox.mode: host to run commands without isolation"
+)
+
+
+def _system_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), f"/{name}"]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+class BwrapSandbox(LocalSandbox):
+    """The thread's files as in :class:`LocalSandbox`; commands run under ``bwrap``."""
+
+    def __init__(self, paths: ThreadPaths, provider: BwrapSandboxProvider) -> None:
+        super().__init__(
+            paths, base_env=provider.base_env, limits=provider.config.limits, skills_dir=provider.skills_dir
+        )
+        self.provider = provider
+        self.identity = provider.identity(paths)
+
+    def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
+        env = dict(self.base_env)
+        workspace = f"{VIRTUAL_ROOT}/workspace"
+        env.update(
+            HOME=workspace,
+            PWD=workspace,
+            USER="sandbox",
+            LOGNAME="sandbox",
+            TMPDIR="/tmp",
+            PATH=SANDBOX_PATH,
+            USER_DATA=VIRTUAL_ROOT,
+        )
+        env.update(secrets)  # injected for this run only; never stored
+        return env
+
+    def _argv(self, command: str) -> list[str]:
+        # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
+        args = self.provider.bwrap_args(self.root, self.identity)
+        if self.skills is not None:
+            args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
+        return [*args, *self._shell(command)]
+
+    def _shell(self, command: str) -> list[str]:
+        shell = ["/bin/bash", "-c", limits_prefix(self.limits), "bash", command]
+        if not self.provider.as_root:
+            return shell
+        # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
+        # capabilities, so process limits count and nothing it does is privileged.
+        drop = [
+            "/usr/bin/setpriv",
+            f"--reuid={self.identity}",
+            f"--regid={self.identity}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+        return [*drop, *shell]
+
+    def _to_virtual(self, text: str) -> str:
+        return text
+
+    def _adopt(self, written: Path) -> None:
+        if self.provider.as_root:
+            _chown_up_to(written, self.root, self.identity, self.identity)
+
+
+def _chown_up_to(path: Path, root: Path, uid: int, gid: int) -> None:
+    """``path`` and its parents below the writable area now belong to the sandbox user."""
+    for item in [path, *path.parents]:
+        if item == root:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.lchown(item, uid, gid)
+
+
+def _adopt_tree(paths: ThreadPaths, uid: int) -> None:
+    """Give the writable areas to the thread's user (once: a tree already theirs is left alone)."""
+    paths.ensure()
+    for name in WRITABLE_AREAS:
+        area = paths.root / name
+        if area.stat().st_uid == uid:
+            continue
+        os.lchown(area, uid, uid)
+        for directory, dirs, files in os.walk(area):
+            for entry in (*dirs, *files):
+                os.lchown(os.path.join(directory, entry), uid, uid)
+
+
+class BwrapSandboxProvider(SandboxProvider):
+    """The default provider on Linux: a bubblewrap sandbox per command, over the thread's own tree."""
+
+    mode = "bwrap"
+
+    def __init__(
+        self,
+        config: SandboxConfig,
+        *,
+        base_env: Mapping[str, str] | None = None,
+        bwrap: str | None = None,
+        skills_dir: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.base_env = base_env
+        self.skills_dir = skills_dir
+        self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+        self.as_root = os.geteuid() == 0
+        self._etc = Path(tempfile.mkdtemp(prefix="switchboard-sandbox-etc-"))
+        self._etc.chmod(0o755)
+        (self._etc / "hostname").write_text("sandbox\n")
+        self._system = _system_mounts()
+
+    def identity(self, paths: ThreadPaths) -> int:
+        """The uid (and gid) a thread's commands run as: its own when the service is root."""
+        if not self.as_root:
+            return SANDBOX_UID
+        slot = zlib.crc32(str(paths.root).encode()) % self.config.uid_count
+        return self.config.uid_base + slot
+
+    def _identity_files(self, uid: int) -> tuple[Path, Path]:
+        """A passwd/group naming only the sandbox user (the host's list of accounts stays outside)."""
+        passwd, group = self._etc / f"passwd-{uid}", self._etc / f"group-{uid}"
+        if not passwd.exists():
+            home = f"{VIRTUAL_ROOT}/workspace"
+            group.write_text(f"root:x:0:\nsandbox:x:{uid}:\n")
+            passwd.write_text(
+                f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{home}:/bin/bash\n"
+            )
+        return passwd, group
+
+    def bwrap_args(self, root: Path, uid: int) -> list[str]:
+        """The bubblewrap command line for one command over the thread tree at ``root``."""
+        args = [
+            self.bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+        ]
+        if not self.config.network:
+            args.append("--unshare-net")
+        if not self.as_root:
+            args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        args += self._system
+        passwd, group = self._identity_files(uid)
+        args += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
+        args += ["--ro-bind", str(self._etc / "hostname"), "/etc/hostname"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += [
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--dir",
+            "/var",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/var/tmp",
+        ]
+        args += ["--perms", "0755", "--dir", "/mnt", "--perms", "0755", "--dir", VIRTUAL_ROOT]
+        args += ["--bind", str(root / "workspace"), f"{VIRTUAL_ROOT}/workspace"]
+        args += ["--bind", str(root / "outputs"), f"{VIRTUAL_ROOT}/outputs"]
+        args += ["--ro-bind", str(root / "uploads"), f"{VIRTUAL_ROOT}/uploads"]
+        args += ["--chdir", f"{VIRTUAL_ROOT}/workspace"]
+        return args
+
+    async def start(self) -> None:
+        """Prove bubblewrap can build a sandbox here, so a broken set-up fails at start, not mid-chat."""
+        if shutil.which(self.bwrap) is None:
+            raise SandboxUnavailable(
+                f"sandbox.mode is bwrap but bubblewrap (bwrap) is not installed: {INSTALL_HINT}"
+            )
+        if self.as_root and shutil.which("setpriv", path="/usr/bin") is None:
+            raise SandboxUnavailable(
+                "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv (util-linux) is "
+                "missing: install util-linux, run the service as an ordinary user, or set sandbox.mode: host"
+            )
+        with tempfile.TemporaryDirectory(prefix="switchboard-sandbox-check-") as scratch:
+            paths = ThreadPaths(Path(scratch), "check", "check")
+            if self.as_root:
+                await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
+            sandbox = BwrapSandbox(paths, self)
+            result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
+        if result.exit_code != 0 or result.output.strip() != "ok":
+            detail = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
+            raise SandboxUnavailable(
+                f"sandbox.mode is bwrap but bubblewrap cannot create a sandbox here ({detail}); "
+                "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1) — "
+                f"or {INSTALL_HINT.split(' or ', 1)[1]}"
+            )
+
+    async def acquire(self, paths: ThreadPaths) -> Sandbox:
+        if self.as_root:
+            await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
+        else:
+            await asyncio.to_thread(paths.ensure)
+        return BwrapSandbox(paths, self)
+
+    def guide(self) -> str:
+        network = (
+            "It has network access (pip, curl and git work)."
+            if self.config.network
+            else "It has no network access at all."
+        )
+        limits = self.config.limits
+        return (
+            file_tree_guide()
+            + "\nbash runs in an isolated Linux sandbox as an ordinary user: the system directories (/usr) are"
+            f" read-only, {VIRTUAL_ROOT} is the only data there is, /tmp is private and emptied after every"
+            f" command, and background jobs end when the command returns. {network} Each command is limited"
+            f" to {limits.cpu_seconds} s of CPU, {limits.memory_mb} MB of memory per process,"
+            f" {limits.processes} processes and {limits.file_size_mb} MB per file."
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(shutil.rmtree, self._etc, True)
+
+
+async def check_bwrap(config: SandboxConfig) -> None:
+    """Start-up check used by the CLI before anything else starts: raises :class:`SandboxUnavailable`."""
+    provider = BwrapSandboxProvider(config)
+    try:
+        await provider.start()
+    finally:
+        await provider.close()
+
+
+__all__ = ["BwrapSandbox", "BwrapSandboxProvider", "check_bwrap", "spawn"]

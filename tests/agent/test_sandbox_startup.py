@@ -1,0 +1,77 @@
+"""Issue 10: which sandbox runs is visible (/health, doctor), and a missing bubblewrap stops start-up clearly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.app import create_app
+from tests.agent.helpers import agent_settings
+
+pytestmark = pytest.mark.slow
+
+
+def write_config(tmp_path: Path, sandbox: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"data_dir: {tmp_path / 'data'}\n"
+        f"database: {{url: 'sqlite+aiosqlite:///{tmp_path / 'data' / 'sb.db'}'}}\n"
+        "models: [{name: default, model: m, api_key: sk-startup-test, base_url: 'http://127.0.0.1:9/v1'}]\n"
+        f"sandbox: {sandbox}\n"
+    )
+    return path
+
+
+def without_bwrap() -> dict[str, str]:
+    """The service's environment on a machine where bubblewrap is not installed."""
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
+    env["PATH"] = "/nonexistent"
+    return env
+
+
+def switchboard(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], capture_output=True, text=True, timeout=90, env=env
+    )
+
+
+def test_serve_without_bubblewrap_stops_with_one_line_saying_how_to_fix_it(tmp_path):
+    result = switchboard(
+        "serve", "--config", str(write_config(tmp_path, "{mode: bwrap}")), env=without_bwrap()
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "bubblewrap (bwrap) is not installed" in lines[0]
+    assert "apt install bubblewrap" in lines[0]
+    assert "sandbox.mode: host" in lines[0]
+
+
+def test_doctor_reports_the_sandbox_mode_and_whether_it_works(tmp_path):
+    env = without_bwrap()
+    missing = switchboard("doctor", "--config", str(write_config(tmp_path, "{mode: bwrap}")), env=env)
+    assert "✗ sandbox: sandbox.mode is bwrap but bubblewrap (bwrap) is not installed" in missing.stdout
+    working = switchboard(
+        "doctor",
+        "--config",
+        str(write_config(tmp_path, "{mode: bwrap, network: false}")),
+        env=dict(os.environ),
+    )
+    assert "✓ sandbox: bwrap — each command isolated, without network" in working.stdout
+    host = switchboard("doctor", "--config", str(write_config(tmp_path, "{mode: host}")), env=env)
+    assert "sandbox: host — commands run as this service's user, NOT isolated" in host.stdout
+
+
+async def test_health_says_which_sandbox_runs(tmp_path, llm):
+    for mode in ("bwrap", "host"):
+        app = create_app(agent_settings(tmp_path / mode, llm, sandbox={"mode": mode}))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://sb") as client:
+                body = (await client.get("/health")).json()
+        assert body["sandbox"] == mode
