@@ -5,9 +5,12 @@ Restarts run the real ``switchboard chat`` process against the fake model.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,20 @@ def test_a_cleared_fact_does_not_come_back_after_a_restart_and_a_new_message(tmp
     assert "I grow kiwis" not in transcripts[-1]
 
 
+def wait_for_pending(database: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        # OperationalError: the table is not created yet.
+        with (
+            contextlib.closing(sqlite3.connect(database, timeout=5)) as conn,
+            contextlib.suppress(sqlite3.OperationalError),
+        ):
+            if conn.execute("SELECT count(*) FROM agent_memory_pending").fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the pending extraction was never recorded")
+
+
 @pytest.mark.slow
 def test_a_pending_extraction_survives_a_hard_kill_and_is_flushed_at_the_next_shutdown(tmp_path, llm):
     llm.default_reply = kiwi_memory
@@ -76,6 +93,7 @@ def test_a_pending_extraction_survives_a_hard_kill_and_is_flushed_at_the_next_sh
         proc.stdin.write(b"I grow kiwis\n")
         proc.stdin.flush()
         assert proc.stdout.readline().decode().strip() == "echo: I grow kiwis"
+        wait_for_pending(tmp_path / "data" / "sb.db")  # noted just after the reply was delivered
     finally:
         proc.kill()  # before the debounce ends: the extraction is only recorded
         proc.communicate(timeout=10)
