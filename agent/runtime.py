@@ -47,6 +47,7 @@ from agent import context as ctxfit
 from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import AgentEvent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.goals import NOTHING_TO_ADD, GoalKeeper, GoalStore
+from agent.mcp_tools import McpHub
 from agent.memory import MemoryService, MemoryStore
 from agent.models import ModelLoadError, build_chat_model
 from agent.paths import ThreadPaths
@@ -59,7 +60,7 @@ from agent.sandbox import (
 )
 from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
-from agent.tools import TOOLS, ToolContext, short, tool_schemas
+from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
 from agent.usage import UsageStore
 from agent.web import WebFetcher
 from config.schema import ModelConfig, Settings
@@ -162,6 +163,9 @@ class AgentRuntime:
         )
         # Masked in every tool result, progress line and reply, on top of each run's own secrets.
         self.known_secrets = known_secrets(settings, os.environ)
+        self.mcp = McpHub(settings.mcp_servers, settings.sandbox) if settings.mcp_servers else None
+        #: Tools from MCP servers, known once start() has connected to them.
+        self.extra_tools: dict[str, ToolSpec] = {}
         self.web = WebFetcher(settings.web) if settings.web.fetch else None
         self.disabled_tools: frozenset[str] = frozenset({"web_fetch"} if self.web is None else set()) | {
             "load_skill"
@@ -192,6 +196,10 @@ class AgentRuntime:
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.sandbox_provider.start()
+        if self.mcp is not None:
+            await self.mcp.start()  # a server that fails is reported, never fatal
+            specs = [mcp_tool_spec(self.mcp, tool) for tool in self.mcp.tools()]
+            self.extra_tools = {spec.name: spec for spec in specs if spec.name not in TOOLS}
         self.skills = await asyncio.to_thread(load_skills, self.skills_dir)
         if self.skills:
             self.disabled_tools -= {"load_skill"}
@@ -244,6 +252,8 @@ class AgentRuntime:
         return InMemorySaver()
 
     async def close(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.close()
         if self.memory is not None:
             await self.memory.close()
         await self.sandbox_provider.close()
@@ -252,6 +262,19 @@ class AgentRuntime:
     # --- models ------------------------------------------------------------------------------------
     def model_names(self) -> list[str]:
         return [m.name for m in self.settings.models]
+
+    def tool_names(self) -> list[str]:
+        """Every tool the model is offered, built-in first, then MCP tools (``server__tool``)."""
+        return [n for n in TOOLS if n not in self.disabled_tools] + list(self.extra_tools)
+
+    def tool_descriptions(self) -> list[tuple[str, str]]:
+        """(name, one-line description) for ``/tools``."""
+        specs = [TOOLS[n] for n in TOOLS if n not in self.disabled_tools] + list(self.extra_tools.values())
+        return [(spec.name, spec.description.split(". ")[0].rstrip(".")) for spec in specs]
+
+    def mcp_status(self) -> dict[str, str]:
+        """Each MCP server: ``ok (N tools)`` or ``error: …`` (empty without MCP servers)."""
+        return self.mcp.status() if self.mcp is not None else {}
 
     def skill_names(self) -> list[str]:
         """Skills a person can ask for with ``/skill-name`` (known once the runtime has started)."""
@@ -273,7 +296,8 @@ class AgentRuntime:
         if cfg.name not in self._bound:
             model = self.chat_model(cfg.name)
             try:
-                self._bound[cfg.name] = model.bind_tools(tool_schemas(self.disabled_tools))
+                schemas = tool_schemas(self.disabled_tools) + [s.schema() for s in self.extra_tools.values()]
+                self._bound[cfg.name] = model.bind_tools(schemas)
             except (NotImplementedError, AttributeError):
                 log.warning("model %s cannot call tools; it answers without them", cfg.name)
                 self._bound[cfg.name] = model
@@ -345,9 +369,9 @@ class AgentRuntime:
     def _history_budget(self, run: _Run) -> int:
         """Tokens left for the summary and the messages once prompts, tools and the answer are counted."""
         reserve = min(4096, run.context_tokens // 4)  # room for the model's answer
-        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(
-            tool_schemas(self.disabled_tools)
-        )
+        # Every request carries the tool schemas the model is bound with (ours and MCP servers').
+        schemas = tool_schemas(self.disabled_tools) + [t.schema() for t in self.extra_tools.values()]
+        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(schemas)
         return max(256, run.context_tokens - reserve - fixed)
 
     async def _fit(
@@ -484,10 +508,11 @@ class AgentRuntime:
         self, run: _Run, name: str, raw_args: dict[str, Any], call_id: str | None, write: Any
     ) -> ToolMessage:
         spec = TOOLS.get(name) if name not in self.disabled_tools else None
+        spec = spec or self.extra_tools.get(name)
         mask = run.tools.masker
         if spec is None:
             return ToolMessage(
-                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(n for n in TOOLS if n not in self.disabled_tools)}.",
+                content=f"Error: there is no tool named {name!r}. Tools: {', '.join(self.tool_names())}.",
                 tool_call_id=call_id or "",
                 name=name,
                 status="error",

@@ -79,7 +79,8 @@ INSTALL_HINT = (
 )
 
 
-def _system_mounts() -> list[str]:
+def system_mounts() -> list[str]:
+    """Read-only system directories and the minimal /etc every sandbox of ours starts from."""
     args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
     for name in SYSTEM_DIRS:
         path = Path("/") / name
@@ -193,7 +194,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self._etc = Path(tempfile.mkdtemp(prefix="switchboard-sandbox-etc-"))
         self._etc.chmod(0o755)
         (self._etc / "hostname").write_text("sandbox\n")
-        self._system = _system_mounts()
+        self._system = system_mounts()
 
     def identity(self, paths: ThreadPaths) -> int:
         """The uid (and gid) a thread's commands run as: its own when the service is root."""

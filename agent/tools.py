@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from agent.mcp_tools import McpCallFailed, McpHub, McpTool
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
 from agent.skills import Skill
@@ -65,6 +66,12 @@ class StrReplaceArgs(BaseModel):
     new_str: str = Field("", description="Replacement text.")
 
 
+class McpArgs(BaseModel):
+    """Arguments of an MCP tool: whatever its server's schema says (the server validates them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class LoadSkillArgs(BaseModel):
     name: str = Field(description="The skill's name, from the list of skills.")
 
@@ -88,9 +95,20 @@ class ToolSpec:
     handler: Handler
     #: One progress line from (arguments, secret masker); mask before cutting so no secret prefix leaks.
     summarize: Callable[[Any, Callable[[str], str]], str]
+    #: A JSON schema given by someone else (an MCP server) instead of the one ``args`` describes.
+    parameters: dict[str, Any] | None = None
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema ``bind_tools`` accepts."""
+        if self.parameters is not None:
+            return {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.parameters,
+                },
+            }
         parameters = self.args.model_json_schema()
         parameters.pop("title", None)
         for prop in parameters.get("properties", {}).values():
@@ -282,3 +300,25 @@ TOOLS: dict[str, ToolSpec] = {
 
 def tool_schemas(exclude: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     return [spec.schema() for spec in TOOLS.values() if spec.name not in exclude]
+
+
+def mcp_tool_spec(hub: McpHub, tool: McpTool) -> ToolSpec:
+    """An MCP server's tool as one of ours: same checks, progress line, masking and error results."""
+
+    async def call(ctx: ToolContext, args: McpArgs) -> str:
+        try:
+            text, ok = await hub.call(tool, args.model_dump())
+        except McpCallFailed as exc:
+            raise SandboxError(str(exc)) from None
+        if not ok:
+            raise SandboxError(text)
+        return text
+
+    return ToolSpec(
+        tool.qualified,
+        f"[{tool.server}] {tool.description}",
+        McpArgs,
+        call,
+        lambda a, m: f"calling {short(m(tool.qualified), SUMMARY_CHARS - 8)}",
+        parameters=tool.parameters,
+    )

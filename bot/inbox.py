@@ -153,6 +153,14 @@ class Inbox:
         )
         self._ops.put_nowait(_Op("reply_ref", {"id": entry_id, "reply_ref": ref}, future))
 
+    async def save_reply_ref(self, entry_id: str, ref: str) -> None:
+        """Like :meth:`set_reply_ref`, but returns once the reference is durable.
+
+        For a "Queued" notice: it can sit in the chat for minutes before its turn starts, and after a
+        crash the resumed turn must edit it into the answer instead of leaving it behind.
+        """
+        await self._submit("reply_ref", id=entry_id, reply_ref=ref)
+
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but not done, oldest first: what a restart must resume."""
         async with self.db.engine.connect() as conn:

@@ -324,6 +324,7 @@ class ChannelManager:
                 )
             except ChannelError as exc:
                 log.info("could not show the queued notice: %s", exc)
+            await self._remember_notice(turn)
         elif notice:
             turn.reply = self.channels[message.provider].open_reply(message)
             with contextlib.suppress(ChannelError):
@@ -331,6 +332,22 @@ class ChannelManager:
         lane.pending.append(turn)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def _remember_notice(self, turn: Turn) -> None:
+        """Store the queued notice's reference with the inbox entry now, not when the turn starts.
+
+        The turn may start minutes later; if the process dies before that, the resumed turn finds the
+        reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
+        """
+        ref = turn.reply.ref if turn.reply is not None else None
+        if turn.entry_id is None or ref is None or ref == turn.reply_ref:
+            return
+        try:
+            await self.inbox.save_reply_ref(turn.entry_id, ref)
+        except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
+            log.warning("saving the queued notice's reference failed: %s", exc)
+            return
+        turn.reply_ref = ref
 
     async def _drain_lane(self, lane: Lane) -> None:
         try:

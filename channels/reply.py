@@ -154,7 +154,13 @@ class ReplyStream:
             return  # final-only platforms: nothing to show until finish()
         if not self._sent:
             await self.budget.acquire()
-            ref = await self.transport.send(placeholder)
+            try:
+                ref = await self.transport.send(placeholder)
+            except RetryAfter as exc:
+                # The placeholder (or a queued notice) shares the chat's budget: whatever goes to this
+                # chat next waits as long as the platform asked.
+                self.budget.penalize(exc.retry_after)
+                raise
             self._sent.append((ref, placeholder))
         elif self._sent[0][1] != placeholder:
             self.update(placeholder)
@@ -229,7 +235,11 @@ class ReplyStream:
         await self._deliver_final(chunks)
         if files:
             await self.budget.acquire()
-            await self.transport.send_files(files)
+            try:
+                await self.transport.send_files(files)
+            except RetryAfter as exc:
+                self.budget.penalize(exc.retry_after)
+                raise
         self.finished = True
         await self.transport.finished()
 

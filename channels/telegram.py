@@ -12,11 +12,12 @@ What users get:
 
 Operational choices, and why:
 
-* The Application's update queue is bounded. When the service pushes back (inbox full), the handler
-  retries with backoff instead of dropping the update, the queue fills, and the Updater stops fetching —
-  so Telegram keeps holding the unconfirmed updates instead of us holding them in memory.
+* Store, then confirm. Polling is our own loop over ``Bot.get_updates`` (:mod:`channels.telegram_polling`):
+  the next ``offset`` — Telegram's only confirmation — is sent only after every update below it is in the
+  durable inbox. When the service pushes back (inbox full) the loop retries the same update and does not
+  fetch more, so Telegram keeps holding the rest, unconfirmed, instead of us holding them in memory.
 * A 409 Conflict means another process polls with the same token. Polling is paused (status ``error``
-  with a sentence saying so) and retried after a long, doubling delay, not in PTB's short retry loop.
+  with a sentence saying so) and retried after a long, doubling delay instead of fighting the other one.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from typing import Any
 import telegram.error as tg_errors
 from telegram import Bot, Message, MessageEntity, Update
 from telegram.constants import ChatType
-from telegram.ext import Application, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
 from channels.base import Channel, InboundSink
-from channels.errors import Backpressure, ChannelError, FileTooLarge
+from channels.errors import ChannelError, FileTooLarge
 from channels.reply import BudgetRegistry, ReplyStream
+from channels.telegram_polling import READ_TIMEOUT_MARGIN, UpdatePoller
 from channels.telegram_transport import TelegramTransport, map_error
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.telegram import TelegramConfig
@@ -46,38 +47,15 @@ log = logging.getLogger(__name__)
 
 #: Telegram's longest message, counted after entity parsing.
 TEXT_LIMIT = 4096
-#: Updates fetched but not yet handed to the service; beyond this, polling waits.
-UPDATE_QUEUE_SIZE = 16
-#: After a 409 Conflict: first pause before polling again, doubling up to the maximum.
-CONFLICT_RETRY_SECONDS = 60.0
-CONFLICT_RETRY_MAX_SECONDS = 600.0
-#: Backoff while the service refuses new input (Backpressure).
-BACKPRESSURE_FIRST_WAIT = 0.2
-BACKPRESSURE_MAX_WAIT = 2.0
+#: At pause, how long the poller may take to store updates it already fetched (the rest stay
+#: unconfirmed at Telegram).
+STOP_STORE_GRACE = 5.0
 #: How long stop() lets replies already being written finish before closing the HTTP client.
 STOP_REPLY_GRACE = 5.0
 #: Group reply-chain roots remembered per process (message → conversation).
 MAX_CHAIN_ENTRIES = 20_000
 
-CONFLICT_SENTENCE = (
-    "409 Conflict: another process is polling Telegram with this bot token "
-    "(stop the other instance, or remove its webhook)."
-)
 _MEDIA_ATTRIBUTES = ("document", "audio", "video", "voice", "animation", "video_note")
-
-
-class _PollingRequest(HTTPXRequest):
-    """The getUpdates HTTP client; tells the channel when a poll succeeded (to clear a stale error)."""
-
-    def __init__(self, on_success: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._on_success = on_success
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        code, payload = await super().do_request(*args, **kwargs)
-        if 200 <= code < 300:
-            self._on_success()
-        return code, payload
 
 
 class TelegramChannel(Channel):
@@ -94,17 +72,12 @@ class TelegramChannel(Channel):
         super().__init__()
         self._group_budgets = BudgetRegistry(config.group_edit_interval_seconds)
         self._allowed = {_normalise_user(u) for u in config.allowed_users if _normalise_user(u)}
-        self._app: Application | None = None  # type: ignore[type-arg]
         self._bot: Bot | None = None
+        self._poller: UpdatePoller | None = None
         self.bot_id: int | None = None
         self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
         self._chain_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._transports: weakref.WeakSet[TelegramTransport] = weakref.WeakSet()
-        self._stopping = asyncio.Event()
-        self._paused = False
-        self._conflict_task: asyncio.Task[None] | None = None
-        self._poll_outcome: asyncio.Event | None = None
-        self._conflicted = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -116,47 +89,42 @@ class TelegramChannel(Channel):
     def _root(self) -> str:
         return self.config.api_base_url.rstrip("/")
 
-    def _build_app(self) -> Application:  # type: ignore[type-arg]
+    def _build_bot(self) -> Bot:
         poll_timeout = self.config.poll_timeout_seconds
-        return (
-            Application.builder()
-            .token(self.config.bot_token or "")
-            .base_url(f"{self._root()}/bot")
-            .base_file_url(f"{self._root()}/file/bot")
-            .request(
-                HTTPXRequest(connection_pool_size=32, read_timeout=20, write_timeout=30, connect_timeout=10)
-            )
-            .get_updates_request(
-                _PollingRequest(self._on_poll_success, read_timeout=10 + poll_timeout, connect_timeout=10)
-            )
-            .update_queue(asyncio.Queue(maxsize=UPDATE_QUEUE_SIZE))
-            .build()
+        return Bot(
+            self.config.bot_token or "",
+            base_url=f"{self._root()}/bot",
+            base_file_url=f"{self._root()}/file/bot",
+            request=HTTPXRequest(
+                connection_pool_size=32, read_timeout=20, write_timeout=30, connect_timeout=10
+            ),
+            get_updates_request=HTTPXRequest(
+                read_timeout=poll_timeout + READ_TIMEOUT_MARGIN, connect_timeout=10
+            ),
         )
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
-        self._stopping.clear()
         self.status.set("starting", "connecting to the Telegram Bot API")
-        app = self._build_app()
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_handler_error)
+        bot = self._build_bot()
         try:
-            await app.initialize()  # getMe: proves the token
+            await bot.initialize()  # getMe: proves the token
+            await bot.delete_webhook()  # long polling and a webhook exclude each other
         except tg_errors.InvalidToken:
             with contextlib.suppress(Exception):
-                await app.shutdown()
+                await bot.shutdown()
             raise ChannelError(
                 "Telegram rejected bot_token (getMe failed); copy it again from @BotFather"
             ) from None
         except tg_errors.TelegramError as exc:
             with contextlib.suppress(Exception):
-                await app.shutdown()
+                await bot.shutdown()
             raise ChannelError(
                 f"cannot reach the Telegram Bot API at {self._root()}: {map_error(exc)}"
             ) from None
-        self._app, self._bot = app, app.bot
-        self.bot_id = app.bot.id
-        actual = app.bot.username
+        self._bot = bot
+        self.bot_id = bot.id
+        actual = bot.username
         if self.bot_username and actual and self.bot_username.lower() != actual.lower():
             log.warning(
                 "channels.telegram.bot_username is @%s but the token belongs to @%s",
@@ -164,49 +132,33 @@ class TelegramChannel(Channel):
                 actual,
             )
         self.bot_username = actual or self.bot_username
-        await app.start()
-        await self._start_polling()
-        self.status.set("connected", f"@{self.bot_username}, long polling")
-
-    async def _start_polling(self) -> None:
-        assert self._app is not None and self._app.updater is not None
-        self._paused = False
-        await self._app.updater.start_polling(
-            timeout=self.config.poll_timeout_seconds,
-            allowed_updates=["message"],
-            error_callback=self._on_poll_error,
+        self._poller = UpdatePoller(
+            bot,
+            self._store_update,
+            self.status,
+            poll_timeout=self.config.poll_timeout_seconds,
+            connected_detail=lambda: f"@{self.bot_username}, long polling",
         )
+        self.status.set("connected", f"@{self.bot_username}, long polling")
+        self._poller.start()
 
     async def pause(self) -> None:
-        """Stop polling (no more updates are confirmed to Telegram); replies keep working until stop()."""
-        app = self._app
-        if app is not None and app.updater is not None and app.updater.running:
-            try:
-                await app.updater.stop()
-            except Exception as exc:
-                log.warning("stopping Telegram polling failed: %s", exc)
+        """Stop polling: what was fetched is stored, then confirmed; replies keep working until stop()."""
+        poller = self._poller
+        if poller is not None and poller.running:
+            await poller.pause(STOP_STORE_GRACE)
 
     async def stop(self) -> None:
-        self._stopping.set()
-        task, self._conflict_task = self._conflict_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        app, self._app = self._app, None
-        if app is None:
-            self.status.set("stopped")
-            return
-        try:
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
-            if app.running:
-                await app.stop()
+        await self.pause()
+        self._poller = None
+        bot, self._bot = self._bot, None
+        if bot is not None:
             await self._wait_for_replies()
-            await app.shutdown()
-        except Exception as exc:
-            log.warning("Telegram channel did not stop cleanly: %s", exc)
-        self._bot = None
+            try:
+                await bot.shutdown()
+            except Exception as exc:
+                log.warning("Telegram channel did not stop cleanly: %s", exc)
+            self._bot = None
         self.status.set("stopped")
 
     async def _wait_for_replies(self) -> None:
@@ -217,97 +169,24 @@ class TelegramChannel(Channel):
         while any(not t.done for t in list(self._transports)) and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
-    # --- polling health ------------------------------------------------------------------------------
-    def _on_poll_success(self) -> None:
-        if self._poll_outcome is not None:
-            self._poll_outcome.set()
-        if not self._paused and self.status.state != "connected" and not self._stopping.is_set():
-            self.status.set("connected", f"@{self.bot_username}, long polling")
-
-    def _on_poll_error(self, exc: tg_errors.TelegramError) -> None:
-        """PTB's polling loop reports each failed getUpdates here (synchronously, on the loop)."""
-        if isinstance(exc, tg_errors.Conflict):
-            self._conflicted = True
-            if self._poll_outcome is not None:
-                self._poll_outcome.set()
-            if self._conflict_task is None or self._conflict_task.done():
-                log.error("Telegram: %s Polling is paused.", CONFLICT_SENTENCE)
-                self._paused = True
-                self.status.set("error", f"{CONFLICT_SENTENCE} Polling paused.")
-                self._conflict_task = asyncio.get_running_loop().create_task(
-                    self._recover_from_conflict(), name="telegram-conflict"
-                )
-            return
-        if isinstance(exc, tg_errors.InvalidToken | tg_errors.Forbidden):
-            self.status.set("error", f"Telegram refused polling: {map_error(exc)}")
-        else:
-            self.status.set("reconnecting", f"getUpdates failed: {map_error(exc)}; retrying")
-        log.warning("Telegram polling failed: %s", map_error(exc))
-
-    async def _recover_from_conflict(self) -> None:
-        """Stop polling, wait (doubling), try again; stays in ``error`` while the other poller is alive."""
-        delay = CONFLICT_RETRY_SECONDS
-        while not self._stopping.is_set() and self._app is not None:
-            updater = self._app.updater
-            if updater is not None and updater.running:
-                with contextlib.suppress(Exception):
-                    await updater.stop()
-            self.status.set("error", f"{CONFLICT_SENTENCE} Polling paused; next attempt in {delay:g}s.")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-                return
-            self._conflicted = False
-            self._poll_outcome = asyncio.Event()
-            try:
-                await self._start_polling()
-                await asyncio.wait_for(self._poll_outcome.wait(), self.config.poll_timeout_seconds + 30)
-            except (TimeoutError, tg_errors.TelegramError) as exc:
-                log.warning("Telegram: polling did not resume: %s", exc)
-            finally:
-                self._poll_outcome = None
-            if not self._conflicted:
-                self._paused = False
-                self.status.set("connected", f"@{self.bot_username}, long polling")
-                log.info("Telegram: polling resumed after a conflict")
-                return
-            delay = min(delay * 2, CONFLICT_RETRY_MAX_SECONDS)
-
-    async def _on_handler_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("handling a Telegram update failed: %r", context.error)
-
     # --- inbound -----------------------------------------------------------------------------------
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _store_update(self, update: Update) -> None:
+        """The poller's store step: returns once the message is in the inbox (or is not for us).
+
+        Raises :class:`Backpressure` (or an inbox error) to make the poller retry this same update; a
+        message that cannot be normalised is logged and skipped, so one odd update cannot stall polling.
+        """
         message = update.message
         if message is None:
             return
-        inbound = self.normalise(message)
+        try:
+            inbound = self.normalise(message)
+        except Exception:
+            log.exception("could not read Telegram update %s; skipping it", update.update_id)
+            return
         if inbound is not None:
-            await self._deliver(inbound)
-
-    async def _deliver(self, message: InboundMessage) -> None:
-        """Hand ``message`` to the service; while it pushes back, wait and retry (polling pauses)."""
-        assert self._sink is not None
-        wait = BACKPRESSURE_FIRST_WAIT
-        warned = False
-        while True:
-            try:
-                await self._sink(message)
-                return
-            except Backpressure as exc:
-                if self._stopping.is_set():
-                    log.warning(
-                        "Telegram message %s in chat %s was refused while stopping (%s); it is not delivered",
-                        message.platform_message_id,
-                        message.chat,
-                        exc,
-                    )
-                    return
-                if not warned:
-                    log.warning("service is busy (%s); holding Telegram updates until it accepts", exc)
-                    warned = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
-            wait = min(wait * 2, BACKPRESSURE_MAX_WAIT)
+            assert self._sink is not None
+            await self._sink(inbound)
 
     def normalise(self, message: Message) -> InboundMessage | None:
         """A Telegram message → :class:`InboundMessage`, or None when it is not for this bot."""
@@ -451,12 +330,10 @@ class TelegramChannel(Channel):
     def open_reply(self, message: InboundMessage, *, resume_ref: str | None = None) -> ReplyStream:
         """Same as the base, but groups draw on a slower budget (Telegram: about 20 messages/min)."""
         budgets = self._budgets if message.is_private else self._group_budgets
-        return ReplyStream(
-            self.reply_transport(message),
-            budgets.for_chat(self.budget_key(message)),
-            self.limits,
-            resume_ref=resume_ref,
-        )
+        budget = budgets.for_chat(self.budget_key(message))
+        transport = self.reply_transport(message)
+        transport.budget = budget
+        return ReplyStream(transport, budget, self.limits, resume_ref=resume_ref)
 
     def is_allowed(self, message: InboundMessage) -> bool:
         if not self._allowed:

@@ -21,7 +21,7 @@ from telegram import LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 
 from channels import errors
-from channels.reply import ReplyTransport
+from channels.reply import RateBudget, ReplyTransport
 from channels.telegram_markup import markdown_to_html
 from channels.types import InboundMessage
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Opt in to PTB's future time-period type now: otherwise every RetryAfter PTB builds emits a
-# deprecation warning. Our code reads either form (see _retry_seconds).
+# deprecation warning. Our code reads either form (see retry_seconds).
 os.environ.setdefault("PTB_TIMEDELTA", "1")
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ _EDIT_GONE = ("message to edit not found", "message can't be edited", "message_i
 _PARSE_ERROR = "can't parse entities"
 
 
-def _retry_seconds(exc: tg_errors.RetryAfter) -> float:
+def retry_seconds(exc: tg_errors.RetryAfter) -> float:
     """``RetryAfter.retry_after`` is an int or a timedelta depending on PTB's PTB_TIMEDELTA switch."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -63,7 +63,7 @@ def map_error(exc: tg_errors.TelegramError) -> errors.ChannelError:
     message = str(exc)
     lowered = message.lower()
     if isinstance(exc, tg_errors.RetryAfter):
-        return errors.RetryAfter(_retry_seconds(exc), "Telegram rate limit")
+        return errors.RetryAfter(retry_seconds(exc), "Telegram rate limit")
     if isinstance(exc, tg_errors.Conflict):
         return errors.Conflict(f"Telegram 409 Conflict: {message}")
     if isinstance(exc, tg_errors.InvalidToken):
@@ -101,6 +101,8 @@ class TelegramTransport(ReplyTransport):
         self.thread_id: int | None = context.get("thread_id")
         self.reply_to: int | None = context.get("reply_to")
         self.done = False
+        #: The chat's budget (set by the channel when it opens the reply): files are paced by it too.
+        self.budget: RateBudget | None = None
 
     @property
     def bot(self) -> Any:
@@ -156,7 +158,10 @@ class TelegramTransport(ReplyTransport):
         await self._with_markup(call, text)
 
     async def send_files(self, files: Sequence[Path]) -> None:
-        for path in files:
+        """The stream acquired the budget for the first file; each further upload acquires its own."""
+        for index, path in enumerate(files):
+            if index and self.budget is not None:
+                await self.budget.acquire()
             await self._send_file(Path(path))
 
     async def _send_file(self, path: Path) -> None:
@@ -183,7 +188,12 @@ class TelegramTransport(ReplyTransport):
                 if waited:
                     raise map_error(exc) from exc
                 waited = True
-                await asyncio.sleep(min(_retry_seconds(exc), MAX_FILE_RETRY_WAIT))
+                pause = min(retry_seconds(exc), MAX_FILE_RETRY_WAIT)
+                if self.budget is None:
+                    await asyncio.sleep(pause)
+                else:  # hold the whole chat, not only this upload
+                    self.budget.penalize(pause)
+                    await self.budget.acquire()
                 continue
             except tg_errors.BadRequest as exc:
                 if not as_photo:

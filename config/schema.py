@@ -96,6 +96,31 @@ class WebConfig(Section):
     user_agent: str = "Switchboard/0.1 (web_fetch)"
 
 
+class McpServerConfig(Section):
+    """One MCP server: a local command spoken to over stdio, or a Streamable HTTP URL."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: stdio servers run in a bubblewrap sandbox of their own (when sandbox.mode is bwrap).
+    isolate: bool = True
+    #: Host paths the isolated server may read (its code, its interpreter), bound read-only.
+    mounts: list[str] = Field(default_factory=list)
+    network: bool = True
+    timeout_seconds: float = Field(60, gt=0)
+    start_timeout_seconds: float = Field(30, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"mcp server {self.name}: give exactly one of command (stdio) or url (HTTP)")
+        return self
+
+
 class MemoryConfig(Section):
     enabled: bool = True
     debounce_seconds: float = Field(30, ge=0)
@@ -168,6 +193,7 @@ class Settings(Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     bus: BusConfig = Field(default_factory=BusConfig)
@@ -179,6 +205,10 @@ class Settings(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        servers = [s.name for s in self.mcp_servers]
+        repeated = sorted({n for n in servers if servers.count(n) > 1})
+        if repeated:
+            raise ValueError(f"mcp server names must be unique; repeated: {', '.join(repeated)}")
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

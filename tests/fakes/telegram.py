@@ -65,6 +65,11 @@ DEFAULT_DESCRIPTIONS = {
     429: "Too Many Requests: retry after {retry_after}",
     500: "Internal Server Error",
 }
+TERMINATED_BY_OTHER = (
+    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+)
+#: getUpdates accepts limit 1-100.
+MAX_UPDATES_PER_CALL = 100
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are exactly "
     "the same as a current content and reply markup of the message"
@@ -179,6 +184,11 @@ class FakeTelegram(ThreadedServer):
         self._file_ids = itertools.count(1)
         self._state = threading.RLock()
         self._new_update: asyncio.Event | None = None
+        self._poll_generation = 0
+        #: Update ids confirmed by an offset beyond them (forgotten by the fake, like Telegram does).
+        self.confirmed: list[int] = []
+        #: Updates handed out by getUpdates, counting redeliveries.
+        self.delivered = 0
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -283,26 +293,55 @@ class FakeTelegram(ThreadedServer):
         return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self.updates)}
 
     async def _m_getUpdates(self, params: dict[str, Any], uploads: Any) -> list[dict[str, Any]]:
+        """The Bot API's rules: ``offset`` confirms (and forgets) every update below it, a negative
+        offset keeps only the last ``-offset``; at most ``limit`` (1-100) updates with
+        ``update_id >= offset`` are returned; ``timeout`` long-polls; a newer getUpdates terminates an
+        older one still waiting (that one gets 409 Conflict)."""
         if self.conflict_on_getupdates:
             raise _ApiError(409, DEFAULT_DESCRIPTIONS[409])
         offset = int(params.get("offset") or 0)
-        limit = int(params.get("limit") or 100)
-        timeout = min(float(params.get("timeout") or 0), self.long_poll_cap)
+        limit = min(max(int(params.get("limit") or 100), 1), MAX_UPDATES_PER_CALL)
+        timeout = min(max(float(params.get("timeout") or 0), 0.0), self.long_poll_cap)
         assert self._new_update is not None
+        with self._state:
+            self._poll_generation += 1
+            generation = self._poll_generation
+            self._confirm(offset)
+        self._new_update.set()  # an older long poll wakes up and learns it was terminated
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             self._new_update.clear()
             with self._state:
-                if offset:
-                    self.updates = [u for u in self.updates if u["update_id"] >= offset]  # confirmed
+                if generation != self._poll_generation:
+                    raise _ApiError(409, TERMINATED_BY_OTHER)
                 ready = [u for u in self.updates if u["update_id"] >= offset][:limit]
             remaining = deadline - asyncio.get_running_loop().time()
             if ready or remaining <= 0:
+                with self._state:
+                    self.delivered += len(ready)
                 return ready
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_update.wait(), remaining)
             if self.conflict_on_getupdates:
                 raise _ApiError(409, DEFAULT_DESCRIPTIONS[409])
+
+    def _confirm(self, offset: int) -> None:
+        """Forget confirmed updates for good (caller holds ``_state``)."""
+        if offset > 0:
+            gone = [u["update_id"] for u in self.updates if u["update_id"] < offset]
+            self.updates = [u for u in self.updates if u["update_id"] >= offset]
+        elif offset < 0:
+            keep = self.updates[offset:]
+            gone = [u["update_id"] for u in self.updates[: len(self.updates) - len(keep)]]
+            self.updates = keep
+        else:
+            return
+        self.confirmed.extend(gone)
+
+    def pending_updates(self) -> list[int]:
+        """Update ids Telegram still holds (delivered or not, but not confirmed)."""
+        with self._state:
+            return [u["update_id"] for u in self.updates]
 
     def _chat(self, chat_id: int) -> dict[str, Any]:
         chat_type = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")

@@ -1,0 +1,62 @@
+"""The fake Bot API follows Telegram's getUpdates rules, so tests that rely on it prove something real.
+
+From the Bot API docs: ``offset`` is the first update returned, and an update is confirmed (forgotten
+for good) once getUpdates is called with an offset higher than its id; a negative offset keeps only the
+last ``-offset``; ``limit`` accepts 1-100; ``timeout`` long-polls; two pollers on one token conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tests.fakes.telegram import FakeTelegram
+
+
+async def get_updates(client: httpx.AsyncClient, tg: FakeTelegram, **params: Any) -> Any:
+    response = await client.post(f"{tg.url}/bot{tg.token}/getUpdates", data=params)
+    return response.status_code, response.json()
+
+
+def ids(body: dict[str, Any]) -> list[int]:
+    return [u["update_id"] for u in body["result"]]
+
+
+async def test_get_updates_returns_at_most_100_and_forgets_only_what_an_offset_confirmed(tg: FakeTelegram):
+    for i in range(150):
+        tg.user_message(42, f"m{i}")
+    async with httpx.AsyncClient() as client:
+        _, first = await get_updates(client, tg, limit=500)
+        assert ids(first) == list(range(1, 101)), "limit is capped at 100"
+        _, again = await get_updates(client, tg, limit=3)
+        assert ids(again) == [1, 2, 3], "nothing is confirmed without an offset"
+
+        _, rest = await get_updates(client, tg, offset=101)
+        assert ids(rest) == list(range(101, 151))
+        _, after = await get_updates(client, tg, limit=1)
+        assert ids(after) == [101], "updates below the offset are gone for good"
+
+        _, last = await get_updates(client, tg, offset=-1)
+        assert ids(last) == [150], "a negative offset keeps only the newest"
+    assert tg.pending_updates() == [150]
+
+
+async def test_get_updates_long_polls_and_a_newer_poll_terminates_the_older_with_409():
+    with FakeTelegram(long_poll_cap=5.0) as tg:
+        await _long_poll_and_conflict(tg)  # type: ignore[arg-type]
+
+
+async def _long_poll_and_conflict(tg: FakeTelegram) -> None:
+    async with httpx.AsyncClient(timeout=10) as client:
+        older = asyncio.create_task(get_updates(client, tg, timeout=5))
+        await asyncio.sleep(0.2)
+        assert not older.done(), "an empty queue holds the request (long polling)"
+        newer = asyncio.create_task(get_updates(client, tg, timeout=5))
+        status, body = await older
+        assert status == 409 and "terminated by other getUpdates request" in body["description"]
+
+        tg.user_message(42, "hello")
+        status, body = await newer
+        assert status == 200 and len(body["result"]) == 1, "a waiting poll returns as soon as news arrives"
