@@ -9,6 +9,10 @@ After each turn on a thread with an active goal, :meth:`GoalKeeper.after_turn` d
 4. ``continue`` asks for another hidden turn, at most ``agent.max_goal_continuations`` times.
 
 The keeper returns a :class:`GoalStep`; the bot turns it into a follow-up turn and a visible notice.
+
+A continuation is durable work: it is recorded in ``agent_goal_continuations`` in the same transaction
+that counts it, moves ``queued → running → answered → done`` (or ``cancelled``), and a restart resumes
+what was not done — a step whose answer was delivered is never run again, only evaluated.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +32,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent.memory import parse_json_object
-from agent.tables import goals
+from agent.tables import goal_continuations, goals
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +60,34 @@ class Goal:
     last_decision: str | None
     last_reason: str | None
     seen_outputs: tuple[str, ...]
+    created_at: float = 0.0
 
     @property
     def active(self) -> bool:
         return self.status == "active"
+
+
+#: Continuation states that still owe work (a run, or the evaluation after a delivered answer).
+#: ``inbox`` is the turn that set (or resumed) the goal: it runs as the user's message through the
+#: inbox, and the row exists so its evaluation is not lost if the process dies right after its reply.
+UNFINISHED = ("inbox", "queued", "running", "answered")
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """One recorded goal step. ``origin`` is the JSON of the chat message that set the goal."""
+
+    id: str
+    thread_id: str
+    owner: str
+    goal_created_at: float
+    number: int
+    prompt: str
+    notice: str
+    origin: str
+    status: str
+    reply_text: str | None
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +102,19 @@ class GoalStep:
 
     continue_with: str | None = None
     notice: str | None = None
+    continuation: Continuation | None = None
 
 
 def start_prompt(objective: str) -> str:
     return (
         f"New goal: {objective}\n\nWork toward it step by step using your tools. "
+        "Say plainly what you did and what is left."
+    )
+
+
+def resume_prompt(objective: str) -> str:
+    return (
+        f"Resume the goal: {objective}\n\nContinue from where you stopped; do not redo finished steps. "
         "Say plainly what you did and what is left."
     )
 
@@ -123,12 +160,14 @@ class GoalStore:
             row["last_decision"],
             row["last_reason"],
             tuple(json.loads(row["seen_outputs"] or "[]")),
+            row["created_at"],
         )
 
     async def set(self, thread_id: str, owner: str, objective: str) -> Goal:
         now = time.time()
         async with self.engine.begin() as conn:
             await conn.execute(delete(goals).where(goals.c.thread_id == thread_id))
+            await self._cancel_unfinished(conn, thread_id, "a new goal replaced it")
             await conn.execute(
                 insert(goals).values(
                     thread_id=thread_id,
@@ -155,9 +194,165 @@ class GoalStore:
             )
 
     async def clear(self, thread_id: str) -> bool:
+        """Delete the goal; its unfinished continuations are cancelled in the same transaction."""
         async with self.engine.begin() as conn:
             result = await conn.execute(delete(goals).where(goals.c.thread_id == thread_id))
+            await self._cancel_unfinished(conn, thread_id, "the goal was cleared")
         return bool(result.rowcount)
+
+    async def resume(self, thread_id: str) -> Goal | None:
+        """Re-activate a goal that ended without being reached, keeping its continuation count."""
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(goals)
+                .where(goals.c.thread_id == thread_id, goals.c.status.notin_(("active", "satisfied")))
+                .values(status="active", no_progress=0, updated_at=time.time())
+            )
+        return await self.get(thread_id) if result.rowcount else None
+
+    async def close(self, thread_id: str, status: str, reason: str) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(goals)
+                .where(goals.c.thread_id == thread_id, goals.c.status == "active")
+                # Not an evaluation: drop the last decision so /goal does not present it as one.
+                .values(status=status, last_decision=None, last_reason=reason, updated_at=time.time())
+            )
+            await self._cancel_unfinished(conn, thread_id, reason)
+
+    @staticmethod
+    async def _cancel_unfinished(conn: Any, thread_id: str, reason: str) -> None:
+        await conn.execute(
+            update(goal_continuations)
+            .where(
+                goal_continuations.c.thread_id == thread_id,
+                goal_continuations.c.status.in_(("inbox", "queued", "running")),
+            )
+            .values(status="cancelled", reason=reason, updated_at=time.time())
+        )
+
+    # --- continuations --------------------------------------------------------------------------
+    async def queue_continuation(
+        self,
+        goal: Goal,
+        number: int,
+        prompt: str,
+        notice: str,
+        origin: str,
+        *,
+        finishing: str | None = None,
+        **goal_values: Any,
+    ) -> Continuation:
+        """Count the step on the goal and record it, atomically: a crash leaves both or neither."""
+        now = time.time()
+        if "seen_outputs" in goal_values:
+            goal_values["seen_outputs"] = json.dumps(list(goal_values["seen_outputs"])[-50:])
+        row = {
+            "id": uuid.uuid4().hex,
+            "thread_id": goal.thread_id,
+            "owner": goal.owner,
+            "goal_created_at": goal.created_at,
+            "number": number,
+            "prompt": prompt,
+            "notice": notice,
+            "message": origin,
+            "status": "queued",
+            "created_at": now,
+            "updated_at": now,
+        }
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(goals)
+                .where(goals.c.thread_id == goal.thread_id)
+                .values(continuations=number, updated_at=now, **goal_values)
+            )
+            await conn.execute(insert(goal_continuations).values(**row))
+            if finishing is not None:
+                await conn.execute(
+                    update(goal_continuations)
+                    .where(goal_continuations.c.id == finishing)
+                    .values(status="done", updated_at=now)
+                )
+        continuation = await self.continuation(row["id"])
+        assert continuation is not None
+        return continuation
+
+    async def note_start(self, goal: Goal, prompt: str, origin: str) -> None:
+        """Record the turn that starts (or resumes) the goal as step 0, owned by the inbox."""
+        now = time.time()
+        step = (
+            goal_continuations.c.thread_id == goal.thread_id,
+            goal_continuations.c.goal_created_at == goal.created_at,
+            goal_continuations.c.number == 0,
+        )
+        async with self.engine.begin() as conn:
+            # A resume is a new start of the same goal: the earlier start's row (long finished) goes.
+            await conn.execute(delete(goal_continuations).where(*step))
+            await conn.execute(
+                insert(goal_continuations).values(
+                    id=uuid.uuid4().hex,
+                    thread_id=goal.thread_id,
+                    owner=goal.owner,
+                    goal_created_at=goal.created_at,
+                    number=0,
+                    prompt=prompt,
+                    notice="",
+                    message=origin,
+                    status="inbox",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+
+    async def continuation(self, continuation_id: str) -> Continuation | None:
+        async with self.engine.connect() as conn:
+            row = (
+                (
+                    await conn.execute(
+                        select(goal_continuations).where(goal_continuations.c.id == continuation_id)
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return _continuation(row) if row is not None else None
+
+    async def unfinished(self, thread_id: str | None = None) -> list[Continuation]:
+        """Steps that still owe work, oldest first (all threads, or one)."""
+        query = select(goal_continuations).where(goal_continuations.c.status.in_(UNFINISHED))
+        if thread_id is not None:
+            query = query.where(goal_continuations.c.thread_id == thread_id)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query.order_by(goal_continuations.c.created_at))).mappings()
+            return [_continuation(r) for r in rows]
+
+    async def mark(
+        self, continuation_id: str, status: str, *, expect: tuple[str, ...], **values: Any
+    ) -> bool:
+        """Move a step to ``status`` if it is in one of ``expect``; False when someone else moved it."""
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                update(goal_continuations)
+                .where(goal_continuations.c.id == continuation_id, goal_continuations.c.status.in_(expect))
+                .values(status=status, updated_at=time.time(), **values)
+            )
+        return bool(result.rowcount)
+
+
+def _continuation(row: Any) -> Continuation:
+    return Continuation(
+        row["id"],
+        row["thread_id"],
+        row["owner"],
+        row["goal_created_at"],
+        row["number"],
+        row["prompt"],
+        row["notice"],
+        row["message"],
+        row["status"],
+        row["reply_text"],
+        row["reason"],
+    )
 
 
 ModelGetter = Callable[[str | None], Any]
@@ -185,8 +380,22 @@ class GoalKeeper:
         return parse_verdict(content)
 
     async def after_turn(
-        self, thread_id: str, text: str, *, hidden: bool, stopped: bool, failed: bool, model: str | None
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        hidden: bool,
+        stopped: bool,
+        failed: bool,
+        model: str | None,
+        origin: str = "{}",
+        finishing: str | None = None,
     ) -> GoalStep | None:
+        """Decide what follows a turn; ``origin`` (opaque JSON) is stored with a queued continuation.
+
+        ``finishing`` is the continuation whose answer this is: it is marked done in the same
+        transaction that queues the next step, so a crash can neither lose nor duplicate a step.
+        """
         goal = await self.store.get(thread_id)
         if goal is None or not goal.active:
             return None
@@ -230,14 +439,16 @@ class GoalKeeper:
                 f"Last evaluation: {verdict.reason}"
             )
         number = goal.continuations + 1
-        await self.store.update(thread_id, continuations=number, **values)
-        return GoalStep(
-            continue_with=continuation_prompt(goal, verdict, number, self.max_continuations),
-            notice=f"🎯 continuing toward the goal ({number}/{self.max_continuations})…",
+        prompt = continuation_prompt(goal, verdict, number, self.max_continuations)
+        notice = f"🎯 continuing toward the goal ({number}/{self.max_continuations})…"
+        continuation = await self.store.queue_continuation(
+            goal, number, prompt, notice, origin, finishing=finishing, **values
         )
+        return GoalStep(continue_with=prompt, notice=notice, continuation=continuation)
 
     @staticmethod
-    def describe(goal: Goal, cap: int) -> str:
+    def state_label(goal: Goal, step: Continuation | None = None) -> str:
+        """One wording of a goal's state, shared by ``/goal`` and ``/status`` so they always agree."""
         labels = {
             "active": "working on it",
             "satisfied": "reached",
@@ -245,10 +456,18 @@ class GoalKeeper:
             "cap_reached": "paused at the continuation limit",
             "no_progress": "stopped (no progress)",
             "stopped": "paused",
+            "closed": "closed",
         }
+        label = labels.get(goal.status, goal.status.replace("_", " "))
+        if goal.active and step is not None and step.status in ("queued", "running"):
+            label += f", continuation {step.number} {step.status}"
+        return label
+
+    @staticmethod
+    def describe(goal: Goal, cap: int, step: Continuation | None = None) -> str:
         lines = [
             f"🎯 Goal: {goal.objective}",
-            f"Status: {labels.get(goal.status, goal.status)} — {goal.continuations}/{cap} continuations used",
+            f"Status: {GoalKeeper.state_label(goal, step)} — {goal.continuations}/{cap} continuations used",
         ]
         if goal.last_reason:
             decision = f"{goal.last_decision.replace('_', ' ')}: " if goal.last_decision else ""

@@ -17,7 +17,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent.tables import memory_facts, memory_profiles
+from agent.context import HIDDEN_ID_PREFIX
+from agent.tables import memory_cursors, memory_facts, memory_pending, memory_profiles
 from config.schema import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -224,11 +225,81 @@ class MemoryStore:
             if weakest:
                 await conn.execute(delete(memory_facts).where(memory_facts.c.id.in_(weakest)))
 
-    async def clear(self, owner: str) -> int:
+    async def clear(self, owner: str, cursors: dict[str, str | None] | None = None) -> int:
+        """Forget the owner's facts and pending extractions; move the given threads' cursors (thread id →
+        newest message id) past everything said so far, all in one transaction."""
         async with self.engine.begin() as conn:
             result = await conn.execute(delete(memory_facts).where(memory_facts.c.owner == owner))
             await conn.execute(delete(memory_profiles).where(memory_profiles.c.owner == owner))
+            await conn.execute(delete(memory_pending).where(memory_pending.c.owner == owner))
+            for thread_id, last_id in (cursors or {}).items():
+                await self._set_cursor(conn, thread_id, owner, last_id)
             return int(result.rowcount or 0)
+
+    # --- extraction progress (survives restarts) ---------------------------------------------------
+    async def cursor(self, thread_id: str) -> tuple[bool, str | None]:
+        """``(known, last_message_id)``: whether the thread has a cursor, and the newest id read."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(memory_cursors.c.last_message_id).where(memory_cursors.c.thread_id == thread_id)
+                )
+            ).first()
+        return (row is not None, row[0] if row is not None else None)
+
+    async def set_cursors(self, owner: str, cursors: dict[str, str | None]) -> None:
+        async with self.engine.begin() as conn:
+            for thread_id, last_id in cursors.items():
+                await self._set_cursor(conn, thread_id, owner, last_id)
+
+    @staticmethod
+    async def _set_cursor(conn: Any, thread_id: str, owner: str, last_id: str | None) -> None:
+        await conn.execute(delete(memory_cursors).where(memory_cursors.c.thread_id == thread_id))
+        await conn.execute(
+            insert(memory_cursors).values(
+                thread_id=thread_id, owner=owner, last_message_id=last_id, updated_at=time.time()
+            )
+        )
+
+    async def owner_threads(self, owner: str) -> set[str]:
+        """Threads of the owner that extraction has read or is waiting to read."""
+        async with self.engine.connect() as conn:
+            read = (
+                await conn.execute(select(memory_cursors.c.thread_id).where(memory_cursors.c.owner == owner))
+            ).scalars()
+            waiting = (
+                await conn.execute(select(memory_pending.c.thread_id).where(memory_pending.c.owner == owner))
+            ).scalars()
+            return set(read) | set(waiting)
+
+    async def note_pending(self, owner: str, thread_ids: set[str], model: str | None, due_at: float) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(delete(memory_pending).where(memory_pending.c.owner == owner))
+            for thread_id in sorted(thread_ids):
+                await conn.execute(
+                    insert(memory_pending).values(
+                        owner=owner, thread_id=thread_id, model=model, due_at=due_at
+                    )
+                )
+
+    async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                delete(memory_pending).where(
+                    memory_pending.c.owner == owner, memory_pending.c.thread_id.in_(sorted(thread_ids))
+                )
+            )
+
+    async def all_pending(self) -> dict[str, tuple[set[str], str | None, float]]:
+        """Owner → (threads, model, due_at) for every extraction that was waiting when we last stopped."""
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(memory_pending))).mappings()
+            found: dict[str, tuple[set[str], str | None, float]] = {}
+            for row in rows:
+                threads, _model, due = found.get(row["owner"], (set(), row["model"], row["due_at"]))
+                threads.add(row["thread_id"])
+                found[row["owner"]] = (threads, row["model"], min(due, row["due_at"]))
+            return found
 
 
 def _row(fact: Fact) -> dict[str, Any]:
@@ -277,7 +348,16 @@ TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
 
 
 class MemoryService:
-    """Debounces extraction per owner, runs it, and renders memory for prompts."""
+    """Debounces extraction per owner, runs it, and renders memory for prompts.
+
+    What must survive a restart is in the database: each thread's extraction cursor (the newest message
+    already read, so a restart — or a ``/memory clear`` — never brings back facts from older messages)
+    and the pending debounced extractions (run after a restart once what is left of the wait is over, or
+    at the latest when the service stops: :meth:`close` flushes them).
+    """
+
+    #: How long :meth:`close` may spend flushing pending extractions before leaving them for next start.
+    FLUSH_SECONDS = 15.0
 
     def __init__(
         self,
@@ -292,8 +372,16 @@ class MemoryService:
         self._chat_model = chat_model
         self._transcript = transcript
         self._pending: dict[str, tuple[asyncio.Task[None], set[str], str | None]] = {}
-        self._done_upto: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # every debounced task, including ones extracting now
+
+    async def start(self) -> None:
+        """Reschedule the extractions a previous run left pending."""
+        now = time.time()
+        for owner, (threads, model, due_at) in (await self.store.all_pending()).items():
+            delay = min(max(0.0, due_at - now), self.config.debounce_seconds)
+            self._schedule(owner, threads, model, delay)
+        if self._pending:
+            log.info("rescheduled %d pending memory extraction(s)", len(self._pending))
 
     async def prompt_block(self, owner: str, query: str) -> str:
         facts = await self.store.facts(owner)
@@ -310,31 +398,60 @@ class MemoryService:
         if previous is not None:
             previous[0].cancel()
             threads |= previous[1]
-        task = asyncio.create_task(self._later(owner), name=f"memory-{owner[:16]}")
+        await self.store.note_pending(owner, threads, model, time.time() + self.config.debounce_seconds)
+        self._schedule(owner, threads, model, self.config.debounce_seconds)
+
+    def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
+        task = asyncio.create_task(self._later(owner, delay), name=f"memory-{owner[:16]}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._pending[owner] = (task, threads, model)
 
-    async def _later(self, owner: str) -> None:
-        await asyncio.sleep(self.config.debounce_seconds)
+    async def _later(self, owner: str, delay: float) -> None:
+        await asyncio.sleep(delay)
         entry = self._pending.get(owner)
         if entry is None or entry[0] is not asyncio.current_task():
             return
         del self._pending[owner]  # from here on a new turn schedules a fresh run instead of cancelling
-        await self.extract(owner, entry[1], entry[2])
+        await self._extract_pending(owner, entry[1], entry[2])
+
+    async def _extract_pending(self, owner: str, threads: set[str], model: str | None) -> None:
+        await self.extract(owner, threads, model)
+        if owner not in self._pending:  # a newer turn re-noted the owner meanwhile: its row stays
+            await self.store.drop_pending(owner, threads)
 
     def forget_pending(self, owner: str) -> None:
         entry = self._pending.pop(owner, None)
         if entry is not None:
             entry[0].cancel()
 
+    async def clear(self, owner: str, thread_ids: Iterable[str] = ()) -> int:
+        """``/memory clear``: forget facts and pending work, and move every known thread's cursor to its
+        newest message so nothing said before the clear is extracted again — even after a restart."""
+        self.forget_pending(owner)
+        threads = set(thread_ids) | await self.store.owner_threads(owner)
+        cursors: dict[str, str | None] = {}
+        for thread_id in sorted(threads):
+            messages = await self._transcript(thread_id)
+            cursors[thread_id] = messages[-1].id if messages else None
+        return await self.store.clear(owner, cursors)
+
     async def extract(self, owner: str, thread_ids: set[str], model: str | None) -> bool:
-        """One extraction pass; returns whether memory changed. Failures are logged, never raised."""
+        """One extraction pass; returns whether memory changed. Failures are logged, never raised.
+
+        Cursors move only after the answer is stored, so a failed or interrupted pass is retried.
+        """
         try:
-            transcript = []
+            transcript: list[str] = []
+            cursors: dict[str, str | None] = {}
             for thread_id in sorted(thread_ids):
-                transcript.extend(await self._new_messages(thread_id))
+                lines, newest = await self._new_messages(thread_id)
+                transcript.extend(lines)
+                if newest is not None:
+                    cursors[thread_id] = newest
             if not transcript:
+                if cursors:
+                    await self.store.set_cursors(owner, cursors)
                 return False
             known = await self.store.facts(owner)
             summary = await self.store.summary(owner)
@@ -343,10 +460,12 @@ class MemoryService:
             parsed = parse_extraction(_text(answer))
             if parsed is None:
                 log.info("memory extraction answer was not JSON; nothing stored")
+                await self.store.set_cursors(owner, cursors)
                 return False
             facts, new_summary = parsed
             if facts or new_summary:
                 await self.store.merge(owner, facts, new_summary, max_facts=self.config.max_facts)
+            await self.store.set_cursors(owner, cursors)
             return bool(facts or new_summary)
         except asyncio.CancelledError:
             raise
@@ -354,13 +473,21 @@ class MemoryService:
             log.warning("memory extraction failed: %s", type(exc).__name__)
             return False
 
-    async def _new_messages(self, thread_id: str) -> list[str]:
+    async def _new_messages(self, thread_id: str) -> tuple[list[str], str | None]:
+        """Transcript lines after the thread's cursor, and the id of the newest message seen."""
         messages = await self._transcript(thread_id)
-        start = self._done_upto.get(thread_id, 0)
-        self._done_upto[thread_id] = len(messages)
+        known, last_id = await self.store.cursor(thread_id)
+        start = 0
+        if known and last_id is not None:
+            ids = [m.id for m in messages]
+            # Not found: compaction summarised it away, and compaction only removes the oldest
+            # messages — so every message still in the thread is newer than the cursor.
+            start = ids.index(last_id) + 1 if last_id in ids else 0
         lines = []
         for message in messages[start:][-TRANSCRIPT_MESSAGES:]:
             if isinstance(message, HumanMessage):
+                if (message.id or "").startswith(HIDDEN_ID_PREFIX):
+                    continue  # a goal continuation's prompt: our words, not the user's
                 who = "User"
             elif isinstance(message, AIMessage):
                 who = "Assistant"
@@ -369,7 +496,8 @@ class MemoryService:
             text = _text(message).strip()
             if text:
                 lines.append(f"{who}: {text[:TRANSCRIPT_CHARS_PER_MESSAGE]}")
-        return lines
+        newest = messages[-1].id if messages and start < len(messages) else None
+        return lines, newest
 
     @staticmethod
     def _request(known: Sequence[Fact], summary: str | None, transcript: list[str]) -> list[BaseMessage]:
@@ -381,13 +509,25 @@ class MemoryService:
         return [SystemMessage(EXTRACTION_PROMPT), HumanMessage(body)]
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
+        """Flush pending extractions now (bounded by ``FLUSH_SECONDS``); what does not finish stays
+        recorded and runs after the next start."""
+        pending = list(self._pending.items())
         self._pending.clear()
-        for task in tasks:
+        for _owner, (task, _threads, _model) in pending:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        running = [t for t in self._tasks if not t.done()]
+        flushes = [
+            asyncio.create_task(self._extract_pending(owner, threads, model))
+            for owner, (_task, threads, model) in pending
+        ]
+        work = [*running, *flushes]
+        if work:
+            _done, late = await asyncio.wait(work, timeout=self.FLUSH_SECONDS)
+            for task in late:
+                task.cancel()
+            for task in work:
+                with contextlib.suppress(BaseException):
+                    await task
 
 
 def _text(message: Any) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from config.schema import ModelConfig
 
 # Keys of ModelConfig that describe the model to Switchboard rather than configure the class.
-_OWN_KEYS = {"name", "use", "supports_vision", "supports_thinking"}
+_OWN_KEYS = {"name", "use", "supports_vision", "supports_thinking", "context_tokens"}
 
 # Friendly install hints for the providers people use most.
 _PACKAGE_HINTS = {
@@ -62,6 +62,10 @@ def build_chat_model(cfg: ModelConfig) -> Any:
             f"model {cfg.name!r} has no api_key; set it in config (e.g. api_key: $OPENAI_API_KEY) "
             "and make sure the variable is set"
         )
+    if cfg.use.startswith("langchain_openai:"):
+        # Token usage arrives in the last chunk of a streamed answer only when asked for; /status and
+        # TurnFinished need it, and the library leaves it off for custom base URLs.
+        kwargs.setdefault("stream_usage", True)
     try:
         return cls(**kwargs)
     except Exception as exc:  # constructor validation errors name the bad argument

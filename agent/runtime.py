@@ -21,14 +21,17 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -36,9 +39,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import ValidationError
 
+from agent import context as ctxfit
+from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import AgentEvent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.goals import NOTHING_TO_ADD, GoalKeeper, GoalStore
 from agent.mcp_tools import McpHub
@@ -55,8 +61,9 @@ from agent.sandbox import (
 from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
+from agent.usage import UsageStore
 from agent.web import WebFetcher
-from config.schema import Settings
+from config.schema import ModelConfig, Settings
 from config.secrets import known_secrets
 
 log = logging.getLogger(__name__)
@@ -90,6 +97,25 @@ def without_images(message: BaseMessage) -> BaseMessage:
     return message.model_copy(update={"content": f"{text}\n[image omitted]".strip()})
 
 
+class ThreadState(MessagesState, total=False):
+    """The checkpointed state of a thread: its messages plus the running summary of older ones."""
+
+    summary: str
+
+
+class ThreadChanged(Exception):
+    """The thread got new messages while ``/compact`` was summarising it; nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What ``/compact`` did: messages folded into the summary, estimated tokens before and after."""
+
+    summarised: int
+    tokens_before: int
+    tokens_after: int
+
+
 @dataclass(slots=True)
 class _Run:
     """Per-turn data the graph nodes need but the checkpoint must not store."""
@@ -99,6 +125,8 @@ class _Run:
     model: Any
     vision: bool
     tools: ToolContext
+    model_name: str = "default"
+    context_tokens: int = 128_000
     texts: list[str] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -150,6 +178,7 @@ class AgentRuntime:
         self.checkpointer: BaseCheckpointSaver[Any] | None = None
         self.memory: MemoryService | None = None
         self.goals: GoalKeeper | None = None
+        self.usage: UsageStore | None = UsageStore(engine) if engine is not None else None
         if engine is not None:
             if settings.memory.enabled:
                 self.memory = MemoryService(
@@ -177,6 +206,8 @@ class AgentRuntime:
             log.info("skills: %s", ", ".join(self.skills))
         self.checkpointer = await self._open_checkpointer()
         self._graph = self._build_graph().compile(checkpointer=self.checkpointer)
+        if self.memory is not None:
+            await self.memory.start()  # extractions a previous run left pending
         await asyncio.to_thread(self._warm_models)
 
     def _warm_models(self) -> None:
@@ -255,6 +286,10 @@ class AgentRuntime:
             self._models[cfg.name] = build_chat_model(cfg)
         return self._models[cfg.name]
 
+    def _model_config(self, name: str | None) -> ModelConfig:
+        """The named model's config, or the default's when the name is unknown (as ``chat_model``)."""
+        return self.settings.model_named(name if name in self.model_names() else None)
+
     def tool_model(self, name: str | None) -> Any:
         """The model with our tools bound (or the plain model, if its class cannot call tools)."""
         cfg = self.settings.model_named(name if name in self.model_names() else None)
@@ -273,21 +308,23 @@ class AgentRuntime:
         return self._runs[config["configurable"]["run_key"]]
 
     def _build_graph(self) -> StateGraph:
-        async def call_model(state: MessagesState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+        async def call_model(state: ThreadState, config: RunnableConfig) -> dict[str, Any]:
             run = self._run_of(config)
-            # Two system messages: the operator's/channel's prompt verbatim, then our per-turn context.
-            prompt = [SystemMessage(run.system_prompt), SystemMessage(run.context_prompt)]
-            history = state["messages"] if run.vision else [without_images(m) for m in state["messages"]]
-            response = await run.model.ainvoke([*prompt, *history], config)
+            response, removed, summary = await self._call_fitted(run, state, config)
             usage = getattr(response, "usage_metadata", None) or {}
             run.input_tokens += int(usage.get("input_tokens", 0))
             run.output_tokens += int(usage.get("output_tokens", 0))
             text = message_text(response)
             if text.strip():
                 run.texts.append(text)
-            return {"messages": [response]}
+            update: dict[str, Any] = {
+                "messages": [*(RemoveMessage(id=m.id) for m in removed if m.id), response]
+            }
+            if summary != state.get("summary"):
+                update["summary"] = summary
+            return update
 
-        async def call_tools(state: MessagesState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+        async def call_tools(state: ThreadState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
             run = self._run_of(config)
             last = state["messages"][-1]
             assert isinstance(last, AIMessage)
@@ -306,19 +343,166 @@ class AgentRuntime:
                 )
             return {"messages": results}
 
-        def route(state: MessagesState) -> str:
+        def route(state: ThreadState) -> str:
             last = state["messages"][-1]
             if isinstance(last, AIMessage) and (last.tool_calls or last.invalid_tool_calls):
                 return "tools"
             return END
 
-        graph = StateGraph(MessagesState)
+        graph = StateGraph(ThreadState)
         graph.add_node("model", call_model)
         graph.add_node("tools", call_tools)
         graph.add_edge(START, "model")
         graph.add_conditional_edges("model", route, ["tools", END])
         graph.add_edge("tools", "model")
         return graph
+
+    # --- context window ----------------------------------------------------------------------------
+    def _prompt(self, run: _Run, summary: str | None) -> list[BaseMessage]:
+        # Two system messages: the operator's/channel's prompt verbatim, then our per-turn context; then
+        # the running summary of older turns, if the thread has one.
+        prompt: list[BaseMessage] = [SystemMessage(run.system_prompt), SystemMessage(run.context_prompt)]
+        if summary:
+            prompt.append(ctxfit.summary_message(summary))
+        return prompt
+
+    def _history_budget(self, run: _Run) -> int:
+        """Tokens left for the summary and the messages once prompts, tools and the answer are counted."""
+        reserve = min(4096, run.context_tokens // 4)  # room for the model's answer
+        # Every request carries the tool schemas the model is bound with (ours and MCP servers').
+        schemas = tool_schemas(self.disabled_tools) + [t.schema() for t in self.extra_tools.values()]
+        fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(schemas)
+        return max(256, run.context_tokens - reserve - fixed)
+
+    async def _fit(
+        self, run: _Run, messages: list[BaseMessage], summary: str | None, *, hard: bool
+    ) -> tuple[list[BaseMessage], list[BaseMessage], str | None]:
+        """``(kept, removed, summary)``: the thread fitted into the budget, older units summarised.
+
+        Normal fitting only acts when the thread is over budget and then keeps half of it, so it does
+        not summarise on every turn; ``hard`` (after the provider refused the request) always compacts
+        and keeps a fifth.
+        """
+        budget = self._history_budget(run)
+        summary_tokens = ctxfit.estimate_text_tokens(summary or "")
+        current = ctxfit.messages_tokens(messages)
+        if not hard and current + summary_tokens <= budget:
+            return messages, [], summary
+        # After a refusal the configured window evidently overstates the real one: shrink what is there.
+        keep = (
+            int(budget * ctxfit.KEEP_FRACTION)
+            if not hard
+            else int(min(budget, current) * ctxfit.HARD_KEEP_FRACTION)
+        )
+        split = ctxfit.split_for_budget(messages, keep - min(summary_tokens, budget // 4))
+        if not split.old:
+            return messages, [], summary
+        new_summary = await self._summarise(run, summary, split.old, budget)
+        log.info(
+            "compacted a thread: %d message(s) summarised, %d kept%s",
+            len(split.old),
+            len(split.recent),
+            " (after a context overflow)" if hard else "",
+        )
+        return split.recent, split.old, new_summary
+
+    async def _summarise(
+        self, run: _Run, previous: str | None, messages: list[BaseMessage], budget: int
+    ) -> str:
+        """Fold ``messages`` into the running summary with the conversation's model (no tools).
+
+        The model call is tagged ``nostream`` so none of its text reaches the chat; a transcript too long
+        for one request is folded in several passes.
+        """
+        model = self.chat_model(run.model_name).with_config(tags=[TAG_NOSTREAM])
+        summary = previous
+        limit = max(200, budget // 2)
+        # The summary travels with every later request: at most a third of the history budget.
+        cap = min(ctxfit.MAX_SUMMARY_CHARS, max(400, budget // 3 * 4))
+        for lines in ctxfit.chunk_lines(ctxfit.transcript_lines(messages), limit):
+            answer = await model.ainvoke(ctxfit.summary_request(summary, lines))
+            usage = getattr(answer, "usage_metadata", None) or {}
+            run.input_tokens += int(usage.get("input_tokens", 0))
+            run.output_tokens += int(usage.get("output_tokens", 0))
+            text = message_text(answer).strip()
+            if text:
+                summary = text[:cap]
+        return summary or previous or ""
+
+    async def _fit_or_give_up(
+        self, run: _Run, messages: list[BaseMessage], summary: str | None, *, hard: bool
+    ) -> tuple[list[BaseMessage], list[BaseMessage], str | None]:
+        """:meth:`_fit`, where a summariser request that is itself too long means the thread cannot fit."""
+        try:
+            return await self._fit(run, messages, summary, hard=hard)
+        except Exception as exc:
+            if is_context_overflow(exc):
+                raise ContextOverflowError(run.model_name) from exc
+            raise
+
+    async def _call_fitted(
+        self, run: _Run, state: ThreadState, config: RunnableConfig
+    ) -> tuple[BaseMessage, list[BaseMessage], str | None]:
+        """Call the model with the thread fitted into its context; on an overflow compact harder, retry
+        once, and then give up with :class:`ContextOverflowError` (a sentence the user can act on)."""
+        messages = list(state["messages"])
+        summary = state.get("summary") or None
+        kept, removed, summary = await self._fit_or_give_up(run, messages, summary, hard=False)
+        for attempt in (1, 2):
+            history = kept if run.vision else [without_images(m) for m in kept]
+            try:
+                response = await run.model.ainvoke([*self._prompt(run, summary), *history], config)
+                return response, removed, summary
+            except Exception as exc:
+                if not is_context_overflow(exc):
+                    raise
+                log.warning("model %s reported a context overflow (attempt %d)", run.model_name, attempt)
+                if attempt == 2:
+                    raise ContextOverflowError(run.model_name) from exc
+                kept, more, summary = await self._fit_or_give_up(run, kept, summary, hard=True)
+                if not more:
+                    raise ContextOverflowError(run.model_name) from exc
+                removed = [*removed, *more]
+        raise AssertionError("unreachable")
+
+    async def compact(self, thread_id: str, model: str | None) -> CompactResult:
+        """``/compact``: fold everything before the latest user message into the thread's summary."""
+        if self._graph is None:
+            raise RuntimeError("agent runtime not started")
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        snapshot = await self._graph.aget_state(config)
+        values = snapshot.values or {}
+        messages: list[BaseMessage] = list(values.get("messages", []))
+        summary: str | None = values.get("summary") or None
+        before = ctxfit.messages_tokens(messages) + ctxfit.estimate_text_tokens(summary or "")
+        last_user = max(
+            (i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=len(messages)
+        )
+        old = messages[:last_user]
+        if not old:
+            return CompactResult(0, before, before)
+        cfg = self.settings.model_named(model if model in self.model_names() else None)
+        run = _Run(
+            system_prompt="",
+            context_prompt="",
+            model=None,
+            vision=cfg.supports_vision,
+            tools=None,  # type: ignore[arg-type]  # no tools: only the summariser runs
+            model_name=cfg.name,
+            context_tokens=cfg.context_tokens,
+        )
+        new_summary = await self._summarise(run, summary, old, self._history_budget(run))
+        # Summarising takes a model call; if a turn wrote to the thread meanwhile, do not overwrite it.
+        now = await self._graph.aget_state(config)
+        if [m.id for m in (now.values or {}).get("messages", [])] != [m.id for m in messages]:
+            raise ThreadChanged(thread_id)
+        await self._graph.aupdate_state(
+            config,
+            {"messages": [RemoveMessage(id=m.id) for m in old if m.id], "summary": new_summary},
+            as_node="model",
+        )
+        after = ctxfit.messages_tokens(messages[last_user:]) + ctxfit.estimate_text_tokens(new_summary)
+        return CompactResult(len(old), before, after)
 
     async def _call_tool(
         self, run: _Run, name: str, raw_args: dict[str, Any], call_id: str | None, write: Any
@@ -405,9 +589,15 @@ class AgentRuntime:
             blocks.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{encoded}"}})
         return HumanMessage(blocks if len(blocks) > 1 else request.text)
 
+    def _clock_line(self) -> str:
+        """Today's date and time in ``agent.timezone``: models otherwise guess from their training data."""
+        zone = self.settings.agent.timezone
+        now = datetime.now(ZoneInfo(zone))
+        return f"Current date and time: {now:%A, %Y-%m-%d %H:%M} ({zone}, UTC{now:%z})."
+
     async def _context_prompt(self, request: TurnRequest) -> str:
         """Per-turn context after the main system prompt: the sandbox guide, who is writing, memory."""
-        parts = [self.sandbox_provider.guide()]
+        parts = [self.sandbox_provider.guide(), self._clock_line()]
         if self.skills:
             parts.append(catalogue(self.skills))
         skill = self.skills.get(request.skill or "")
@@ -427,6 +617,15 @@ class AgentRuntime:
                 parts.append(block)
         return "\n\n".join(parts)
 
+    async def _record_usage(self, thread_id: str, run: _Run) -> None:
+        """Keep the turn's token counts for ``/status``; a bookkeeping failure never fails the turn."""
+        if self.usage is None:
+            return
+        try:
+            await self.usage.record(thread_id, run.model_name, run.input_tokens, run.output_tokens)
+        except Exception as exc:
+            log.warning("recording token usage failed: %s", type(exc).__name__)
+
     async def run(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
         if self._graph is None:
             raise RuntimeError("agent runtime not started")
@@ -439,9 +638,9 @@ class AgentRuntime:
             system_prompt=request.system_prompt or self.settings.agent.system_prompt,
             context_prompt=await self._context_prompt(request),
             model=model,
-            vision=self.settings.model_named(
-                request.model if request.model in self.model_names() else None
-            ).supports_vision,
+            vision=self._model_config(request.model).supports_vision,
+            model_name=self._model_config(request.model).name,
+            context_tokens=self._model_config(request.model).context_tokens,
             tools=ToolContext(
                 sandbox=sandbox,
                 secrets=dict(request.secrets),
@@ -463,6 +662,8 @@ class AgentRuntime:
         shown = False
         try:
             user = await self._user_message(request, sandbox)
+            if request.hidden:  # a goal continuation: transcripts must not present it as the user's words
+                user.id = f"{ctxfit.HIDDEN_ID_PREFIX}{uuid.uuid4().hex}"
             inputs = [*await self._dangling_tool_results(request.thread_id), user]
             async for mode, payload in self._graph.astream(
                 {"messages": inputs}, config, stream_mode=["messages", "custom"]
@@ -498,6 +699,7 @@ class AgentRuntime:
         finally:
             self._runs.pop(key, None)
             await sandbox.release()
+        await self._record_usage(request.thread_id, run)
         # Checked again now that nothing of the turn runs any more: a command may have swapped a presented
         # file for a symlink to a host file after present_files accepted it.
         files = tuple(await sandbox.deliverable(run.tools.files))
@@ -515,4 +717,4 @@ class AgentRuntime:
         )
 
 
-__all__ = ["AgentRuntime", "ModelLoadError", "message_text"]
+__all__ = ["AgentRuntime", "CompactResult", "ModelLoadError", "ThreadChanged", "message_text"]

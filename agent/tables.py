@@ -6,7 +6,7 @@ an owner's memory holds and which goal a thread is working on.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 metadata = MetaData()
 
@@ -45,5 +45,62 @@ goals = Table(
     Column("last_reason", Text),
     Column("seen_outputs", Text, nullable=False, default="[]"),
     Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+goal_continuations = Table(
+    "agent_goal_continuations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("thread_id", String(64), nullable=False),
+    Column("owner", String(200), nullable=False),
+    # The goal this step belongs to: agent_goals.created_at of that goal (a new /goal gets a new one).
+    Column("goal_created_at", Float, nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("notice", Text, nullable=False),
+    # The inbound message that started the goal, as JSON, so a restart can answer in the same chat.
+    Column("message", Text, nullable=False),
+    # queued | running | answered | done | cancelled
+    Column("status", String(16), nullable=False),
+    Column("reply_text", Text),
+    Column("reason", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("thread_id", "goal_created_at", "number", name="uq_goal_continuation_step"),
+    Index("ix_agent_goal_continuations_status", "status"),
+)
+
+memory_cursors = Table(
+    "agent_memory_cursors",
+    metadata,
+    Column("thread_id", String(64), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    # Id of the newest message already read by extraction (or passed over by /memory clear).
+    Column("last_message_id", String(200)),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_agent_memory_cursors_owner", "owner"),
+)
+
+memory_pending = Table(
+    "agent_memory_pending",
+    metadata,
+    Column("owner", String(200), primary_key=True),
+    Column("thread_id", String(64), primary_key=True),
+    Column("model", String(200)),
+    # When the debounce ends: a restart waits only for what is left of it.
+    Column("due_at", Float, nullable=False),
+)
+
+thread_usage = Table(
+    "agent_thread_usage",
+    metadata,
+    Column("thread_id", String(64), primary_key=True),
+    Column("model", String(200), nullable=False),  # the model of the last turn
+    Column("last_input_tokens", Integer, nullable=False),
+    Column("last_output_tokens", Integer, nullable=False),
+    Column("total_input_tokens", Integer, nullable=False),
+    Column("total_output_tokens", Integer, nullable=False),
+    Column("turns", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
 )

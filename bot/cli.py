@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -97,15 +98,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     async def main() -> None:
         terminal = TerminalChannel(user=args.user)
         service = Service(settings, channels={"terminal": terminal})
+        # SIGTERM stops gracefully, as `serve` does: running turns finish within bus.drain_seconds.
+        main_task = asyncio.current_task()
+        assert main_task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
         await service.start()
         try:
             await terminal.run()
-            # End of input: finish everything accepted (including work resumed from a previous run).
-            await service.bus.wait_idle()
+            # End of input: finish everything accepted, including work resumed from a previous run and
+            # goal steps (which are not bus messages).
+            assert service.manager is not None
+            await service.manager.wait_idle()
         finally:
             await service.stop()
 
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(main())
     return 0
 

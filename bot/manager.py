@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
+PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
 CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
@@ -55,14 +56,26 @@ class TurnOutcome:
     failed: bool
 
 
+#: Asked right before a turn starts: None to run it, or a sentence that ends its reply instead.
+BeforeStart = Callable[[], Awaitable[str | None]]
+#: Told once the turn's final reply is delivered: (text, stopped, failed).
+AfterDelivery = Callable[[str, bool, bool], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True)
 class FollowUp:
-    """A hook's request to run another (usually hidden) turn on the same thread."""
+    """A hook's request to run another (usually hidden) turn on the same thread.
+
+    Hidden follow-ups are not started once the manager is stopping: their owner must have recorded
+    them durably (goal continuations are) and resubmit them at the next start.
+    """
 
     text: str
     hidden: bool = True
     notice: str | None = None
     system_prompt: str | None = None
+    before_start: BeforeStart | None = None
+    after_delivery: AfterDelivery | None = None
 
 
 AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
@@ -82,6 +95,8 @@ class Turn:
     hidden: bool = False
     system_prompt: str | None = None
     reply: ReplyStream | None = None
+    before_start: BeforeStart | None = None
+    after_delivery: AfterDelivery | None = None
 
 
 @dataclass(slots=True)
@@ -126,6 +141,7 @@ class ChannelManager:
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -137,6 +153,7 @@ class ChannelManager:
         Anything not finished stays unfinished in the inbox and resumes at the next start.
         """
         grace = self.settings.bus.drain_seconds if grace is None else grace
+        self._stopping = True  # running turns finish; hidden follow-ups wait for the next start
         self.bus.close()
         if self._dispatcher is not None:
             await self._dispatcher
@@ -149,6 +166,14 @@ class ChannelManager:
             if still:
                 log.warning("stopped %d unfinished turn(s); they resume at next start", len(still))
                 await asyncio.gather(*still, return_exceptions=True)
+
+    async def wait_idle(self) -> None:
+        """Return once no message is unfinished and no lane has work (``switchboard chat`` at EOF)."""
+        while True:
+            await self.bus.wait_idle()
+            if not self._lanes and not self.bus.load:
+                return
+            await asyncio.sleep(0.05)  # lanes have no event of their own; this is a CLI's exit path
 
     async def _dispatch_loop(self) -> None:
         while (entry := await self.bus.get()) is not None:
@@ -267,6 +292,8 @@ class ChannelManager:
         hidden: bool = False,
         system_prompt: str | None = None,
         notice: str | None = None,
+        before_start: BeforeStart | None = None,
+        after_delivery: AfterDelivery | None = None,
     ) -> None:
         """Queue a turn on the conversation's thread; it starts now if the thread is idle."""
         conversation = await self.conversation_for(message, identity)
@@ -281,6 +308,8 @@ class ChannelManager:
             reply_text=reply_text,
             hidden=hidden,
             system_prompt=system_prompt,
+            before_start=before_start,
+            after_delivery=after_delivery,
         )
         lane = self._lanes.get(conversation.thread_id)
         if lane is None:
@@ -324,6 +353,12 @@ class ChannelManager:
         try:
             while lane.pending:
                 turn = lane.pending.popleft()
+                if self._stopping and turn.hidden:
+                    log.info("not starting a hidden follow-up during shutdown; it resumes at next start")
+                    if turn.reply is not None:  # its notice ("continuing…") must not look like work
+                        with contextlib.suppress(Exception):
+                            await turn.reply.finish(PAUSED_FOR_RESTART)
+                    continue
                 lane.current = turn
                 lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
@@ -345,6 +380,8 @@ class ChannelManager:
     # --- one turn ------------------------------------------------------------------------------------
     async def _run_turn(self, turn: Turn, lane: Lane) -> None:
         channel = self.channels[turn.message.provider]
+        if turn.before_start is not None and not await self._may_start(turn, channel):
+            return
         try:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
@@ -376,7 +413,29 @@ class ChannelManager:
             return
         if turn.entry_id:
             await self._complete(turn.entry_id)
+        if turn.after_delivery is not None:
+            try:
+                await turn.after_delivery(final, stopped, failed)
+            except Exception:
+                log.exception("after-delivery callback failed")
         await self._after_turn(turn, final, stopped=stopped, failed=failed)
+
+    async def _may_start(self, turn: Turn, channel: Channel) -> bool:
+        """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
+        assert turn.before_start is not None
+        try:
+            refusal = await turn.before_start()
+        except Exception:
+            log.exception("a turn's start check failed; not running it")
+            refusal = "⚠️ Something went wrong, so I did not run this step."
+        if refusal is None:
+            return True
+        reply = turn.reply or channel.open_reply(turn.message)
+        try:
+            await reply.finish(refusal)
+        except Exception as exc:
+            log.info("could not show why a turn did not run: %s", exc)
+        return False
 
     async def _stream_agent(
         self, turn: Turn, lane: Lane, reply: ReplyStream, channel: Channel
@@ -492,6 +551,8 @@ class ChannelManager:
                     hidden=follow.hidden,
                     system_prompt=follow.system_prompt,
                     notice=follow.notice,
+                    before_start=follow.before_start,
+                    after_delivery=follow.after_delivery,
                 )
 
     # --- outbound helpers -----------------------------------------------------------------------------

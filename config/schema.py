@@ -56,6 +56,8 @@ class ModelConfig(Section):
     base_url: str | None = None
     supports_vision: bool = False
     supports_thinking: bool = False
+    #: How many tokens the model accepts per request (prompt + answer); threads are fitted into it.
+    context_tokens: int = Field(128_000, ge=1024)
 
 
 class SandboxLimits(Section):
@@ -142,6 +144,18 @@ class AgentConfig(Section):
     )
     recursion_limit: int = Field(50, gt=0)
     max_goal_continuations: int = Field(8, ge=0)
+    #: IANA zone name for the date/time line in the system prompt (e.g. Europe/Berlin).
+    timezone: str = "UTC"
+
+    @model_validator(mode="after")
+    def _known_timezone(self) -> AgentConfig:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"agent.timezone {self.timezone!r} is not a known IANA time zone name") from None
+        return self
 
 
 class BusConfig(Section):

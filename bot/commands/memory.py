@@ -1,4 +1,8 @@
-"""``/memory`` shows what the assistant remembers about the sender's owner; ``/memory clear`` forgets it."""
+"""``/memory`` shows what the assistant remembers about the sender's owner; ``/memory clear`` forgets it.
+
+Both only work in a private chat (``InboundMessage.is_private``): in a group they answer with a pointer
+to a private chat and post nothing about the person.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ from agent.memory import MemoryService
 from bot.commands.base import Command, CommandContext
 
 MAX_SHOWN = 30
+PRIVATE_ONLY = (
+    "Ask me in a private chat: what I remember about you is private, so I don't show or change it in a "
+    "group. Send /memory (or /memory clear) to me directly."
+)
 
 
 async def memory(ctx: CommandContext) -> None:
@@ -15,9 +23,13 @@ async def memory(ctx: CommandContext) -> None:
         return
     owner = ctx.identity.owner
     action = ctx.args.strip().lower()
+    if not ctx.message.is_private:
+        # Memory is private data: never list it (or confirm what was forgotten) where others can read.
+        await ctx.reply(PRIVATE_ONLY)
+        return
     if action == "clear":
-        service.forget_pending(owner)
-        count = await service.store.clear(owner)
+        conv = await ctx.conversation()
+        count = await service.clear(owner, {conv.thread_id})
         await ctx.reply(f"🧹 Forgot everything I remembered about you ({count} fact(s)).")
         return
     if action:

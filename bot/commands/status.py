@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from agent.usage import UsageStore
 from bot.commands.base import Command, CommandContext
 
 
@@ -12,6 +13,10 @@ async def show_status(ctx: CommandContext) -> None:
         f"Model: {model}",
         f"State: {state}",
     ]
+    usage_store = getattr(ctx.manager.agent, "usage", None)
+    if isinstance(usage_store, UsageStore):
+        usage = await usage_store.get(conv.thread_id)
+        lines.append(usage.describe() if usage is not None else "Tokens: none used yet in this thread")
     for provider in ctx.manager.status_providers:
         extra = await provider(conv)
         if extra:
@@ -20,5 +25,7 @@ async def show_status(ctx: CommandContext) -> None:
 
 
 COMMAND = Command(
-    name="status", help="show this conversation's thread, model, run state and goal", handler=show_status
+    name="status",
+    help="show this conversation's thread, model, run state, token usage and goal",
+    handler=show_status,
 )

@@ -2,7 +2,8 @@
 
 Memory: after every turn that did not fail, the owner's conversation is noted for (debounced) fact
 extraction. Goals: after every turn on a thread with an active goal, the goal keeper decides whether to
-continue (a hidden follow-up turn with a visible "continuing" notice) or stop (a notice saying why).
+continue (a recorded, hidden follow-up turn with a visible "continuing" notice) or stop (a notice saying
+why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from agent import tables as agent_tables
 from agent.goals import GoalKeeper
 from agent.memory import MemoryService
 from bot.features import Feature
+from bot.goal_runner import GoalRunner
 from bot.manager import ChannelManager, FollowUp, TurnOutcome
-from bot.threads import Conversation
 
 
 def memory_hook(manager: ChannelManager, memory: MemoryService):  # type: ignore[no-untyped-def]
@@ -30,39 +31,6 @@ def memory_hook(manager: ChannelManager, memory: MemoryService):  # type: ignore
     return after_turn
 
 
-def goal_hook(manager: ChannelManager, goals: GoalKeeper):  # type: ignore[no-untyped-def]
-    async def after_turn(outcome: TurnOutcome) -> FollowUp | None:
-        step = await goals.after_turn(
-            outcome.conversation.thread_id,
-            outcome.text,
-            hidden=outcome.hidden,
-            stopped=outcome.stopped,
-            failed=outcome.failed,
-            model=manager.model_for(outcome.conversation),
-        )
-        if step is None:
-            return None
-        if step.continue_with:
-            return FollowUp(text=step.continue_with, hidden=True, notice=step.notice)
-        if step.notice:
-            await manager.send_notice(outcome.message, step.notice)
-        return None
-
-    return after_turn
-
-
-def goal_status(goals: GoalKeeper):  # type: ignore[no-untyped-def]
-    async def status(conversation: Conversation) -> str | None:
-        goal = await goals.store.get(conversation.thread_id)
-        if goal is None:
-            return "Goal: none"
-        if goal.active:
-            return f"Goal: {goal.objective} ({goal.continuations}/{goals.max_continuations} continuations)"
-        return f"Goal: {goal.objective} ({goal.status.replace('_', ' ')})"
-
-    return status
-
-
 class AgentFeature(Feature):
     name = "agent"
 
@@ -76,8 +44,10 @@ class AgentFeature(Feature):
         if isinstance(memory, MemoryService):
             manager.after_turn_hooks.append(memory_hook(manager, memory))
         if isinstance(goals, GoalKeeper):
-            manager.after_turn_hooks.append(goal_hook(manager, goals))
-            manager.status_providers.append(goal_status(goals))
+            runner = GoalRunner(manager, goals)  # durable continuations: bot/goal_runner.py
+            manager.after_turn_hooks.append(runner.after_turn)
+            manager.status_providers.append(runner.status)
+            await runner.resume()
 
 
 FEATURE = AgentFeature()

@@ -45,3 +45,57 @@ async def test_on_postgres_a_thread_with_tool_calls_continues_after_a_restart(tm
         "user",
     ]
     assert any(m["role"] == "tool" and "from-a-checkpoint" in m["content"] for m in sent)
+
+
+async def test_on_postgres_compaction_goal_steps_memory_cursors_and_usage_work(tmp_path, llm, pg_url):
+    from agent.context import SUMMARY_MARKER
+    from tests.agent.helpers import system_text
+    from tests.agent.test_context import summarising
+
+    llm.default_reply = summarising
+    settings = agent_settings(tmp_path, llm, database={"url": pg_url})
+    async with Harness.running(settings) as first:
+        for n in range(1, 4):
+            await first.ask(f"turn {n} on postgres", message_id=f"pg-{n}")
+        assert (await first.ask("/compact", message_id="pg-c")).startswith("🗜 Compacted: 4 earlier")
+    async with Harness.running(settings) as second:
+        await second.ask("after restart", message_id="pg-r")
+        status = await second.ask("/status", message_id="pg-s")
+    body = [b for b in llm.completions if SUMMARY_MARKER not in system_text(b)][-1]
+    assert "SUMMARY-NOTE" in system_text(body)
+    assert [m["content"] for m in body["messages"] if m["role"] == "user"] == [
+        "turn 3 on postgres",
+        "after restart",
+    ]
+    assert "over 4 turn(s)" in status
+
+
+async def test_on_postgres_goal_steps_and_memory_clear_are_durable(tmp_path, llm, pg_url):
+    import json
+
+    from agent.goals import EVALUATOR_MARKER
+    from tests.agent.helpers import system_text
+    from tests.agent.test_memory_durability import kiwi_memory
+    from tests.fakes.openai_server import last_user_text
+
+    def reply(body):  # type: ignore[no-untyped-def]
+        if EVALUATOR_MARKER in system_text(body):
+            done = "[Goal continuation 2/8]" in last_user_text(body)
+            return Reply(text=json.dumps({"decision": "satisfied" if done else "continue", "reason": "ok"}))
+        return kiwi_memory(body)
+
+    llm.default_reply = reply
+    settings = agent_settings(tmp_path, llm, remember=True, database={"url": pg_url})
+    async with Harness.running(settings) as first:
+        await first.ask("I grow kiwis", message_id="k1")
+        assert "Grows kiwis" in await first.ask("/memory", message_id="k2")
+        assert "Forgot everything" in await first.ask("/memory clear", message_id="k3")
+        await first.chat.say("/goal tidy up", message_id="k4")
+        await first.chat.wait_for_text("🎯 Goal reached: ok", timeout=30)
+        await first.idle()
+        steps = await first.service.agent.goals.store.unfinished()  # type: ignore[union-attr]
+    assert steps == []
+    async with Harness.running(settings) as second:
+        await second.ask("anything new?", message_id="k5")
+        assert await second.ask("/memory", message_id="k6") == "I don't remember anything about you yet."
+        assert "Status: reached — 2/8 continuations used" in await second.ask("/goal", message_id="k7")

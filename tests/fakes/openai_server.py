@@ -37,7 +37,8 @@ class ToolCall:
 
 @dataclass
 class Reply:
-    """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk."""
+    """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk (a
+    non-streamed answer waits as long as its chunks would have taken)."""
 
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -61,6 +62,22 @@ def last_user_text(request: dict[str, Any]) -> str:
     return ""
 
 
+def request_tokens(body: dict[str, Any]) -> int:
+    """The fake's own token count for a request: the JSON of its messages and tools, ~3.5 chars a token.
+
+    Deliberately not the runtime's estimate (real tokenizers disagree with any estimate too), and a
+    little stricter, so the runtime's overflow retry is exercised by honest arithmetic.
+    """
+    size = len(json.dumps(body.get("messages", []))) + len(json.dumps(body.get("tools", [])))
+    return int(size / 3.5) + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+
+
+def accepted(llm: FakeOpenAI) -> list[dict[str, Any]]:
+    """Requests the fake answered (not refused for their size)."""
+    rejected = {id(b) for b in llm.rejected}
+    return [b for b in llm.completions if id(b) not in rejected]
+
+
 def echo_reply(request: dict[str, Any]) -> Reply:
     return Reply(text=f"echo: {last_user_text(request)}")
 
@@ -73,6 +90,10 @@ class FakeOpenAI(ThreadedServer):
         self._script_lock = threading.Lock()
         self._ids = itertools.count(1)
         self.api_key_seen: list[str] = []
+        #: When set, requests whose estimated size exceeds it are refused as the real API does (400,
+        #: ``context_length_exceeded``); ``rejected`` keeps their bodies.
+        self.context_limit: int | None = None
+        self.rejected: list[dict[str, Any]] = []
         # A path of its own: the OpenAI SDK caches one HTTP client per base URL for the whole process, so
         # a later fake that got the same port would inherit a client bound to an earlier test's loop.
         self.prefix = f"/fake-{uuid.uuid4().hex[:12]}"
@@ -107,6 +128,22 @@ class FakeOpenAI(ThreadedServer):
         body = await request.json()
         self.api_key_seen.append(request.headers.get("Authorization", ""))
         self.record({"path": "/v1/chat/completions", "body": body})
+        if self.context_limit is not None and request_tokens(body) > self.context_limit:
+            with self._lock:
+                self.rejected.append(body)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"This model's maximum context length is {self.context_limit} tokens. "
+                        f"However, your messages resulted in {request_tokens(body)} tokens. "
+                        "Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                status=400,
+            )
         reply = self._next_reply(body)
         if reply.status != 200:
             headers = {"retry-after": str(reply.retry_after)} if reply.retry_after is not None else {}
@@ -123,6 +160,9 @@ class FakeOpenAI(ThreadedServer):
             "total_tokens": reply.prompt_tokens + (reply.completion_tokens or max(1, len(reply.text) // 4)),
         }
         if not body.get("stream"):
+            if reply.delay:  # as long as the streamed answer would take
+                chunks = max(1, -(-len(reply.text) // max(1, reply.chunk_size)))
+                await asyncio.sleep(reply.delay * chunks)
             return web.json_response(self._full(completion_id, model, reply, usage))
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

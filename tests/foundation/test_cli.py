@@ -35,6 +35,17 @@ def config_for(tmp_path: Path, base_url: str, port: int = 8001) -> Path:
     return path
 
 
+def chat_requests(llm) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
+    """Chat turns only: memory extraction (on by default) also asks the model, at the latest at exit."""
+    from agent.memory import EXTRACTION_MARKER
+
+    return [
+        b
+        for b in llm.completions
+        if not any(EXTRACTION_MARKER in str(m.get("content")) for m in b["messages"])
+    ]
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
     env.update(FAKE_KEY="sk-fake-cli", **extra)
@@ -96,8 +107,9 @@ def test_chat_reads_one_message_per_line_prints_each_reply_and_exits(tmp_path, l
     assert lines[0] == "Hi! I'm here."
     assert "Commands:" in result.stdout and "/models [name] — " in result.stdout
     assert result.stdout.rstrip().endswith("echo: what did I say first?")
-    # The model saw the conversation so far, and the real key from the environment.
-    assert [m["content"] for m in llm.completions[-1]["messages"] if m["role"] != "system"] == [
+    # The model saw the conversation so far, and the real key from the environment. (The last request
+    # is memory extraction, flushed when the process stops.)
+    assert [m["content"] for m in chat_requests(llm)[-1]["messages"] if m["role"] != "system"] == [
         "hello",
         "Hi! I'm here.",
         "what did I say first?",
@@ -127,7 +139,7 @@ def test_a_message_accepted_before_a_hard_kill_is_answered_after_restart(tmp_pat
     again = subprocess.run(command, input="", capture_output=True, text=True, timeout=90, env=cli_env())
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "echo: the question"
-    assert len(llm.completions) == 2
+    assert len(chat_requests(llm)) == 2
 
 
 def test_doctor_says_what_is_fine_and_what_to_fix(tmp_path, llm):

@@ -1,0 +1,210 @@
+"""Runs goal continuations as durable work through the manager's lanes.
+
+The goal keeper (``agent/goals.py``) decides and records each step; this module is the bot side: it turns
+a recorded step into a hidden turn, checks right before the turn starts that the step is still wanted,
+marks it answered once its reply is delivered, and at start-up resubmits every step a restart interrupted.
+
+A step does not run — and says why in the chat — when the goal was cleared, stopped or replaced, or when
+the conversation moved to a new thread (``/new``); in the last case the goal is closed too, so nothing
+ever continues in the new thread. During shutdown the manager starts no hidden turn: queued steps stay
+recorded and resume at the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from agent.goals import Continuation, GoalKeeper, GoalStep
+from agent.runtime import message_text
+from bot.identity import Identity
+from bot.manager import ChannelManager, FollowUp, TurnOutcome
+from bot.threads import Conversation
+from channels.types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+MOVED_ON = "the conversation moved to a new thread (/new)"
+
+
+class GoalRunner:
+    def __init__(self, manager: ChannelManager, keeper: GoalKeeper) -> None:
+        self.manager = manager
+        self.keeper = keeper
+        self.store = keeper.store
+
+    # --- after a turn --------------------------------------------------------------------------
+    async def after_turn(self, outcome: TurnOutcome) -> FollowUp | None:
+        thread_id = outcome.conversation.thread_id
+        finishing: str | None = None
+        if outcome.hidden:  # a goal step just delivered its answer (after_delivery marked it)
+            answered = [c for c in await self.store.unfinished(thread_id) if c.status == "answered"]
+            finishing = answered[-1].id if answered else None
+        elif not outcome.stopped and not outcome.failed:
+            # The turn that set the goal: its answer is delivered, so its evaluation is owed now.
+            for start in await self.store.unfinished(thread_id):
+                if start.status == "inbox" and await self.store.mark(
+                    start.id, "answered", expect=("inbox",), reply_text=outcome.text[:20_000]
+                ):
+                    finishing = start.id
+        step = await self.keeper.after_turn(
+            thread_id,
+            outcome.text,
+            hidden=outcome.hidden,
+            stopped=outcome.stopped,
+            failed=outcome.failed,
+            model=self.manager.model_for(outcome.conversation),
+            origin=json.dumps(outcome.message.to_json(), ensure_ascii=False),
+            finishing=finishing,
+        )
+        return await self._follow(step, outcome.message, finishing)
+
+    async def _follow(
+        self, step: GoalStep | None, message: InboundMessage, finished: str | None
+    ) -> FollowUp | None:
+        if step is None or step.continuation is None:
+            if finished is not None:  # the goal ended (or was gone): nothing more is owed for this step
+                await self.store.mark(finished, "done", expect=("answered",))
+            if step is not None and step.notice:
+                await self.manager.send_notice(message, step.notice)
+            return None
+        return self._follow_up(step.continuation)
+
+    def _follow_up(self, step: Continuation) -> FollowUp:
+        async def before_start() -> str | None:
+            return await self._still_wanted(step)
+
+        async def after_delivery(text: str, stopped: bool, failed: bool) -> None:
+            await self.store.mark(step.id, "answered", expect=("running",), reply_text=text[:20_000])
+
+        return FollowUp(
+            text=step.prompt,
+            hidden=True,
+            notice=step.notice,
+            before_start=before_start,
+            after_delivery=after_delivery,
+        )
+
+    async def _still_wanted(self, step: Continuation) -> str | None:
+        """None when the step may run now (and it is claimed as running); otherwise the chat's reason."""
+        current = await self.store.continuation(step.id)
+        if current is None or current.status != "queued":
+            reason = current.reason if current is not None and current.reason else "it was already handled"
+            return f"🎯 Not continuing the goal: {reason}."
+        goal = await self.store.get(step.thread_id)
+        if goal is None:
+            await self.store.mark(
+                step.id, "cancelled", expect=("queued", "running"), reason="the goal was cleared"
+            )
+            return "🎯 Not continuing the goal: the goal was cleared."
+        if not goal.active or goal.created_at != step.goal_created_at:
+            reason = "the goal was stopped or replaced"
+            await self.store.mark(step.id, "cancelled", expect=("queued", "running"), reason=reason)
+            return f"🎯 Not continuing the goal: {reason}."
+        origin = InboundMessage.from_json(json.loads(step.origin))
+        conversation = await self.manager.threads.get(origin.conversation_key)
+        if conversation is None or conversation.thread_id != step.thread_id:
+            await self.store.close(step.thread_id, "closed", MOVED_ON)
+            return f"🎯 Goal closed: {MOVED_ON}, so I did not continue it there."
+        # The claim: of two starts of one step (two instances resuming it), only one gets past here.
+        if not await self.store.mark(step.id, "running", expect=("queued",)):
+            return "🎯 Not continuing the goal: this step is already being handled."
+        return None
+
+    # --- start-up --------------------------------------------------------------------------------
+    async def resume(self) -> int:
+        """Resubmit the steps a restart interrupted; evaluate steps whose answer was already delivered.
+
+        A goal's starting turn belongs to the inbox: if its message is still unfinished there, the inbox
+        re-runs it (and its evaluation follows as usual); if not, its reply was delivered and only the
+        evaluation was lost — it is made now from the thread's last answer.
+        """
+        resumed = 0
+        waiting = {entry.message.conversation_key for entry in await self.manager.inbox.unfinished()}
+        for step in await self.store.unfinished():
+            if step.status == "inbox":
+                recovered = await self._recover_start(step, waiting)
+                if recovered is None:
+                    continue
+                step = recovered
+            try:
+                message = InboundMessage.from_json(json.loads(step.origin))
+            except (ValueError, TypeError, KeyError):
+                log.warning("goal step %s has an unreadable origin; cancelling it", step.id[:8])
+                await self.store.mark(
+                    step.id, "cancelled", expect=("queued", "running", "answered"), reason="unreadable"
+                )
+                continue
+            identity = Identity(owner=step.owner, bound=True)
+            if step.status == "answered":
+                follow = await self._evaluate_delivered(step, message, identity)
+                if follow is None:
+                    continue
+            else:
+                if step.status == "running":  # it died with the previous process: run it again
+                    await self.store.mark(step.id, "queued", expect=("running",))
+                follow = self._follow_up(step)
+            await self.manager.submit_turn(
+                message,
+                identity,
+                text=follow.text,
+                hidden=True,
+                notice=follow.notice,
+                before_start=follow.before_start,
+                after_delivery=follow.after_delivery,
+            )
+            resumed += 1
+        if resumed:
+            log.info("resumed %d goal step(s) after a restart", resumed)
+        return resumed
+
+    async def _recover_start(
+        self, step: Continuation, waiting: set[tuple[str, str, str, str]]
+    ) -> Continuation | None:
+        try:
+            key = InboundMessage.from_json(json.loads(step.origin)).conversation_key
+        except (ValueError, TypeError, KeyError):
+            key = None
+        if key in waiting:
+            return None  # the inbox resumes that turn
+        last = ""
+        for message in reversed(await self._thread_messages(step.thread_id)):
+            if isinstance(message, AIMessage) and message_text(message).strip():
+                last = message_text(message)
+                break
+        if not await self.store.mark(step.id, "answered", expect=("inbox",), reply_text=last[:20_000]):
+            return None
+        return await self.store.continuation(step.id)
+
+    async def _thread_messages(self, thread_id: str) -> list[BaseMessage]:
+        reader = getattr(self.manager.agent, "thread_messages", None)
+        return list(await reader(thread_id)) if reader is not None else []
+
+    async def _evaluate_delivered(
+        self, step: Continuation, message: InboundMessage, identity: Identity
+    ) -> FollowUp | None:
+        conversation = await self.manager.conversation_for(message, identity)
+        next_step = await self.keeper.after_turn(
+            step.thread_id,
+            step.reply_text or "",
+            hidden=True,
+            stopped=False,
+            failed=False,
+            model=self.manager.model_for(conversation),
+            origin=step.origin,
+            finishing=step.id,
+        )
+        return await self._follow(next_step, message, step.id)
+
+    # --- /status ---------------------------------------------------------------------------------
+    async def status(self, conversation: Conversation) -> str | None:
+        goal = await self.store.get(conversation.thread_id)
+        if goal is None:
+            return "Goal: none"
+        steps = await self.store.unfinished(conversation.thread_id)
+        label = self.keeper.state_label(goal, steps[-1] if steps else None)
+        if goal.active:
+            return f"Goal: {goal.objective} ({label}; {goal.continuations}/{self.keeper.max_continuations} continuations)"
+        return f"Goal: {goal.objective} ({label})"
