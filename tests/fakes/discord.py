@@ -697,7 +697,10 @@ class FakeDiscord(ThreadedServer):
     async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
         for conn in list(self._connections):
             if conn.identified and not conn.ws.closed:
-                await self._dispatch_to(conn, event, data)
+                try:
+                    await self._dispatch_to(conn, event, data)
+                except ConnectionError:  # a client that died this instant just misses the event
+                    continue
 
     async def _dispatch_to(self, conn: _Connection, event: str, data: dict[str, Any]) -> None:
         conn.sequence += 1
