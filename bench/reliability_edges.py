@@ -214,6 +214,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 kill_hard(process)
             log.close()
         counts = [driver.answers(u, t) for u, t in sent]
+        for (user, text), count in zip(sent, counts, strict=True):
+            if count != 1:
+                print(f"{'lost' if count == 0 else 'duplicated'}: user {user} {text!r}", file=sys.stderr)
+        if args.keep:
+            kept = Path(tempfile.mkdtemp(prefix="reliability-"))
+            for name in ("bench.db", "serve.log"):
+                if (directory / name).exists():
+                    (kept / name).write_bytes((directory / name).read_bytes())
+            print(f"kept the database and log in {kept}", file=sys.stderr)
         return {
             "platform": args.platform,
             "cycles": args.cycles,
@@ -238,6 +247,7 @@ def main() -> None:
     parser.add_argument("--while-down", type=int, default=2, help="Discord: messages sent while it is dead")
     parser.add_argument("--settle", type=float, default=180.0, help="seconds the last run gets to catch up")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--keep", action="store_true", help="keep the database and server log")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     width = max(len(k) for k in result)

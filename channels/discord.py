@@ -241,12 +241,15 @@ class DiscordChannel(Channel):
         user = self.client.user
         self.status.set("connected", f"as {user}" if user else None)
         self._ready.set()
-        if fresh_session and self.config.backfill_minutes > 0 and not self._paused:
+        if not fresh_session or self.config.backfill_minutes <= 0:
+            self.cursors.release_all()  # a resumed session replays what it missed itself
+        elif not self._paused:
             if self._backfill_task is not None:
                 self._backfill_task.cancel()
             self._backfill_task = asyncio.create_task(self._backfill(), name="discord-backfill")
 
     def _on_disconnect(self) -> None:
+        self.cursors.hold_all()  # whatever arrives before the next session's backfill waits for it
         if not self._stopping and self._ready.is_set():
             self.status.set("reconnecting", "gateway connection lost; discord.py is resuming it")
 
@@ -280,11 +283,10 @@ class DiscordChannel(Channel):
         since = datetime.now(UTC) - timedelta(minutes=self.config.backfill_minutes)
         window_start = discord.utils.time_snowflake(since, high=True)
         read = 0
-        for channel_id, cursor in self.cursors.followed().items():
+        for channel_id in self.cursors.followed():
             if self._paused:
                 return
-            after = max(cursor.position, window_start)
-            self.cursors.hold(channel_id, after)
+            after = max(self.cursors.floor(channel_id), window_start)
             try:
                 channel = await self._resolve(int(channel_id))
                 history = channel.history(
@@ -298,10 +300,13 @@ class DiscordChannel(Channel):
                     await self._on_message(message)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # no access any more, channel deleted …: the others still matter
+            except (discord.Forbidden, discord.NotFound) as exc:  # no access any more, or deleted
+                log.warning("Discord backfill skips channel %s: %s", channel_id, map_discord_error(exc))
+                self.cursors.release(channel_id)
+            except Exception as exc:  # transient: keep the cursor pinned, the next session reads again
                 log.warning("Discord backfill of channel %s failed: %s", channel_id, map_discord_error(exc))
-            finally:
-                self.cursors.release(channel_id, after)
+            else:
+                self.cursors.release(channel_id)
         if read:
             log.info("Discord backfill: read %d message(s) sent while the bot was away", read)
 

@@ -116,12 +116,15 @@ class Cursors:
         self.store = store
         self.cursors: dict[str, Cursor] = {}
         self._forgotten: list[str] = []
+        self._floors: dict[str, int] = {}  # pinned cursors waiting for their backfill
         self._flusher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self.store is not None:
             await self.store.open()
             self.cursors = await self.store.load()
+            self._floors.clear()
+            self.hold_all()
             self._flusher = asyncio.create_task(self._flush_loop(), name="discord-cursors")
 
     async def stop(self) -> None:
@@ -172,22 +175,40 @@ class Cursors:
         if channel_id not in self.cursors:
             self.cursors[channel_id] = Cursor(guild_id, after, dirty=True)
 
-    def hold(self, channel_id: str, after: int) -> None:
-        """A backfill reads history after ``after``: live messages must not move the cursor past it."""
-        cursor = self.cursors.get(channel_id)
-        if cursor is not None:
-            cursor.open.add(after + 1)
+    def hold_all(self) -> None:
+        """No session yet (start-up) or the session dropped: pin every cursor where it is now.
 
-    def release(self, channel_id: str, after: int) -> None:
+        Until that channel's backfill has read what came in between, a live message (discord.py
+        dispatches them even before ``on_ready``) must not move the cursor past the unread ones.
+        """
+        for channel_id, cursor in self.cursors.items():
+            if channel_id not in self._floors:
+                self._floors[channel_id] = cursor.position
+                cursor.open.add(cursor.position + 1)
+
+    def floor(self, channel_id: str) -> int:
+        """Where this channel's backfill starts reading: the pinned position, else the current one."""
+        if channel_id in self._floors:
+            return self._floors[channel_id]
+        return self.cursors[channel_id].position
+
+    def release(self, channel_id: str) -> None:
+        """This channel's backfill is done (or a resumed session replayed what it missed)."""
+        floor = self._floors.pop(channel_id, None)
         cursor = self.cursors.get(channel_id)
-        if cursor is not None:
-            cursor.open.discard(after + 1)
+        if floor is not None and cursor is not None:
+            cursor.open.discard(floor + 1)
             cursor.dirty = True
+
+    def release_all(self) -> None:
+        for channel_id in list(self._floors):
+            self.release(channel_id)
 
     def followed(self) -> dict[str, Cursor]:
         """Channels to backfill, forgetting those quiet for longer than ``FORGET_AFTER_SECONDS``."""
         cutoff = time.time() - FORGET_AFTER_SECONDS
-        for channel_id in [c for c, cur in self.cursors.items() if cur.updated_at < cutoff and not cur.open]:
+        quiet = [c for c, cur in self.cursors.items() if cur.updated_at < cutoff and not cur.open]
+        for channel_id in quiet:
             del self.cursors[channel_id]
             self._forgotten.append(channel_id)
         return dict(self.cursors)

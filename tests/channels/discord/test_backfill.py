@@ -4,6 +4,7 @@ each message exactly once, and nothing older than ``backfill_minutes``."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -136,3 +137,30 @@ async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answer
         await final_reply(discord_fake, busy, "the first answer")
     assert bot_texts(discord_fake, waiting) == ["echo: sent during the crunch"]
     assert bot_texts(discord_fake, busy) == ["the first answer"]
+
+
+async def test_a_live_message_before_ready_does_not_skip_what_was_sent_while_down(settings, discord_fake):
+    # discord.py dispatches messages as soon as the session exists, before on_ready (which waits for
+    # guild data): such an early message must not move the cursor past the ones sent while down.
+    dm = discord_fake.new_id()
+    async with running(settings, discord_fake):
+        discord_fake.message_create(dm, USER_ID, "hello")
+        await final_reply(discord_fake, dm, "echo: hello")
+    discord_fake.message_create(dm, USER_ID, "sent while down")
+
+    channel = DiscordChannel(discord_config(discord_fake, guild_ready_timeout=1.5), settings=settings)
+    harness = Harness(settings, channels={"discord": channel})  # type: ignore[dict-item]
+    starting = asyncio.create_task(harness.start())
+    try:
+        await eventually(lambda: len(discord_fake.identifies) == 2, what="the second session")
+        discord_fake.message_create(dm, USER_ID, "sent before ready")
+        await starting
+        await final_reply(discord_fake, dm, "echo: sent before ready")
+        await final_reply(discord_fake, dm, "echo: sent while down")
+        await eventually(lambda: not channel.backfilling, what="the backfill to finish")
+        await harness.idle(timeout=30)
+    finally:
+        await harness.stop()
+    assert sorted(bot_texts(discord_fake, dm)) == sorted(
+        ["echo: hello", "echo: sent while down", "echo: sent before ready"]
+    )
