@@ -421,9 +421,9 @@ class DiscordChannel(Channel):
     ) -> Outcome:
         """Hand the message to the inbox; on a full inbox wait for room (a gateway event is not resent).
 
-        While the service stops, a refused message is left for the next start's backfill instead. From
-        the first refusal on the message is marked open in its channel's cursor, so even if this wait is
-        cut short (the process ends) the next start reads it again.
+        While the service stops, a refused message is left for the next start's backfill instead, and so
+        is one the inbox failed to store. From the first refusal on the message is marked open in its
+        channel's cursor, so even if this wait is cut short (the process ends) the next start reads it.
         """
         assert self._sink is not None
         loop = asyncio.get_running_loop()
@@ -446,6 +446,12 @@ class DiscordChannel(Channel):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKPRESSURE_MAX_POLL)
                 continue
+            except Exception as exc:  # the inbox could not store it (database trouble): read it again later
+                log.warning(
+                    "storing Discord message %s failed (%s); the next backfill retries it", message_id, exc
+                )
+                self.cursors.left_open(channel_id, guild, message_id)
+                return "left"
             if accepted:
                 await self.reply_transport(inbound).typing()
             return "stored"
