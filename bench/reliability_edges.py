@@ -1,8 +1,8 @@
 """Reliability at the platform edge: ``switchboard serve`` killed with SIGKILL again and again.
 
-The platform fakes (Slack with its redelivery, Discord with its history) and the fake model run in this
-process; the service runs as a real subprocess on a temporary SQLite database. Each cycle starts the
-service, waits for it to connect, sends a few messages (Slack: DMs over Socket Mode while connected;
+The platform fakes (Slack, Feishu and DingTalk with their redelivery, Discord with its history) and the
+fake model run in this process; the service runs as a real subprocess on a temporary SQLite database. Each cycle starts the
+service, waits for it to connect, sends a few messages (Slack, Feishu, DingTalk: one-to-one messages while connected;
 Discord: DMs, some while the gateway is up and some while the service is dead), then kills the service
 with ``kill -9`` at a random moment — often mid-turn, sometimes between the inbox commit and the ack.
 ``unanswered_at_kill_time`` sums, over all kills, the messages that had no answer yet when the service
@@ -13,11 +13,12 @@ After the last cycle one clean run answers what is left; then every message is c
 * **lost** — no bot message carries its final answer ("echo: <text>");
 * **duplicated** — more than one bot message carries it.
 
-Slack-side bounds are Slack's own (3 retries); an event Slack gave up on is counted as lost and also
-listed separately, so a lost message can be told apart from a platform limit.
+Retry budgets are the platforms' own counts (Slack 3 retries, Feishu 4; DingTalk's is an assumption, see
+the fake) with shortened pauses; an event the platform gave up on is counted as lost and also listed
+separately, so a lost message can be told apart from a platform limit.
 
 Run:  python -m bench.reliability_edges --platform slack --cycles 20
-      python -m bench.reliability_edges --platform discord --cycles 20
+      python -m bench.reliability_edges --platform discord --cycles 20   (also feishu, dingtalk)
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from typing import Any
 
 import yaml
 
+from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.discord import FakeDiscord
+from tests.fakes.feishu import FakeLark
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.fakes.slack import FakeSlack
 
@@ -54,7 +57,24 @@ def slow_echo(request: dict[str, Any]) -> Reply:
 
 
 def write_config(directory: Path, llm: FakeOpenAI, platform: str, fake: Any) -> Path:
-    if platform == "slack":
+    if platform == "feishu":
+        section = {
+            "enabled": True,
+            "app_id": fake.app_id,
+            "app_secret": fake.app_secret,
+            "domain": fake.url,
+            "edit_interval_seconds": 0.05,
+        }
+    elif platform == "dingtalk":
+        section = {
+            "enabled": True,
+            "client_id": fake.client_id,
+            "client_secret": fake.client_secret,
+            "api_base_url": fake.url,
+            "oapi_base_url": fake.url,
+            "edit_interval_seconds": 0.05,
+        }
+    elif platform == "slack":
         section = {
             "enabled": True,
             "bot_token": fake.bot_token,
@@ -135,6 +155,59 @@ class SlackDriver:
         return len(self.fake.given_up)
 
 
+class FeishuDriver:
+    def __init__(self) -> None:
+        self.fake = FakeLark(retry_delays=(1.0, 2.0, 4.0, 8.0))  # Feishu's 3 s deadline, re-push sooner
+
+    async def connected(self, opened_before: int) -> None:
+        await wait_until(
+            lambda: self.fake.ws_connections > opened_before and self.fake.connected,
+            90,
+            "the long connection",
+        )
+
+    def opened(self) -> int:
+        return self.fake.ws_connections
+
+    def send(self, user: int, text: str, *, down: bool) -> None:
+        self.fake.send_message_event(f"oc_p2p_{user}", "p2p", f"ou_user{user:028d}", text)
+
+    def answers(self, user: int, text: str) -> int:
+        return sum(1 for m in self.fake.chat(f"oc_p2p_{user}") if m.text == f"echo: {text}")
+
+    def settled(self) -> bool:
+        return not self.fake.retrying
+
+    def given_up(self) -> int:
+        return len(self.fake.given_up)
+
+
+class DingTalkDriver:
+    def __init__(self) -> None:
+        self.fake = FakeDingTalk(retry_delays=(1.0, 2.0, 4.0, 8.0))
+
+    async def connected(self, opened_before: int) -> None:
+        await wait_until(
+            lambda: self.fake.connections_opened > opened_before and self.fake.connected, 90, "the stream"
+        )
+
+    def opened(self) -> int:
+        return self.fake.connections_opened
+
+    def send(self, user: int, text: str, *, down: bool) -> None:
+        self.fake.send_bot_message("1", text, sender_id=f"user{user}")
+
+    def answers(self, user: int, text: str) -> int:
+        conversation = self.fake.p2p_conversation(f"user{user}")
+        return sum(1 for t in self.fake.markdown_texts(conversation) if t == f"echo: {text}")
+
+    def settled(self) -> bool:
+        return not self.fake.retrying
+
+    def given_up(self) -> int:
+        return len(self.fake.given_up)
+
+
 class DiscordDriver:
     def __init__(self) -> None:
         self.fake = FakeDiscord()
@@ -162,7 +235,13 @@ class DiscordDriver:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
-    driver: SlackDriver | DiscordDriver = SlackDriver() if args.platform == "slack" else DiscordDriver()
+    drivers: dict[str, type[SlackDriver | DiscordDriver | FeishuDriver | DingTalkDriver]] = {
+        "slack": SlackDriver,
+        "discord": DiscordDriver,
+        "feishu": FeishuDriver,
+        "dingtalk": DingTalkDriver,
+    }
+    driver = drivers[args.platform]()
     sent: list[tuple[int, str]] = []
     unanswered_at_kills = 0  # summed over kills: messages not yet answered when the service died
     with FakeOpenAI(default_reply=slow_echo) as llm, driver.fake, tempfile.TemporaryDirectory() as tmp:
@@ -241,7 +320,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--platform", choices=("slack", "discord"), default="slack")
+    parser.add_argument("--platform", choices=("slack", "discord", "feishu", "dingtalk"), default="slack")
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--per-cycle", type=int, default=4, help="messages sent while the service runs")
     parser.add_argument("--while-down", type=int, default=2, help="Discord: messages sent while it is dead")
