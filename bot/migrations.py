@@ -23,8 +23,18 @@ schema_version = Table(
 
 Step = Callable[[AsyncConnection], Awaitable[None]]
 
+
+async def _discord_cursors(conn: AsyncConnection) -> None:
+    """The Discord channel's backfill cursors (it owns the table; the channel also creates it itself)."""
+    from channels import discord_backfill  # SQLAlchemy only: no discord.py import for other platforms
+
+    await conn.run_sync(discord_backfill.metadata.create_all)
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
-STEPS: list[tuple[int, str, Step]] = []
+STEPS: list[tuple[int, str, Step]] = [
+    (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
+]
 
 
 async def upgrade(conn: AsyncConnection) -> None:

@@ -4,6 +4,13 @@ Conversations: a DM is one conversation. In a server channel the bot answers onl
 (``mention_only``, on by default); the mention opens a Discord thread from that message, and the thread is
 the conversation from then on — the reply goes there, and later messages in the thread need no mention.
 
+Nothing lost while away: the gateway never redelivers, so the channel remembers (durably, in
+:mod:`channels.discord_backfill`) every channel, thread and DM where it stored a message and the id it
+handled up to, and on each fresh gateway session (READY: start-up, or a reconnect Discord would not
+resume) reads those channels' history after that id — at most ``backfill_minutes`` back — through the
+same path as live messages. The inbox dedupes what it already holds, so each message is answered once.
+A resumed session needs none of this: Discord replays the missed events itself.
+
 discord.py keeps its REST base (``discord.http.Route.BASE``) and gateway URL
 (``DiscordWebSocket.DEFAULT_GATEWAY``) as process-wide globals. :meth:`DiscordChannel.start` sets both
 from config, so **one process talks to one Discord API base** (tests point it at a local fake).
@@ -16,7 +23,8 @@ import contextlib
 import logging
 import re
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import discord
@@ -24,6 +32,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from channels.base import Channel, InboundSink
+from channels.discord_backfill import Cursors, CursorStore
 from channels.discord_transport import DiscordTransport, discord_errors, map_discord_error
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
@@ -51,6 +60,11 @@ BUSY_NOTICE = "I'm overloaded right now and could not take that message — plea
 APP_FLAG_MESSAGE_CONTENT = (1 << 18) | (1 << 19)  # GATEWAY_MESSAGE_CONTENT(_LIMITED)
 _REMEMBERED = 10_000
 DISCORD_GATEWAY = "wss://gateway.discord.gg/"
+#: At most this many messages are read back per channel after a restart (the time window bounds it too).
+BACKFILL_MAX_MESSAGES = 500
+#: What became of one message handed to the inbox: stored (new or already there), refused for good (the
+#: sender was told to resend), or left for the next start's backfill (the service is stopping).
+Outcome = Literal["stored", "refused", "left"]
 
 
 def point_discord_at(config: DiscordConfig) -> None:
@@ -77,10 +91,10 @@ class _Client(discord.Client):
         self.owner = owner
 
     async def on_ready(self) -> None:
-        self.owner._on_ready()
+        self.owner._on_ready(fresh_session=True)
 
     async def on_resumed(self) -> None:
-        self.owner._on_ready()
+        self.owner._on_ready(fresh_session=False)
 
     async def on_disconnect(self) -> None:
         self.owner._on_disconnect()
@@ -106,6 +120,18 @@ class DiscordChannel(Channel):
         self._ready = asyncio.Event()
         self._stopping = False
         self._bot_threads: OrderedDict[int, int] = OrderedDict()  # threads this bot opened → parent
+        # Durable where the service's database is known; in memory only (still fine across reconnects)
+        # for a channel built without settings, e.g. by doctor.
+        store = CursorStore(settings.database.url) if settings is not None else None
+        self.cursors = Cursors(store)
+        self._paused = False
+        self._backfill_task: asyncio.Task[None] | None = None
+        self.backfilled = 0  # messages read back from history and handed to the inbox path
+
+    @property
+    def backfilling(self) -> bool:
+        """A backfill after READY is still reading history."""
+        return self._backfill_task is not None and not self._backfill_task.done()
 
     @property
     def client(self) -> discord.Client:
@@ -119,8 +145,9 @@ class DiscordChannel(Channel):
             self.status.set("error", "channels.discord.bot_token is not set")
             raise ChannelError("channels.discord.bot_token is not set")
         self._sink = sink
-        self._stopping = False
+        self._stopping = self._paused = False
         self._ready.clear()
+        await self.cursors.start()
         point_discord_at(self.config)
         # Text only: the voice extras are not installed on purpose, so skip discord.py's warnings about them.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
@@ -181,14 +208,27 @@ class DiscordChannel(Channel):
             if not self._stopping:
                 self.status.set("error", "the Discord gateway connection ended")
 
+    async def pause(self) -> None:
+        """Stop handing messages to the inbox; those arriving now are left for the next backfill."""
+        self._paused = True
+
     async def stop(self) -> None:
-        self._stopping = True
+        self._stopping = self._paused = True
+        if self._backfill_task is not None:
+            self._backfill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._backfill_task
+            self._backfill_task = None
         await self._close_client()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._runner
             self._runner = None
+        try:
+            await self.cursors.stop()  # the last cursor positions, written before the process ends
+        except Exception as exc:
+            log.warning("could not save Discord cursors at stop: %s", exc)
         if self.status.state != "error":
             self.status.set("stopped")
 
@@ -197,23 +237,85 @@ class DiscordChannel(Channel):
             with contextlib.suppress(Exception):
                 await self._client.close()
 
-    def _on_ready(self) -> None:
+    def _on_ready(self, *, fresh_session: bool) -> None:
         user = self.client.user
         self.status.set("connected", f"as {user}" if user else None)
         self._ready.set()
+        if not fresh_session or self.config.backfill_minutes <= 0:
+            self.cursors.release_all()  # a resumed session replays what it missed itself
+        elif not self._paused:
+            if self._backfill_task is not None:
+                self._backfill_task.cancel()
+            self._backfill_task = asyncio.create_task(self._backfill(), name="discord-backfill")
 
     def _on_disconnect(self) -> None:
+        self.cursors.hold_all()  # whatever arrives before the next session's backfill waits for it
         if not self._stopping and self._ready.is_set():
             self.status.set("reconnecting", "gateway connection lost; discord.py is resuming it")
 
     # --- inbound ---------------------------------------------------------------------------------
     async def _on_message(self, message: discord.Message) -> None:
+        """Live and backfilled messages alike: hand to the inbox, then move the channel's cursor."""
+        channel_id = str(message.channel.id)
+        guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
+        guild = str(guild_id) if guild_id else None
+        if self._paused:
+            self.cursors.left_open(channel_id, guild, message.id)
+            return
+        self.cursors.begin(channel_id, message.id)
+        outcome: Outcome = "refused"
         try:
             inbound = await self.normalise(message)
             if inbound is not None:
-                await self._deliver(inbound)
+                outcome = await self._deliver(inbound, channel_id, guild, message.id)
+                if inbound.topic and inbound.topic != inbound.chat and inbound.topic != channel_id:
+                    # The bot opened a thread for this mention: follow it from its first message on.
+                    self.cursors.follow(inbound.topic, guild, after=message.id)
         except Exception:  # one bad event must never take the gateway listener down
             log.exception("handling a Discord message failed")
+        if outcome == "left":
+            self.cursors.left_open(channel_id, guild, message.id)
+        else:
+            self.cursors.handled(channel_id, guild, message.id, stored=outcome == "stored")
+
+    async def _backfill(self) -> None:
+        """Read what followed channels received while no session was open (see the module doc)."""
+        since = datetime.now(UTC) - timedelta(minutes=self.config.backfill_minutes)
+        window_start = discord.utils.time_snowflake(since, high=True)
+        read = 0
+        for channel_id in self.cursors.followed():
+            if self._paused:
+                return
+            after = max(self.cursors.floor(channel_id), window_start)
+            try:
+                channel = await self._resolve(int(channel_id))
+                history = channel.history(
+                    after=discord.Object(after), limit=BACKFILL_MAX_MESSAGES, oldest_first=True
+                )
+                async for message in history:
+                    if self._paused:
+                        break
+                    read += 1
+                    self.backfilled += 1
+                    await self._on_message(message)
+            except asyncio.CancelledError:
+                raise
+            except (discord.Forbidden, discord.NotFound) as exc:  # no access any more, or deleted
+                log.warning("Discord backfill skips channel %s: %s", channel_id, map_discord_error(exc))
+                self.cursors.release(channel_id)
+            except Exception as exc:  # transient: keep the cursor pinned, the next session reads again
+                log.warning("Discord backfill of channel %s failed: %s", channel_id, map_discord_error(exc))
+            else:
+                self.cursors.release(channel_id)
+        if read:
+            log.info("Discord backfill: read %d message(s) sent while the bot was away", read)
+
+    async def _resolve(self, channel_id: int) -> Any:
+        """A channel object with ``history()``: from discord.py's cache, else fetched (DMs after a restart)."""
+        channel = self.client.get_channel(channel_id)
+        if channel is None:
+            channel = await self.client.fetch_channel(channel_id)
+        return channel
 
     async def normalise(self, message: discord.Message) -> InboundMessage | None:
         """Turn a gateway message into an :class:`InboundMessage`, or None when the bot should not look at it.
@@ -314,27 +416,45 @@ class DiscordChannel(Channel):
             name=attachment.filename, ref=attachment.url, size=attachment.size, mime=attachment.content_type
         )
 
-    async def _deliver(self, inbound: InboundMessage) -> None:
-        """Hand the message to the inbox; on a full inbox wait for room (a gateway event is not resent)."""
+    async def _deliver(
+        self, inbound: InboundMessage, channel_id: str, guild: str | None, message_id: int
+    ) -> Outcome:
+        """Hand the message to the inbox; on a full inbox wait for room (a gateway event is not resent).
+
+        While the service stops, a refused message is left for the next start's backfill instead, and so
+        is one the inbox failed to store. From the first refusal on the message is marked open in its
+        channel's cursor, so even if this wait is cut short (the process ends) the next start reads it.
+        """
         assert self._sink is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + BACKPRESSURE_WAIT_SECONDS
         delay = 0.25
         while True:
+            if self._paused:
+                return "left"
             try:
                 accepted = await self._sink(inbound)
             except Backpressure:
-                if loop.time() + delay > deadline or self._stopping:
+                self.cursors.left_open(channel_id, guild, message_id)
+                if self._paused:
+                    return "left"
+                if loop.time() + delay > deadline:
                     log.warning("inbox still full; telling the sender to try again")
                     with contextlib.suppress(ChannelError):
                         await self.open_reply(inbound).finish(BUSY_NOTICE)
-                    return
+                    return "refused"
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKPRESSURE_MAX_POLL)
                 continue
+            except Exception as exc:  # the inbox could not store it (database trouble): read it again later
+                log.warning(
+                    "storing Discord message %s failed (%s); the next backfill retries it", message_id, exc
+                )
+                self.cursors.left_open(channel_id, guild, message_id)
+                return "left"
             if accepted:
                 await self.reply_transport(inbound).typing()
-            return
+            return "stored"
 
     # --- policy ----------------------------------------------------------------------------------
     def _guild_allowed(self, workspace: str) -> bool:

@@ -3,9 +3,11 @@
 Two event loops meet here. ``lark.ws.Client.start()`` blocks forever and drives the connection through a
 module-level asyncio loop of its own, so it runs on a dedicated daemon thread with a fresh loop installed
 as that module's ``loop``. Each ``im.message.receive_v1`` event is handed to the service's loop with
-``run_coroutine_threadsafe`` and the SDK callback *waits* for the sink: when the bus refuses the message
-(``Backpressure``) or the sink fails, the callback raises, the SDK answers the frame with code 500 instead
-of 200, and Feishu redelivers later. Everything else (API calls, downloads, reactions) runs on the
+``run_coroutine_threadsafe`` and the SDK callback *waits* for the sink (store, then confirm): when the bus
+refuses the message (``Backpressure``), the sink fails or the commit takes longer than ``SINK_TIMEOUT``
+(kept inside Feishu's 3 s deadline), the callback raises, the SDK answers the frame with code 500 instead
+of 200, and Feishu pushes the event again later; the inbox dedupes on the message id, so a re-push of a
+message that was stored after all runs once. Everything else (API calls, downloads, reactions) runs on the
 service's loop through :class:`channels.feishu_api.LarkApi`, which never blocks it.
 
 Only one long connection per process: the SDK keeps its loop in a module global.
@@ -40,8 +42,12 @@ TEXT_LIMIT = 6000
 #: Feishu refuses uploads above these sizes (images 10 MB, files 30 MB).
 MAX_IMAGE_UPLOAD = 10 * 1024 * 1024
 MAX_FILE_UPLOAD = 30 * 1024 * 1024
-#: How long the SDK thread waits for the service to accept an event before answering "not delivered".
-SINK_TIMEOUT = 30.0
+#: Feishu wants each long-connection event answered within 3 s ("processed within 3 seconds without an
+#: exception"), else it counts the push as failed and pushes the event again (5 s, 5 min, 1 h, 6 h later).
+ACK_DEADLINE = 3.0
+#: How long the SDK thread waits for the inbox commit before answering 500: inside the deadline, so the
+#: answer still counts. If the commit lands later anyway, the re-push is deduplicated by the inbox.
+SINK_TIMEOUT = 2.5
 CONNECT_WAIT = 15.0
 
 
@@ -236,7 +242,12 @@ class FeishuChannel(Channel):
         if loop is None or loop.is_closed() or self._stopping:
             raise RuntimeError("the service is not accepting feishu events right now")
         future = asyncio.run_coroutine_threadsafe(self._accept(data), loop)
-        future.result(SINK_TIMEOUT)  # Backpressure and sink errors propagate: the SDK acks with 500
+        try:
+            future.result(SINK_TIMEOUT)  # Backpressure and sink errors propagate: the SDK answers 500
+        except TimeoutError:
+            raise RuntimeError(
+                "the inbox did not confirm within Feishu's deadline; it will re-push"
+            ) from None
 
     async def _accept(self, data: Any) -> None:
         try:

@@ -7,9 +7,11 @@ Slash commands that reach the app (``/connect CODE`` …) are treated as the sam
 because Slack's client swallows a message starting with ``/`` before the bot can see it.
 
 Delivery is at-least-once on Slack's side: an envelope is acknowledged only after the bus has stored the
-message. When the bus is full (:class:`Backpressure`) the envelope is left unacknowledged and Slack
-redelivers it (with a ``retry_num``); the inbox dedupes redeliveries on ``client_msg_id`` (or the event
-``ts``), so a retried event runs once.
+message (bolt's ``process_before_response``: the ack is sent when the listener returns, and not at all
+when it raises). When the bus is full or closing (:class:`Backpressure`) or storing fails, the envelope
+is left unacknowledged; Slack counts a delivery not acked within 3 s as failed and sends it again
+(``retry_attempt`` 1-3), also to the next connection after a restart. The inbox dedupes redeliveries on
+``client_msg_id`` (or the event ``ts``), so a retried event runs once.
 
 The Socket Mode connection is supervised here instead of by the SDK's own auto-reconnect: that one
 retries at a fixed interval and does not say what state it is in, while ``/health`` must show

@@ -23,6 +23,9 @@ class DiscordConfig(ChannelSection):
     guild_ready_timeout: float = Field(default=2.0, ge=0)
     #: How long start() waits for the gateway's READY before reporting the channel as failed.
     connect_timeout: float = Field(default=30.0, gt=0)
+    #: After a restart (or a gateway session Discord would not resume) read back messages missed in the
+    #: channels, threads and DMs the bot follows, at most this many minutes old; 0 turns backfill off.
+    backfill_minutes: int = Field(default=60, ge=0, le=7 * 24 * 60)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}

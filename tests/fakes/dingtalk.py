@@ -15,6 +15,13 @@ Driving it from a test::
     fake.fail_next("/v1.0/card/streaming", status=429)
     await fake.wait_for(lambda: fake.markdown_texts(fake.p2p_conversation("alice")))
 
+Redelivery: a robot-message CALLBACK that is not ACKed with status 200 within ``ack_deadline`` is pushed
+again (same frame, same ``messageId``) after each of ``retry_delays``, to the newest connection, waiting
+for one while the app is away; events it stopped retrying are in ``given_up``. DingTalk's Stream docs
+say a callback without a successful ACK is redelivered but give no figure we could check offline, so
+both numbers are parameters (defaults: 5 s, then retries after 1 s, 5 s and 30 s) — assumptions, not
+DingTalk facts. ``push_callback(..., redeliver=False)`` pushes once. ``ack_log`` keeps every ACK in order.
+
 ``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
 AI cards (each card keeps every content it showed and whether it was finalised).
 """
@@ -35,6 +42,11 @@ from aiohttp import WSMsgType, web
 from tests.fakes.server import ThreadedServer
 
 BOT_TOPIC = "/v1.0/im/bot/messages/get"
+#: How long the fake waits for a successful ACK before it counts the push as failed (an assumption).
+ACK_DEADLINE = 5.0
+#: Pause before each re-push of a callback that was not ACKed with 200 (an assumption).
+RETRY_DELAYS = (1.0, 5.0, 30.0)
+STATUS_OK = 200
 
 
 @dataclass
@@ -71,8 +83,16 @@ class FakeDingTalk(ThreadedServer):
         client_secret: str = "ding-app-secret",
         corp_id: str = "ding-corp-1",
         token_ttl: int = 7200,
+        ack_deadline: float = ACK_DEADLINE,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
     ) -> None:
         super().__init__()
+        self.ack_deadline = ack_deadline
+        self.retry_delays = retry_delays
+        self.ack_log: list[tuple[str, int]] = []  # (stream messageId, ACK code), in arrival order
+        self.pushes: dict[str, int] = {}  # stream messageId → times pushed
+        self.given_up: list[str] = []
+        self._retries: set[asyncio.Task[None]] = set()
         self.client_id = client_id
         self.client_secret = client_secret
         self.corp_id = corp_id
@@ -182,6 +202,7 @@ class FakeDingTalk(ThreadedServer):
                 if message_id:
                     with self._lock:
                         self.acks[message_id] = frame
+                        self.ack_log.append((message_id, int(frame.get("code", 0))))
         finally:
             self._sockets.remove(ws)
         return ws
@@ -411,7 +432,8 @@ class FakeDingTalk(ThreadedServer):
         )
         return self.push_callback(data)
 
-    def push_callback(self, data: dict[str, Any], topic: str = BOT_TOPIC) -> str:
+    def push_callback(self, data: dict[str, Any], topic: str = BOT_TOPIC, *, redeliver: bool = True) -> str:
+        """Push one callback frame; unless ``redeliver=False`` it is pushed again until ACKed with 200."""
         message_id = uuid.uuid4().hex
         frame = {
             "specVersion": "1.0",
@@ -426,8 +448,75 @@ class FakeDingTalk(ThreadedServer):
             },
             "data": json.dumps(data),
         }
-        self._push(frame)
+
+        async def push() -> None:
+            before = self._acks_of(message_id)
+            await self._send(frame)
+            if redeliver:
+                task = asyncio.create_task(self._repush_until_acked(frame, before))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
+        self.call(push)
         return message_id
+
+    def _acks_of(self, message_id: str) -> int:
+        with self._lock:
+            return sum(1 for mid, _ in self.ack_log if mid == message_id)
+
+    def _ack_since(self, message_id: str, index: int) -> int | None:
+        """The first ACK code after the ``index``-th ACK of ``message_id`` (None while none came)."""
+        with self._lock:
+            codes = [code for mid, code in self.ack_log if mid == message_id][index:]
+        return codes[0] if codes else None
+
+    async def _repush_until_acked(self, frame: dict[str, Any], before: int) -> None:
+        """Runs on the server loop: push ``frame`` again until a 200 ACK arrives within the deadline."""
+        message_id = frame["headers"]["messageId"]
+        loop = asyncio.get_running_loop()
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+                while not self._sockets:  # the app is away (restarting): push when it is back
+                    await asyncio.sleep(0.05)
+                before = self._acks_of(message_id)
+                try:
+                    await self._send(frame)
+                except (RuntimeError, ConnectionError):
+                    continue
+            deadline = loop.time() + self.ack_deadline
+            while loop.time() < deadline and self._ack_since(message_id, before) is None:
+                await asyncio.sleep(0.02)
+            if self._ack_since(message_id, before) == STATUS_OK and loop.time() <= deadline + 0.05:
+                return
+        with self._lock:
+            self.given_up.append(message_id)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if not self._sockets:
+            raise RuntimeError("no DingTalk stream client is connected")
+        message_id = (frame.get("headers") or {}).get("messageId", "")
+        with self._lock:
+            self.frames_sent.append(frame)
+            self.pushes[message_id] = self.pushes.get(message_id, 0) + 1
+        await self._sockets[-1].send_str(json.dumps(frame))
+
+    @property
+    def retrying(self) -> int:
+        """Callbacks still waiting for their 200 ACK (and pushed again if none comes)."""
+        return len(self._retries)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running():
+
+            async def cancel() -> None:
+                tasks = list(self._retries)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            self.call(cancel)
+        super().stop()
 
     def ping(self) -> str:
         """A SYSTEM ping, as the gateway sends; the client must ACK it with the same data."""
@@ -442,13 +531,7 @@ class FakeDingTalk(ThreadedServer):
         return message_id
 
     def _push(self, frame: dict[str, Any]) -> None:
-        async def send() -> None:
-            if not self._sockets:
-                raise RuntimeError("no DingTalk stream client is connected")
-            await self._sockets[-1].send_str(json.dumps(frame))
-
-        self.frames_sent.append(frame)
-        self.call(send)
+        self.call(lambda: self._send(frame))
 
     def disconnect_clients(self) -> None:
         """Drop every stream connection (the client should reconnect)."""

@@ -19,8 +19,17 @@ What it does, and why each piece is here:
   ``retry_after`` in the JSON body and a ``Via`` header — without ``Via`` discord.py assumes a Cloudflare
   ban and does not retry; ``cloudflare=True`` reproduces that).
 
+* History: ``GET /channels/{id}/messages`` with ``before`` / ``after`` / ``around`` and ``limit`` as
+  Discord serves it — ``limit`` 1-100 (default 50, anything else is a 400), newest first in every mode
+  (with ``after`` it is the ``limit`` messages right after that id, still newest first; discord.py
+  reverses them for ``history(after=…)``). Every message is kept, also those "sent" while no bot is
+  connected (:meth:`message_create` stores before it dispatches), which is what a restarted bot reads.
+  ``GET /channels/{id}`` answers for server channels, threads and DMs.
+* Ids are real snowflakes (milliseconds since the Discord epoch in the top bits), so time-bounded
+  reads work; :meth:`id_at` makes one for a moment in the past.
+
 Route names for :meth:`fail_next` and ``calls``: ``me``, ``application``, ``gateway``, ``send``, ``edit``,
-``thread``, ``typing``, ``attachment``.
+``thread``, ``typing``, ``attachment``, ``history``, ``channel``.
 """
 
 from __future__ import annotations
@@ -45,11 +54,12 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 # Gateway opcodes (https://discord.com/developers/docs/topics/opcodes-and-status-codes)
 OP_DISPATCH, OP_HEARTBEAT, OP_IDENTIFY, OP_RESUME = 0, 1, 2, 6
-OP_HELLO, OP_HEARTBEAT_ACK = 10, 11
+OP_INVALID_SESSION, OP_HELLO, OP_HEARTBEAT_ACK = 9, 10, 11
 
 MESSAGE_CONTENT_INTENT = 1 << 15  # gateway intent bit the client asks for in IDENTIFY
 MESSAGE_CONTENT_INTENT_FLAG = 1 << 18  # application flag GATEWAY_MESSAGE_CONTENT
-_SNOWFLAKE_BASE = 1_200_000_000_000_000_000
+DISCORD_EPOCH_MS = 1_420_070_400_000
+HISTORY_MAX_LIMIT, HISTORY_DEFAULT_LIMIT = 100, 50
 
 
 def _now() -> str:
@@ -111,6 +121,9 @@ class FakeDiscord(ThreadedServer):
         super().__init__()
         self.token = token
         self._ids = itertools.count(1)
+        self._id_lock = threading.Lock()
+        self._last_id = 0
+        self.dms: dict[str, str] = {}  # DM channel id → the user on the other side
         self.bot_id = self.new_id()
         self.bot_name = bot_name
         self.message_content_intent = message_content_intent
@@ -125,6 +138,9 @@ class FakeDiscord(ThreadedServer):
         self.resumes: list[dict[str, Any]] = []
         #: While True the gateway refuses connections (503), as during a Discord outage.
         self.gateway_down = False
+        #: While True a RESUME is answered with INVALID_SESSION (op 9, not resumable): the client must
+        #: IDENTIFY again and gets a new session without the events it missed, as when a session expired.
+        self.refuse_resume = False
         self.gateway_queries: list[dict[str, str]] = []
         self._attachments: dict[str, tuple[str, bytes, str | None]] = {}  # id → (name, data, mime)
         self._failures: dict[str, list[_Failure]] = {}
@@ -149,7 +165,16 @@ class FakeDiscord(ThreadedServer):
         return self.guilds[self.guild_id][0]
 
     def new_id(self) -> str:
-        return str(_SNOWFLAKE_BASE + next(self._ids))
+        """A fresh snowflake for now: increasing, with the creation time in its top 42 bits."""
+        with self._id_lock:
+            now = (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22
+            self._last_id = max(now | (next(self._ids) & 0xFFF), self._last_id + 1)
+            return str(self._last_id)
+
+    @staticmethod
+    def id_at(moment: datetime) -> str:
+        """A snowflake created at ``moment`` (for a message "sent" in the past)."""
+        return str((int(moment.timestamp() * 1000) - DISCORD_EPOCH_MS) << 22 | 1)
 
     # --- objects ----------------------------------------------------------------------------------
     def user(self, user_id: str, name: str | None = None, *, bot: bool = False) -> dict[str, Any]:
@@ -298,9 +323,12 @@ class FakeDiscord(ThreadedServer):
         if guild_id:
             payload["guild_id"] = guild_id
         with self._state_lock:
+            if guild_id is None:
+                self.dms.setdefault(channel_id, user["id"])
+            # The whole payload is kept: channel history serves it back (mentions, attachments …).
             self.messages.setdefault(
                 payload["id"],
-                FakeMessage(payload["id"], channel_id, user["id"], [content], payload={"author": user}),
+                FakeMessage(payload["id"], channel_id, user["id"], [content], payload=dict(payload)),
             )
         self.call(lambda: self._dispatch("MESSAGE_CREATE", payload))
         return payload
@@ -364,6 +392,8 @@ class FakeDiscord(ThreadedServer):
         app.router.add_get(f"{api}/users/@me", self._me)
         app.router.add_get(f"{api}/applications/@me", self._application)
         app.router.add_get(f"{api}/oauth2/applications/@me", self._application)
+        app.router.add_get(f"{api}/channels/{{cid}}", self._get_channel)
+        app.router.add_get(f"{api}/channels/{{cid}}/messages", self._history)
         app.router.add_post(f"{api}/channels/{{cid}}/messages", self._send)
         app.router.add_patch(f"{api}/channels/{{cid}}/messages/{{mid}}", self._edit)
         app.router.add_post(f"{api}/channels/{{cid}}/messages/{{mid}}/threads", self._create_thread)
@@ -444,6 +474,61 @@ class FakeDiscord(ThreadedServer):
             "bot": self.bot_user,
         }
         return failure or _json(body)
+
+    def _channel_json(self, channel_id: str) -> dict[str, Any] | None:
+        if channel_id in self.threads:
+            return self.threads[channel_id]
+        for guild_id, channels in self.guilds.items():
+            if channel_id in channels:
+                return self._channel_object(guild_id, channel_id, channels.index(channel_id))
+        if channel_id in self.dms:
+            return {
+                "id": channel_id,
+                "type": 1,
+                "last_message_id": None,
+                "recipients": [self.user(self.dms[channel_id])],
+            }
+        return None
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "channel")
+        if failure is not None:
+            return failure
+        channel = self._channel_json(request.match_info["cid"])
+        if channel is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        return _json(channel)
+
+    async def _history(self, request: web.Request) -> web.Response:
+        """Get Channel Messages, with Discord's paging rules (see the module doc)."""
+        failure, _ = await self._begin(request, "history")
+        if failure is not None:
+            return failure
+        channel_id = request.match_info["cid"]
+        if self._channel_json(channel_id) is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        query = request.query
+        try:
+            limit = int(query.get("limit", HISTORY_DEFAULT_LIMIT))
+            anchors = {k: int(query[k]) for k in ("before", "after", "around") if k in query}
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if not 1 <= limit <= HISTORY_MAX_LIMIT or len(anchors) > 1:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        with self._state_lock:
+            found = sorted(
+                (m for m in self.messages.values() if m.channel_id == channel_id), key=lambda m: int(m.id)
+            )
+        if "after" in anchors:
+            page = [m for m in found if int(m.id) > anchors["after"]][:limit]
+        elif "before" in anchors:
+            page = [m for m in found if int(m.id) < anchors["before"]][-limit:]
+        elif "around" in anchors:
+            older = [m for m in found if int(m.id) < anchors["around"]][-(limit // 2) :] if limit > 1 else []
+            page = (older + [m for m in found if int(m.id) >= anchors["around"]])[:limit]
+        else:
+            page = found[-limit:]
+        return _json([self._message_object(m) for m in reversed(page)])
 
     async def _send(self, request: web.Request) -> web.Response:
         failure, (body, files) = await self._begin(request, "send")
@@ -599,6 +684,9 @@ class FakeDiscord(ThreadedServer):
             await self._dispatch_to(conn, "READY", ready)
             for guild_id in self.guilds:
                 await self._dispatch_to(conn, "GUILD_CREATE", self._guild_object(guild_id))
+        elif op == OP_RESUME and self.refuse_resume:
+            self.resumes.append(data or {})
+            await self._send_frame(conn, {"op": OP_INVALID_SESSION, "d": False})
         elif op == OP_RESUME:
             self.resumes.append(data or {})
             conn.session_id = (data or {}).get("session_id") or conn.session_id
@@ -609,7 +697,10 @@ class FakeDiscord(ThreadedServer):
     async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
         for conn in list(self._connections):
             if conn.identified and not conn.ws.closed:
-                await self._dispatch_to(conn, event, data)
+                try:
+                    await self._dispatch_to(conn, event, data)
+                except ConnectionError:  # a client that died this instant just misses the event
+                    continue
 
     async def _dispatch_to(self, conn: _Connection, event: str, data: dict[str, Any]) -> None:
         conn.sequence += 1

@@ -10,6 +10,11 @@ Point the real lark-oapi SDK at it with ``domain=fake.url``. It speaks what the 
   the socket exchanges protobuf ``Frame``s (``lark_oapi.ws.pb.pbbp2_pb2``): events go out as DATA frames
   (headers ``type=event``, ``message_id``, ``sum``/``seq`` for fragments), pings are answered with pongs,
   and the client's response frames (its acks, ``{"code": 200}`` or 500) are recorded in ``acks``.
+* Re-push, as Feishu does: an event not answered with code 200 within ``ack_deadline`` (Feishu: 3 s,
+  "processed within 3 seconds without an exception") is pushed again with the same ``event_id`` after
+  ``retry_delays`` (Feishu's schedule for failed pushes: 5 s, 5 min, 1 h, 6 h — four retries), to one
+  open connection (cluster mode), waiting for a connection if the app is away; events it stopped
+  retrying are listed in ``given_up``. ``push_event(..., redeliver=False)`` pushes once.
 * IM: messages create / reply / patch (cards must declare ``update_multi``; bodies over 30 KB refused),
   reactions, message resources (download), file and image upload.
 
@@ -33,6 +38,10 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from tests.fakes.server import ThreadedServer
 
 MAX_CARD_BODY = 30 * 1024
+#: Feishu counts an event as failed unless the client answers it (code 200) within 3 seconds.
+ACK_DEADLINE = 3.0
+#: Pause before each re-push of a failed event (Feishu documents 5 s, 5 min, 1 h and 6 h).
+RETRY_DELAYS = (5.0, 300.0, 3600.0, 21600.0)
 FRAME_CONTROL, FRAME_DATA = 0, 1
 
 
@@ -104,8 +113,15 @@ class FakeLark(ThreadedServer):
         bot_name: str = "Switchboard",
         tenant_key: str = "tenant-fake-1",
         token_expire: int = 7200,
+        ack_deadline: float = ACK_DEADLINE,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
     ) -> None:
         super().__init__()
+        self.ack_deadline = ack_deadline
+        self.retry_delays = retry_delays
+        self.given_up: list[str] = []  # event ids never answered with 200, retries exhausted
+        self.pushes: dict[str, int] = {}  # event id → how many times it was pushed
+        self._retries: set[asyncio.Task[None]] = set()
         # A fresh app_id per fake: lark-oapi caches tenant tokens process-wide, keyed by app_id.
         self.app_id = app_id or f"cli_{uuid.uuid4().hex[:16]}"
         self.app_secret = app_secret
@@ -314,8 +330,11 @@ class FakeLark(ThreadedServer):
     def connected(self) -> bool:
         return bool(self._sockets)
 
-    def push_event(self, event: dict[str, Any], *, fragments: int = 1) -> None:
-        """Send one event over every open long connection, optionally split into ``fragments`` frames."""
+    def push_event(self, event: dict[str, Any], *, fragments: int = 1, redeliver: bool = True) -> None:
+        """Send one event over the open long connections, optionally split into ``fragments`` frames.
+
+        Unless ``redeliver=False``, it is pushed again (to one connection) until it is answered with 200.
+        """
         payload = json.dumps(event, ensure_ascii=False).encode()
         frame_id = str(event["header"]["event_id"])
         size = -(-len(payload) // fragments)
@@ -324,18 +343,82 @@ class FakeLark(ThreadedServer):
         async def send() -> None:
             if not self._sockets:
                 raise RuntimeError("no long connection is open")
+            acks_before = self._ack_count(frame_id)
             for ws, service_id in list(self._sockets):
-                for seq, part in enumerate(parts):
-                    headers = {
-                        "type": "event",
-                        "message_id": frame_id,
-                        "trace_id": uuid.uuid4().hex,
-                        "sum": str(fragments),
-                        "seq": str(seq),
-                    }
-                    await ws.send_bytes(self._frame(FRAME_DATA, service_id, headers, part))
+                await self._send_parts(ws, service_id, frame_id, parts)
+            if redeliver:
+                task = asyncio.create_task(self._repush_until_answered(frame_id, parts, acks_before))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
 
         self.call(send)
+
+    async def _send_parts(
+        self, ws: web.WebSocketResponse, service_id: int, frame_id: str, parts: list[bytes]
+    ) -> None:
+        with self._lock:
+            self.pushes[frame_id] = self.pushes.get(frame_id, 0) + 1
+        for seq, part in enumerate(parts):
+            headers = {
+                "type": "event",
+                "message_id": frame_id,
+                "trace_id": uuid.uuid4().hex,
+                "sum": str(len(parts)),
+                "seq": str(seq),
+            }
+            await ws.send_bytes(self._frame(FRAME_DATA, service_id, headers, part))
+
+    def _ack_count(self, frame_id: str) -> int:
+        with self._lock:
+            return sum(1 for a in self.acks if a["message_id"] == frame_id)
+
+    def _answered_since(self, frame_id: str, index: int) -> bool | None:
+        """True once a 200 came after the ``index``-th ack, False on a failure answer, None while silent."""
+        with self._lock:
+            answers = [a["code"] for a in self.acks if a["message_id"] == frame_id][index:]
+        if any(code == 200 for code in answers):
+            return True
+        return False if answers else None
+
+    async def _repush_until_answered(self, frame_id: str, parts: list[bytes], acks_before: int) -> None:
+        """Runs on the server loop: Feishu's re-push policy for one event."""
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+                while not self._sockets:  # the app is away (restarting): push when it is back
+                    await asyncio.sleep(0.05)
+                acks_before = self._ack_count(frame_id)
+                ws, service_id = self._sockets[-1]
+                try:
+                    await self._send_parts(ws, service_id, frame_id, parts)
+                except (RuntimeError, ConnectionError):
+                    continue
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.ack_deadline
+            while loop.time() < deadline and self._answered_since(frame_id, acks_before) is None:
+                await asyncio.sleep(0.02)
+            # An answer after the deadline does not count: Feishu has already marked the push failed.
+            if self._answered_since(frame_id, acks_before) and loop.time() <= deadline + 0.05:
+                return
+        with self._lock:
+            self.given_up.append(frame_id)
+
+    @property
+    def retrying(self) -> int:
+        """Events still waiting for their 200 answer (and re-pushed if none comes)."""
+        return len(self._retries)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running():
+
+            async def cancel() -> None:
+                tasks = list(self._retries)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            self.call(cancel)
+        super().stop()
 
     # --- injection: user messages ------------------------------------------------------------------
     def message_event(

@@ -13,7 +13,14 @@ Point the real slack-sdk / slack-bolt at it and drive it from a test (or by hand
         slack.channel_messages("D…")                  # what a user sees, with each edit's history
 
 Every Web API call is kept in ``calls`` (method, arguments, token); every envelope sent in
-``envelopes`` and every acknowledgement in ``acks``. Messages posted by the bot are kept per channel with
+``envelopes`` and every acknowledgement in ``acks``.
+
+Redelivery, as Slack does it: an ``events_api`` envelope that is not acknowledged within ``ack_timeout``
+(Slack: 3 s) is sent again with the same payload and a new ``envelope_id``, carrying ``retry_attempt``
+(1, 2, 3) and ``retry_reason: "timeout"``. Slack retries three times, the first right away, then after
+about a minute and five minutes (``retry_delays``); after that the event is given up (``given_up``).
+A retry due while no app is connected waits for the next connection, which is how an event survives
+the app's restart here. ``send_event(..., redeliver=False)`` sends one envelope and never retries it. Messages posted by the bot are kept per channel with
 their update history. Tokens are checked: the bot token for Web API calls and file downloads, the
 app-level token for ``apps.connections.open``.
 
@@ -41,6 +48,10 @@ TEAM_ID = "T0FAKE"
 BOT_USER_ID = "U0BOT"
 BOT_ID = "B0BOT"
 APP_ID = "A0APP"
+#: Slack wants an envelope acknowledged within 3 seconds, else it counts the delivery as failed.
+ACK_TIMEOUT = 3.0
+#: Pause before each of Slack's three retries (right away, after about 1 minute, after about 5 minutes).
+RETRY_DELAYS = (0.0, 60.0, 300.0)
 
 
 @dataclass
@@ -82,8 +93,19 @@ class Failure:
 
 
 class FakeSlack(ThreadedServer):
-    def __init__(self, *, bot_token: str = "xoxb-fake-bot-token", app_token: str = "xapp-1-fake-app") -> None:
+    def __init__(
+        self,
+        *,
+        bot_token: str = "xoxb-fake-bot-token",
+        app_token: str = "xapp-1-fake-app",
+        ack_timeout: float = ACK_TIMEOUT,
+        retry_delays: tuple[float, ...] = RETRY_DELAYS,
+    ) -> None:
         super().__init__()
+        self.ack_timeout = ack_timeout
+        self.retry_delays = retry_delays
+        #: event ids whose every delivery went unacknowledged (Slack stops retrying them).
+        self.given_up: list[str] = []
         self.bot_token = bot_token
         self.app_token = app_token
         self.team_id, self.bot_user_id, self.bot_id = TEAM_ID, BOT_USER_ID, BOT_ID
@@ -96,6 +118,7 @@ class FakeSlack(ThreadedServer):
         self.connections_opened = 0
         self.hellos_sent = 0
         self._sockets: list[web.WebSocketResponse] = []
+        self._retries: set[asyncio.Task[None]] = set()
         self._failures: dict[str, list[Failure]] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -284,7 +307,12 @@ class FakeSlack(ThreadedServer):
     # --- injection API ---------------------------------------------------------------------------
     def send_envelope(self, envelope_type: str, payload: dict[str, Any], retry_num: int = 0) -> str:
         """Push one Socket Mode envelope to the connected app; returns its ``envelope_id``."""
-        envelope = {
+        envelope = self._envelope(envelope_type, payload, retry_num)
+        self.call(lambda: self._push(envelope))
+        return envelope["envelope_id"]
+
+    def _envelope(self, envelope_type: str, payload: dict[str, Any], retry_num: int) -> dict[str, Any]:
+        envelope: dict[str, Any] = {
             "envelope_id": str(uuid.uuid4()),
             "type": envelope_type,
             "payload": payload,
@@ -293,21 +321,47 @@ class FakeSlack(ThreadedServer):
         if envelope_type == "events_api":
             envelope["retry_attempt"] = retry_num
             envelope["retry_reason"] = "timeout" if retry_num else ""
+        return envelope
 
-        async def push() -> None:
-            if not self._sockets:
-                raise RuntimeError("no Socket Mode connection to deliver to")
-            await self._sockets[-1].send_str(json.dumps(envelope))
-
-        self.call(push)
+    async def _push(self, envelope: dict[str, Any]) -> None:
+        """Runs on the server loop: send ``envelope`` on the newest connection and record it."""
+        if not self._sockets:
+            raise RuntimeError("no Socket Mode connection to deliver to")
         with self._lock:
             self.envelopes.append(envelope)
-        return envelope["envelope_id"]
+        await self._sockets[-1].send_str(json.dumps(envelope))
+
+    async def _deliver_until_acked(self, payload: dict[str, Any], first: dict[str, Any]) -> None:
+        """Runs on the server loop: Slack's retry policy for one Events API event."""
+        envelope = first
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+                while not self._sockets:  # the app is away (restarting): deliver when it is back
+                    await asyncio.sleep(0.05)
+                envelope = self._envelope("events_api", payload, attempt)
+                try:
+                    await self._push(envelope)
+                except (RuntimeError, ConnectionError):
+                    continue  # the socket closed under us: that attempt failed too
+            await asyncio.sleep(self.ack_timeout)
+            if self.acked(envelope["envelope_id"]):
+                return
+        with self._lock:
+            self.given_up.append(str(payload.get("event_id")))
 
     def send_event(
-        self, event: dict[str, Any], *, event_id: str | None = None, retry_num: int = 0
+        self,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        retry_num: int = 0,
+        redeliver: bool = True,
     ) -> dict[str, Any]:
-        """Deliver an Events API event. Reuse ``event_id`` (and the same event) to simulate a retry."""
+        """Deliver an Events API event, retried as Slack does until acked (unless ``redeliver=False``).
+
+        Reuse ``event_id`` (and the same event) to send a retry by hand.
+        """
         event_id = event_id or f"Ev{uuid.uuid4().hex[:10].upper()}"
         payload = {
             "token": "verification-token",
@@ -322,8 +376,17 @@ class FakeSlack(ThreadedServer):
             ],
             "is_ext_shared_channel": False,
         }
-        envelope_id = self.send_envelope("events_api", payload, retry_num)
-        return {"event_id": event_id, "envelope_id": envelope_id, "event": event}
+        envelope = self._envelope("events_api", payload, retry_num)
+
+        async def push() -> None:
+            await self._push(envelope)
+            if redeliver:
+                task = asyncio.create_task(self._deliver_until_acked(payload, envelope))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
+        self.call(push)
+        return {"event_id": event_id, "envelope_id": envelope["envelope_id"], "event": event}
 
     def _user_event(
         self,
@@ -482,6 +545,16 @@ class FakeSlack(ThreadedServer):
     def acked(self, envelope_id: str) -> bool:
         with self._lock:
             return any(a.get("envelope_id") == envelope_id for a in self.acks)
+
+    @property
+    def retrying(self) -> int:
+        """Events still being watched for an ack (and retried if none comes)."""
+        return len(self._retries)
+
+    def deliveries(self, event_id: str) -> list[dict[str, Any]]:
+        """Every envelope that carried ``event_id``, in the order sent (the first, then retries)."""
+        with self._lock:
+            return [e for e in self.envelopes if (e.get("payload") or {}).get("event_id") == event_id]
 
     @property
     def connected(self) -> int:

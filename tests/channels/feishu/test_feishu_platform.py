@@ -55,22 +55,21 @@ async def test_a_revoked_tenant_token_is_replaced_and_the_reply_still_lands(bot)
 
 
 @pytest.mark.slow
-async def test_when_the_inbox_is_full_the_event_is_not_acked_and_its_redelivery_is_answered(
-    tmp_path, llm, lark
-):
-    async with running_bot(tmp_path, llm, lark, settings_overrides={"bus": {"queue_size": 1}}) as bot:
-        llm.script(Reply(text="a slow answer", chunk_size=2, delay=0.2))
-        bot.lark.send_message_event("oc_first", "p2p", ALICE, "occupy the inbox")
-        await bot.lark.wait_for(lambda f: f.chat("oc_first"))
-        refused = bot.lark.message_event(P2P, "p2p", ALICE, "no room for me")
-        bot.lark.push_event(refused)
-        await bot.lark.wait_for(lambda f: f.acks_for(refused))
-        assert [a["code"] for a in bot.lark.acks_for(refused)] == [500]
-        await bot.harness.idle()
-        assert bot.lark.chat(P2P) == []
-        bot.lark.push_event(refused)  # Feishu redelivers what was not acked
-        await bot.lark.wait_for_text(P2P, "echo: no room for me")
-        assert [a["code"] for a in bot.lark.acks_for(refused)] == [500, 200]
+async def test_when_the_inbox_is_full_the_event_is_not_acked_and_its_redelivery_is_answered(tmp_path, llm):
+    with FakeLark(retry_delays=(0.5, 1.0, 2.0)) as lark:
+        overrides = {"bus": {"queue_size": 1}}
+        async with running_bot(tmp_path, llm, lark, settings_overrides=overrides) as bot:
+            llm.script(Reply(text="a slow answer", chunk_size=2, delay=0.2))
+            bot.lark.send_message_event("oc_first", "p2p", ALICE, "occupy the inbox")
+            await bot.lark.wait_for(lambda f: f.chat("oc_first"))
+            refused = bot.lark.message_event(P2P, "p2p", ALICE, "no room for me")
+            bot.lark.push_event(refused)
+            await bot.lark.wait_for(lambda f: f.acks_for(refused))
+            assert bot.lark.acks_for(refused)[0]["code"] == 500
+            # Feishu pushes what was not answered with 200 again; one of those finds room.
+            await bot.lark.wait_for_text(P2P, "echo: no room for me", timeout=30)
+            codes = [a["code"] for a in bot.lark.acks_for(refused)]
+            assert codes[-1] == 200 and set(codes[:-1]) == {500}
 
 
 @pytest.mark.slow

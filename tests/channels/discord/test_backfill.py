@@ -1,0 +1,166 @@
+"""Nothing lost while away: Discord's gateway never redelivers, so after a restart (or a session Discord
+would not resume) the bot reads the history of the channels it follows and answers what it missed —
+each message exactly once, and nothing older than ``backfill_minutes``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from channels.discord import DiscordChannel
+from config.schema import Settings
+from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
+from tests.conftest import make_settings
+from tests.fakes.discord import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.harness import Harness
+
+pytestmark = pytest.mark.slow  # several whole services in a row
+
+
+@asynccontextmanager
+async def running(settings: Settings, fake: FakeDiscord, **config: Any) -> AsyncIterator[DiscordChannel]:
+    """One service lifetime with a Discord channel; waits until the READY backfill has finished."""
+    channel = DiscordChannel(discord_config(fake, **config), settings=settings)
+    async with Harness.running(settings, channels={"discord": channel}) as harness:  # type: ignore[dict-item]
+        await eventually(lambda: not channel.backfilling, what="the backfill to finish")
+        yield channel
+        await harness.idle(timeout=30)
+
+
+def bot_texts(fake: FakeDiscord, channel_id: str) -> list[str]:
+    return [m.text for m in fake.in_channel(channel_id)]
+
+
+async def test_dm_messages_sent_while_the_service_was_down_are_answered_after_the_restart_once(
+    settings, discord_fake
+):
+    dm = discord_fake.new_id()
+    async with running(settings, discord_fake):
+        discord_fake.message_create(dm, USER_ID, "hello")
+        await final_reply(discord_fake, dm, "echo: hello")
+
+    # Nobody is connected: the fake keeps the messages in the DM's history, as Discord does.
+    discord_fake.message_create(dm, USER_ID, "are you there?")
+    discord_fake.message_create(dm, USER_ID, "and this one?")
+
+    async with running(settings, discord_fake) as channel:
+        await final_reply(discord_fake, dm, "echo: and this one?")
+        assert channel.backfilled >= 2
+    assert bot_texts(discord_fake, dm) == ["echo: hello", "echo: are you there?", "echo: and this one?"]
+
+    async with running(settings, discord_fake):  # a third start reads nothing new and answers nothing
+        pass
+    assert bot_texts(discord_fake, dm) == ["echo: hello", "echo: are you there?", "echo: and this one?"]
+    assert discord_fake.calls_to("history"), "the restart read the DM's history through the REST API"
+
+
+async def test_thread_follow_ups_and_new_mentions_from_the_downtime_are_answered_after_the_restart(
+    settings, discord_fake
+):
+    channel_id, bot = discord_fake.channel_id, discord_fake.bot_id
+    async with running(settings, discord_fake):
+        started = discord_fake.message_create(channel_id, USER_ID, f"<@{bot}> open a thread", mentions=[bot])
+        thread = started["id"]  # Discord gives a thread started from a message that message's id
+        await final_reply(discord_fake, thread, "echo: open a thread")
+
+    discord_fake.message_create(thread, USER_ID, "a follow-up while you were away")
+    mention = discord_fake.message_create(channel_id, USER_ID, f"<@{bot}> a new question", mentions=[bot])
+    discord_fake.message_create(channel_id, USER_ID, "chatter that does not mention the bot")
+
+    async with running(settings, discord_fake):
+        await final_reply(discord_fake, thread, "echo: a follow-up while you were away")
+        await final_reply(discord_fake, mention["id"], "echo: a new question")
+
+    assert bot_texts(discord_fake, thread) == ["echo: open a thread", "echo: a follow-up while you were away"]
+    assert bot_texts(discord_fake, mention["id"]) == ["echo: a new question"]
+    assert bot_texts(discord_fake, channel_id) == []  # answers go to threads; the chatter got none
+
+
+async def test_messages_older_than_backfill_minutes_are_not_answered(settings, discord_fake):
+    dm = discord_fake.new_id()
+    async with running(settings, discord_fake, backfill_minutes=30):
+        discord_fake.message_create(dm, USER_ID, "hello")
+        await final_reply(discord_fake, dm, "echo: hello")
+
+    old = FakeDiscord.id_at(datetime.now(UTC) - timedelta(minutes=45))
+    discord_fake.message_create(dm, USER_ID, "from long ago", message_id=old)
+    discord_fake.message_create(dm, USER_ID, "from just now")
+
+    async with running(settings, discord_fake, backfill_minutes=30):
+        await final_reply(discord_fake, dm, "echo: from just now")
+    assert bot_texts(discord_fake, dm) == ["echo: hello", "echo: from just now"]
+
+
+async def test_after_a_reconnect_discord_would_not_resume_the_missed_messages_are_answered(
+    settings, discord_fake
+):
+    dm = discord_fake.new_id()
+    async with running(settings, discord_fake) as channel:
+        discord_fake.message_create(dm, USER_ID, "before the outage")
+        await final_reply(discord_fake, dm, "echo: before the outage")
+
+        discord_fake.refuse_resume = True  # the session expired: a fresh IDENTIFY, no replay
+        discord_fake.gateway_down = True
+        discord_fake.drop_connections()
+        await eventually(lambda: discord_fake.connected == 0, what="the gateway to drop")
+        discord_fake.message_create(dm, USER_ID, "during the outage")
+        discord_fake.gateway_down = False
+
+        await final_reply(discord_fake, dm, "echo: during the outage", timeout=60)
+        assert len(discord_fake.identifies) == 2 and discord_fake.resumes
+        await eventually(lambda: not channel.backfilling, what="the backfill to finish")
+    assert bot_texts(discord_fake, dm) == ["echo: before the outage", "echo: during the outage"]
+
+
+async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answers_once(
+    tmp_path, llm: FakeOpenAI, discord_fake
+):
+    settings = make_settings(tmp_path, llm, bus={"queue_size": 1})
+    busy, waiting = discord_fake.new_id(), discord_fake.new_id()
+    async with running(settings, discord_fake) as channel:
+        llm.script(Reply(text="the first answer", chunk_size=1, delay=0.1))
+        discord_fake.message_create(busy, USER_ID, "take the only slot")
+        await eventually(lambda: discord_fake.in_channel(busy), what="the first turn to start")
+        # A DM the bot never saw before, refused by the full bus, and then the service stops.
+        discord_fake.message_create(waiting, "5151", "sent during the crunch")
+        await eventually(lambda: channel.cursors.cursors.get(waiting), what="the refused message to be noted")
+    assert bot_texts(discord_fake, waiting) == []
+
+    async with running(settings, discord_fake):
+        await final_reply(discord_fake, waiting, "echo: sent during the crunch")
+        await final_reply(discord_fake, busy, "the first answer")
+    assert bot_texts(discord_fake, waiting) == ["echo: sent during the crunch"]
+    assert bot_texts(discord_fake, busy) == ["the first answer"]
+
+
+async def test_a_live_message_before_ready_does_not_skip_what_was_sent_while_down(settings, discord_fake):
+    # discord.py dispatches messages as soon as the session exists, before on_ready (which waits for
+    # guild data): such an early message must not move the cursor past the ones sent while down.
+    dm = discord_fake.new_id()
+    async with running(settings, discord_fake):
+        discord_fake.message_create(dm, USER_ID, "hello")
+        await final_reply(discord_fake, dm, "echo: hello")
+    discord_fake.message_create(dm, USER_ID, "sent while down")
+
+    channel = DiscordChannel(discord_config(discord_fake, guild_ready_timeout=1.5), settings=settings)
+    harness = Harness(settings, channels={"discord": channel})  # type: ignore[dict-item]
+    starting = asyncio.create_task(harness.start())
+    try:
+        await eventually(lambda: len(discord_fake.identifies) == 2, what="the second session")
+        discord_fake.message_create(dm, USER_ID, "sent before ready")
+        await starting
+        await final_reply(discord_fake, dm, "echo: sent before ready")
+        await final_reply(discord_fake, dm, "echo: sent while down")
+        await eventually(lambda: not channel.backfilling, what="the backfill to finish")
+        await harness.idle(timeout=30)
+    finally:
+        await harness.stop()
+    assert sorted(bot_texts(discord_fake, dm)) == sorted(
+        ["echo: hello", "echo: sent while down", "echo: sent before ready"]
+    )
