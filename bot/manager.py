@@ -31,6 +31,7 @@ from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
 from channels.types import InboundMessage
 from config.schema import Settings
+from connections import ConnectionStore
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class ChannelManager:
         channels: dict[str, Channel],
         commands: CommandRegistry | None = None,
         identity: IdentityResolver | None = None,
+        connections: ConnectionStore | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -117,6 +119,8 @@ class ChannelManager:
         self.channels = channels
         self.commands = commands or CommandRegistry.discover()
         self.identity: IdentityResolver = identity or PlatformIdentityResolver()
+        #: Where ``/connect`` binds accounts; None when the service runs without connections.
+        self.connections = connections
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
