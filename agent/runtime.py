@@ -174,6 +174,8 @@ class AgentRuntime:
                 AsyncSqliteSaver.from_conn_string(str(self.checkpoint_path))
             )
             await saver.setup()  # WAL mode and tables
+            # Wait for a lock instead of failing at once with "database is locked" (same as bot/db.py).
+            await saver.conn.execute("PRAGMA busy_timeout=10000")
             # As for the main database: in WAL mode NORMAL survives a process crash (only an OS crash
             # can lose the last commits) and saves an fsync per checkpoint write.
             await saver.conn.execute("PRAGMA synchronous=NORMAL")

@@ -1,9 +1,10 @@
 """The durable inbox: every accepted message is on disk before the platform is told "got it".
 
-Writes are group-committed: callers enqueue an operation and await its future; one writer task takes
-everything queued, applies it in a single transaction and resolves the futures. Under load that turns
+Writes are group-committed by the shared :class:`config.writer.GroupCommitWriter`: callers await their
+operation; one writer task applies everything queued in a single transaction. Under load that turns
 hundreds of tiny commits into a few large ones, which is what lets SQLite keep up with a busy bot, while
-each caller still only proceeds once its own row is durable.
+each caller still only proceeds once its own row is durable. A failed batch is re-applied op by op, so
+one bad write fails only its own caller.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Column,
@@ -37,6 +39,7 @@ from sqlalchemy.engine import Connection
 
 from bot.db import Database
 from channels.types import InboundMessage
+from config.writer import GroupCommitWriter, WriterClosed
 
 log = logging.getLogger(__name__)
 
@@ -98,35 +101,33 @@ class InboxEntry:
     duplicate: bool = False
 
 
+OpKind = Literal["accept", "done", "failed", "reply_ref"]
+
+
 @dataclass(slots=True)
-class _Op:
-    kind: str  # accept | done | failed | reply_ref
+class InboxOp:
+    """One queued write; ``args`` depend on the kind (see the public methods that make them)."""
+
+    kind: OpKind
     args: dict[str, Any]
-    future: asyncio.Future[Any]
 
 
 class Inbox:
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._ops: asyncio.Queue[_Op] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: GroupCommitWriter[InboxOp] = GroupCommitWriter(
+            "inbox", self._apply, max_batch=MAX_BATCH
+        )
         self._insert = INSERT_IF_NEW
         # SQLite: one dedicated thread applies whole batches (one hop per batch, not per statement).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inbox-writer") if db.is_sqlite else None
 
     async def start(self) -> None:
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._write_loop(), name="inbox-writer")
+        self._writer.start()
 
     async def close(self) -> None:
-        """Flush everything queued, then stop the writer."""
-        if self._writer is None:
-            return
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._ops.put_nowait(_Op("stop", {}, done))
-        await done
-        await self._writer
-        self._writer = None
+        """Flush everything queued, then stop the writer (and its thread)."""
+        await self._writer.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
@@ -145,13 +146,12 @@ class Inbox:
     def set_reply_ref(self, entry_id: str, ref: str) -> None:
         """Remember the visible reply so a resumed run edits it. Not awaited: it only saves a duplicate
         placeholder if the process dies in the next few milliseconds, and must not slow the turn."""
-        if self._writer is None:
+        if not self._writer.running:
             return
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future = self._writer.enqueue(InboxOp("reply_ref", {"id": entry_id, "reply_ref": ref}))
         future.add_done_callback(
             lambda f: f.exception() and log.warning("saving reply ref failed: %s", f.exception())
         )
-        self._ops.put_nowait(_Op("reply_ref", {"id": entry_id, "reply_ref": ref}, future))
 
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but not done, oldest first: what a restart must resume."""
@@ -175,49 +175,27 @@ class Inbox:
             return {status: count for status, count in rows}
 
     # --- writer ------------------------------------------------------------------------------------
-    async def _submit(self, kind: str, **args: Any) -> Any:
-        if self._writer is None:
-            raise RuntimeError("inbox is not started")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._ops.put_nowait(_Op(kind, args, future))
-        return await future
+    async def _submit(self, kind: OpKind, **args: Any) -> Any:
+        try:
+            return await self._writer.submit(InboxOp(kind, args))
+        except WriterClosed:
+            raise RuntimeError("inbox is not started") from None
 
-    async def _write_loop(self) -> None:
-        while True:
-            batch = [await self._ops.get()]
-            while len(batch) < MAX_BATCH and not self._ops.empty():
-                batch.append(self._ops.get_nowait())
-            stop = [op for op in batch if op.kind == "stop"]
-            work = [op for op in batch if op.kind != "stop"]
-            if work:
-                try:
-                    results = await self._apply(work)
-                except Exception as exc:
-                    log.exception("inbox write failed for a batch of %d", len(work))
-                    for op in work:
-                        if not op.future.done():
-                            op.future.set_exception(exc)
-                else:
-                    for op in work:
-                        if not op.future.done():
-                            op.future.set_result(results.get(id(op)))
-            for op in stop:
-                op.future.set_result(None)
-            if stop:
-                return
-
-    async def _apply(self, ops: list[_Op]) -> dict[int, Any]:
+    async def _apply(self, ops: Sequence[InboxOp]) -> list[Any]:
+        """The writer's batch: one transaction, one result per op in order (see GroupCommitWriter)."""
         if self._executor is not None:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self._apply_sqlite, ops)
-        async with self.db.engine.begin() as conn:
-            return await conn.run_sync(self._apply_in, ops)
+            results = await loop.run_in_executor(self._executor, self._apply_sqlite, ops)
+        else:
+            async with self.db.engine.begin() as conn:
+                results = await conn.run_sync(self._apply_in, ops)
+        return [results.get(id(op)) for op in ops]
 
-    def _apply_sqlite(self, ops: list[_Op]) -> dict[int, Any]:
+    def _apply_sqlite(self, ops: Sequence[InboxOp]) -> dict[int, Any]:
         with self.db.sync_engine.begin() as conn:
             return self._apply_in(conn, ops)
 
-    def _apply_in(self, conn: Connection, ops: list[_Op]) -> dict[int, Any]:
+    def _apply_in(self, conn: Connection, ops: Sequence[InboxOp]) -> dict[int, Any]:
         """Apply one batch inside an open transaction (runs in the writer thread or via run_sync)."""
         now = time.time()
         results: dict[int, Any] = {}
@@ -281,7 +259,7 @@ class Inbox:
                 self._resolve_conflicts(conn, accepts, results)
         return results
 
-    def _resolve_conflicts(self, conn: Connection, accepts: list[_Op], results: dict[int, Any]) -> None:
+    def _resolve_conflicts(self, conn: Connection, accepts: list[InboxOp], results: dict[int, Any]) -> None:
         """Some keys already existed: read the stored rows and tell new from duplicate."""
         keys = list({op.args["message"].dedupe_key for op in accepts})
         cols = (
