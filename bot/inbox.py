@@ -30,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     bindparam,
+    case,
     select,
     text,
     tuple_,
@@ -53,7 +54,7 @@ inbox_table = Table(
     Column("chat", String(200), nullable=False),
     Column("platform_message_id", String(200), nullable=False),
     Column("payload", Text, nullable=False),
-    Column("status", String(16), nullable=False, default="pending"),  # pending | done | failed
+    Column("status", String(16), nullable=False, default="pending"),  # pending|done|failed|dead|retry
     Column("attempts", Integer, nullable=False, default=0),
     Column("reply_ref", String(200)),
     Column("reply_text", Text),
@@ -65,6 +66,12 @@ inbox_table = Table(
 )
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+#: Failed ``max_attempts`` times: set aside for the operator (``switchboard inbox list --failed``), never
+#: run again by itself — not by a redelivery, not at start — so one poison message cannot loop forever.
+DEAD = "dead"
+#: An operator asked for another run (``switchboard inbox retry ID``); the service claims it on its poll.
+RETRY = "retry"
+DEFAULT_MAX_ATTEMPTS = 3
 
 _INSERT_COLUMNS = (
     "id",
@@ -99,9 +106,12 @@ class InboxEntry:
     reply_ref: str | None = None
     reply_text: str | None = None
     duplicate: bool = False
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
 
 
-OpKind = Literal["accept", "done", "failed", "reply_ref"]
+OpKind = Literal["accept", "done", "failed", "reply_ref", "take_retries"]
 
 
 @dataclass(slots=True)
@@ -113,8 +123,9 @@ class InboxOp:
 
 
 class Inbox:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.db = db
+        self.max_attempts = max_attempts
         self._writer: GroupCommitWriter[InboxOp] = GroupCommitWriter(
             "inbox", self._apply, max_batch=MAX_BATCH
         )
@@ -139,9 +150,17 @@ class Inbox:
     async def mark_done(self, entry_id: str) -> None:
         await self._submit("done", id=entry_id)
 
-    async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
-        """Leave the message for a retry. ``reply_text`` (when the agent had answered) avoids a re-run."""
-        await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
+    async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> str:
+        """Count a failed attempt and return the new status: ``failed`` (a redelivery runs it again) or,
+        after ``max_attempts`` failures, ``dead``. ``reply_text`` (the agent's answer, when only delivery
+        failed) lets a retry deliver it without asking the model again."""
+        status: str = await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
+        return status
+
+    async def take_retries(self, limit: int = 50) -> list[InboxEntry]:
+        """Claim entries an operator queued for retry (``retry`` → ``pending``), oldest first."""
+        entries: list[InboxEntry] = await self._submit("take_retries", limit=limit)
+        return entries
 
     def set_reply_ref(self, entry_id: str, ref: str) -> None:
         """Remember the visible reply so a resumed run edits it. Not awaited: it only saves a duplicate
@@ -154,12 +173,12 @@ class Inbox:
         )
 
     async def unfinished(self) -> list[InboxEntry]:
-        """Messages accepted but not done, oldest first: what a restart must resume."""
+        """Messages accepted but neither done nor dead, oldest first: what a restart must resume."""
         async with self.db.engine.connect() as conn:
             rows = (
                 await conn.execute(
                     select(inbox_table)
-                    .where(inbox_table.c.status != DONE)
+                    .where(inbox_table.c.status.in_((PENDING, FAILED)))
                     .order_by(inbox_table.c.created_at, inbox_table.c.id)
                 )
             ).mappings()
@@ -173,6 +192,38 @@ class Inbox:
                 select(inbox_table.c.status, func.count()).group_by(inbox_table.c.status)
             )
             return {status: count for status, count in rows}
+
+    # --- operator actions (``switchboard inbox``; direct, from another process) ----------------------
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        async with self.db.engine.connect() as conn:
+            row = (
+                (await conn.execute(select(inbox_table).where(inbox_table.c.id == entry_id)))
+                .mappings()
+                .first()
+            )
+        return self._entry(row) if row else None
+
+    async def entries(self, *, failed_only: bool = False, limit: int = 50) -> list[InboxEntry]:
+        """Newest first; ``failed_only``: failed and dead-lettered entries (what an operator must see)."""
+        query = select(inbox_table).order_by(inbox_table.c.updated_at.desc()).limit(limit)
+        if failed_only:
+            query = query.where(inbox_table.c.status.in_((FAILED, DEAD)))
+        async with self.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [self._entry(row) for row in rows]
+
+    async def request_retry(self, entry_id: str) -> InboxEntry | None:
+        """Queue a failed or dead entry for the service to run again, with its attempts reset.
+
+        One conditional UPDATE (no read-then-write), so it cannot deadlock against the service's writer.
+        """
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == entry_id, inbox_table.c.status.in_((FAILED, DEAD)))
+                .values(status=RETRY, attempts=0, updated_at=time.time())
+            )
+        return await self.get(entry_id)
 
     # --- writer ------------------------------------------------------------------------------------
     async def _submit(self, kind: OpKind, **args: Any) -> Any:
@@ -211,15 +262,24 @@ class Inbox:
             )
         for op in ops:
             if op.kind == "failed":
+                attempts = inbox_table.c.attempts + 1
                 values: dict[str, Any] = {
-                    "status": FAILED,
+                    "status": case((attempts >= self.max_attempts, DEAD), else_=FAILED),
                     "error": op.args["error"],
                     "updated_at": now,
-                    "attempts": inbox_table.c.attempts + 1,
+                    "attempts": attempts,
                 }
                 if op.args.get("reply_text") is not None:
                     values["reply_text"] = op.args["reply_text"]
-                conn.execute(update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values))
+                status = conn.execute(
+                    update(inbox_table)
+                    .where(inbox_table.c.id == op.args["id"])
+                    .values(**values)
+                    .returning(inbox_table.c.status)
+                ).scalar()
+                results[id(op)] = status or FAILED
+            elif op.kind == "take_retries":
+                results[id(op)] = self._take_retries(conn, op.args["limit"], now)
         refs = [
             {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
         ]
@@ -259,6 +319,30 @@ class Inbox:
                 self._resolve_conflicts(conn, accepts, results)
         return results
 
+    def _take_retries(self, conn: Connection, limit: int, now: float) -> list[InboxEntry]:
+        rows = (
+            conn.execute(
+                select(inbox_table)
+                .where(inbox_table.c.status == RETRY)
+                .order_by(inbox_table.c.updated_at)
+                .limit(limit)
+            )
+            .mappings()
+            .all()
+        )
+        claimed = []
+        for row in rows:
+            moved = conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == row["id"], inbox_table.c.status == RETRY)
+                .values(status=PENDING, updated_at=now)
+            )
+            if moved.rowcount == 1:  # several instances: each entry is claimed once
+                entry = self._entry(row)
+                entry.status = PENDING
+                claimed.append(entry)
+        return claimed
+
     def _resolve_conflicts(self, conn: Connection, accepts: list[InboxOp], results: dict[int, Any]) -> None:
         """Some keys already existed: read the stored rows and tell new from duplicate."""
         keys = list({op.args["message"].dedupe_key for op in accepts})
@@ -291,4 +375,7 @@ class Inbox:
             attempts=row["attempts"],
             reply_ref=row["reply_ref"],
             reply_text=row["reply_text"],
+            error=row["error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
         )

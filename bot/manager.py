@@ -23,7 +23,7 @@ from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
-from bot.inbox import Inbox, InboxEntry
+from bot.inbox import DEAD, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.threads import Conversation, ThreadStore
 from channels.base import Channel
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
+DEAD_LETTER_NOTE = (
+    "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
+    "and set it aside for the operator (trace {trace})."
+)
 CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
@@ -176,7 +180,7 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling message failed")
-            await self._fail(entry.id, f"{type(exc).__name__}: {exc}")
+            await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
         finally:
             lock, users = self._conversation_locks[key]
             if users <= 1:
@@ -350,7 +354,12 @@ class ChannelManager:
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     if turn.entry_id:
-                        await self._fail(turn.entry_id, f"reply delivery failed: {exc}", reply_text=final)
+                        await self._fail(
+                            turn.entry_id,
+                            f"reply delivery failed: {exc}",
+                            reply_text=final,
+                            message=turn.message,
+                        )
                     return
         except asyncio.CancelledError:
             if turn.entry_id:
@@ -359,7 +368,7 @@ class ChannelManager:
         except Exception as exc:
             log.exception("turn failed outside the agent")
             if turn.entry_id:
-                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}")
+                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
             return
         if turn.entry_id:
             await self._complete(turn.entry_id)
@@ -490,8 +499,20 @@ class ChannelManager:
         await self.inbox.mark_done(entry_id)
         self.bus.release(entry_id)
 
-    async def _fail(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
+    async def _fail(
+        self, entry_id: str, error: str, reply_text: str | None = None, *, message: InboundMessage
+    ) -> None:
         try:
-            await self.inbox.mark_failed(entry_id, error, reply_text)
+            status = await self.inbox.mark_failed(entry_id, error, reply_text)
         finally:
             self.bus.release(entry_id)
+        if status == DEAD:
+            # Said once, when the entry is set aside; it is never run (or answered) again by itself.
+            log.error(
+                "inbox entry %s failed %d times; dead-lettered: %s", entry_id, self.inbox.max_attempts, error
+            )
+            note = DEAD_LETTER_NOTE.format(attempts=self.inbox.max_attempts, trace=trace_id_var.get() or "-")
+            try:
+                await self.send_notice(message, note)
+            except Exception as exc:  # the platform may be what keeps failing
+                log.warning("could not tell the user their message was set aside: %s", exc)

@@ -3,7 +3,7 @@
 Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them:
 
     database schema → WAL maintenance → inbox writer → agent → manager (identity chain, /connect store)
-    → features (agent hooks, connections, GitHub) → resume unfinished → channels
+    → features (agent hooks, connections, GitHub) → resume unfinished → retry poll → channels
 
 :meth:`Service.stop` reverses it: channels pause (no new input), the manager drains running turns,
 channels stop, features stop in reverse, then the inbox writer, the agent, and last the database.
@@ -12,6 +12,7 @@ channels stop, features stop in reverse, then the inbox writer, the agent, and l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -56,7 +57,7 @@ class Service:
         self.settings = settings
         # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
         self.db = Database(settings.database.url)
-        self.inbox = Inbox(self.db)
+        self.inbox = Inbox(self.db, max_attempts=settings.bus.max_attempts)
         self.bus = MessageBus(self.inbox, settings.bus.queue_size)
         self.threads = ThreadStore(self.db)
         base = Foundation(settings=settings, db=self.db, threads=self.threads)
@@ -75,6 +76,8 @@ class Service:
         self.agent: Agent | None = None
         self.manager: ChannelManager | None = None
         self.started_at: float | None = None
+        self._retry_poll: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.channel_errors: dict[str, str] = {}
 
     @property
@@ -140,9 +143,21 @@ class Service:
             await feature.start(running)
         await self.manager.start()
         await self.bus.resume_unfinished()
+        self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
         for provider, channel in self.channels.items():
             await self._start_channel(provider, channel)
         self.started_at = time.time()
+
+    async def _poll_retries(self) -> None:
+        """Pick up ``switchboard inbox retry ID`` requests (the CLI only marks the row in the database)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.bus.retry_poll_seconds)
+                return
+            try:
+                await self.bus.resume_retries()
+            except Exception as exc:  # a busy or briefly unreachable database: the next poll does it
+                log.warning("checking for inbox retries failed: %s", exc)
 
     async def _start_channel(self, provider: str, channel: Channel) -> None:
         channel.status.set("starting")
@@ -156,6 +171,10 @@ class Service:
     async def stop(self, grace: float | None = None) -> None:
         # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
         await self._each_channel("pause")
+        self._stopping.set()
+        if self._retry_poll is not None:
+            await self._retry_poll  # stopped between polls, so a claimed retry is never lost mid-way
+            self._retry_poll = None
         if self.manager is not None:
             await self.manager.stop(grace)
         await self._each_channel("stop")
