@@ -101,7 +101,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         try:
             await terminal.run()
             # End of input: finish everything accepted (including work resumed from a previous run).
-            await service.bus.wait_idle()
+            assert service.manager is not None
+            await service.manager.wait_idle()
         finally:
             await service.stop()
 

@@ -158,6 +158,21 @@ class ChannelManager:
                 log.warning("stopped %d unfinished turn(s); they resume at next start", len(still))
                 await asyncio.gather(*still, return_exceptions=True)
 
+    async def wait_idle(self) -> None:
+        """Return once nothing is left to do: every accepted message finished (done, failed or set aside)
+        and no thread has a turn running or queued — including follow-ups that no inbox entry counts,
+        such as goal continuations. Tests and ``switchboard chat`` wait on this instead of polling."""
+        while True:
+            await self.bus.wait_idle()
+            busy = {t for t in self._handlers if not t.done()}
+            busy |= {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+            if busy:
+                await asyncio.wait(busy)
+            elif self._lanes or self.bus.load:
+                await asyncio.sleep(0.005)  # a lane between its creation and its worker's start
+            else:
+                return
+
     async def _dispatch_loop(self) -> None:
         while (entry := await self.bus.get()) is not None:
             task = asyncio.create_task(self._handle_entry(entry))
