@@ -190,9 +190,11 @@ class AgentRuntime:
                     "only and is lost on restart (pip install langgraph-checkpoint-postgres)"
                 )
             else:
-                saver = await self._stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conninfo))
-                await saver.setup()
-                return saver
+                pg_saver = await self._stack.enter_async_context(
+                    AsyncPostgresSaver.from_conn_string(conninfo)
+                )
+                await pg_saver.setup()
+                return pg_saver
         return InMemorySaver()
 
     async def close(self) -> None:
@@ -330,7 +332,7 @@ class AgentRuntime:
         if last_ai is None:
             return []
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        calls = [(c["id"], c["name"]) for c in last_ai.tool_calls]
+        calls: list[tuple[str | None, str | None]] = [(c["id"], c["name"]) for c in last_ai.tool_calls]
         calls += [(c.get("id"), c.get("name")) for c in last_ai.invalid_tool_calls]
         return [
             ToolMessage(

@@ -122,6 +122,11 @@ class InboxOp:
     args: dict[str, Any]
 
 
+def _log_reply_ref_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("saving reply ref failed: %s", future.exception())
+
+
 class Inbox:
     def __init__(self, db: Database, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.db = db
@@ -168,9 +173,7 @@ class Inbox:
         if not self._writer.running:
             return
         future = self._writer.enqueue(InboxOp("reply_ref", {"id": entry_id, "reply_ref": ref}))
-        future.add_done_callback(
-            lambda f: f.exception() and log.warning("saving reply ref failed: %s", f.exception())
-        )
+        future.add_done_callback(_log_reply_ref_failure)
 
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but neither done nor dead, oldest first: what a restart must resume."""

@@ -360,6 +360,7 @@ class ChannelManager:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
                     self.inbox.set_reply_ref(turn.entry_id, reply.ref)
+                files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
                 else:

@@ -94,7 +94,7 @@ class TelegramChannel(Channel):
         super().__init__()
         self._group_budgets = BudgetRegistry(config.group_edit_interval_seconds)
         self._allowed = {_normalise_user(u) for u in config.allowed_users if _normalise_user(u)}
-        self._app: Application | None = None  # type: ignore[type-arg]
+        self._app: Application | None = None
         self._bot: Bot | None = None
         self.bot_id: int | None = None
         self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
@@ -116,7 +116,7 @@ class TelegramChannel(Channel):
     def _root(self) -> str:
         return self.config.api_base_url.rstrip("/")
 
-    def _build_app(self) -> Application:  # type: ignore[type-arg]
+    def _build_app(self) -> Application:
         poll_timeout = self.config.poll_timeout_seconds
         return (
             Application.builder()
