@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.identity import Identity
+from channels.errors import NetworkError, RetryAfter
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
 from tests.conftest import make_settings
@@ -68,3 +69,18 @@ async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path,
         await second.idle()
         assert await second.service.inbox.counts() == {"done": 1}
     assert chat.in_chat("chat-1")[-1].text == "echo: are you there?"
+
+
+async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(harness, llm):
+    """The resend path (an answer kept from a failed delivery) has no streaming, so its first edit is
+    the final one: a single RetryAfter there must be waited out, not turned into a second message."""
+    harness.chat.fail_next("send", NetworkError("platform down"), times=50)
+    message = harness.chat.make_message("important question", message_id="q1")
+    await harness.chat.deliver(message)
+    await harness.idle(timeout=30)
+    harness.chat.recover()
+    harness.chat.fail_next("edit", RetryAfter(0.05))
+    await harness.chat.deliver(message)
+    await harness.idle()
+    assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: important question"]
+    assert len(llm.completions) == 1
