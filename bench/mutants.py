@@ -179,7 +179,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "channels/reply.py",
         "                if shown == chunk:\n                    continue",
         "                if shown == chunk and False:\n                    continue",
-        (f"{F}/test_streaming.py",),
+        (f"{F}/test_reply_budget.py", f"{F}/test_streaming.py"),
         "unchanged chunks are edited again (wasting the chat's rate budget)",
     ),
     # --- connections/store.py -----------------------------------------------------------------------
