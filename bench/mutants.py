@@ -6,9 +6,9 @@ scratch copy of the tree, then the tests that should notice are run. A mutant th
     python bench/mutants.py fifo-lane ...   # just these
     python bench/mutants.py --list
 
-mutmut needs its own runner and rewrites files in place; this script never touches the working tree
-(it copies it to a temporary directory) and runs only the few tests that guard each mutant, so the whole
-list takes minutes on two cores instead of hours.
+mutmut is not installed here and generates every mutation it can, each run against the suite; this
+script never touches the working tree (it copies it to a temporary directory) and runs only the few
+tests that guard each named mutant, so the whole list takes minutes on two cores instead of hours.
 """
 
 from __future__ import annotations
