@@ -9,7 +9,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from agent.goals import GoalKeeper
+    from agent.memory import MemoryService
 
 
 @dataclass(slots=True)
@@ -74,3 +78,10 @@ class Agent(Protocol):
     def model_names(self) -> list[str]: ...
 
     async def close(self) -> None: ...
+
+    # Optional capabilities, declared here so callers ask the agent instead of probing it: None = off.
+    @property
+    def goals(self) -> GoalKeeper | None: ...
+
+    @property
+    def memory(self) -> MemoryService | None: ...

@@ -247,8 +247,9 @@ class GoalStore:
         now = time.time()
         if "seen_outputs" in goal_values:
             goal_values["seen_outputs"] = json.dumps(list(goal_values["seen_outputs"])[-50:])
-        row = {
-            "id": uuid.uuid4().hex,
+        step_id = uuid.uuid4().hex
+        row: dict[str, object] = {
+            "id": step_id,
             "thread_id": goal.thread_id,
             "owner": goal.owner,
             "goal_created_at": goal.created_at,
@@ -273,7 +274,7 @@ class GoalStore:
                     .where(goal_continuations.c.id == finishing)
                     .values(status="done", updated_at=now)
                 )
-        continuation = await self.continuation(row["id"])
+        continuation = await self.continuation(step_id)
         assert continuation is not None
         return continuation
 

@@ -41,7 +41,7 @@ def resolve_class(use: str) -> type[Any]:
             f"`pip install {package}`"
         ) from None
     try:
-        return getattr(module, class_name)  # type: ignore[no-any-return]
+        return getattr(module, class_name)
     except AttributeError:
         raise ModelLoadError(f"{use}: module {module_name} has no class {class_name}") from None
 

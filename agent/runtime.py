@@ -232,6 +232,8 @@ class AgentRuntime:
                 AsyncSqliteSaver.from_conn_string(str(self.checkpoint_path))
             )
             await saver.setup()  # WAL mode and tables
+            # Wait for a lock instead of failing at once with "database is locked" (same as bot/db.py).
+            await saver.conn.execute("PRAGMA busy_timeout=10000")
             # As for the main database: in WAL mode NORMAL survives a process crash (only an OS crash
             # can lose the last commits) and saves an fsync per checkpoint write.
             await saver.conn.execute("PRAGMA synchronous=NORMAL")
@@ -246,9 +248,11 @@ class AgentRuntime:
                     "only and is lost on restart (pip install langgraph-checkpoint-postgres)"
                 )
             else:
-                saver = await self._stack.enter_async_context(AsyncPostgresSaver.from_conn_string(conninfo))
-                await saver.setup()
-                return saver
+                pg_saver = await self._stack.enter_async_context(
+                    AsyncPostgresSaver.from_conn_string(conninfo)
+                )
+                await pg_saver.setup()
+                return pg_saver
         return InMemorySaver()
 
     async def close(self) -> None:
@@ -445,7 +449,7 @@ class AgentRuntime:
     ) -> tuple[BaseMessage, list[BaseMessage], str | None]:
         """Call the model with the thread fitted into its context; on an overflow compact harder, retry
         once, and then give up with :class:`ContextOverflowError` (a sentence the user can act on)."""
-        messages = list(state["messages"])
+        messages: list[BaseMessage] = list(state["messages"])
         summary = state.get("summary") or None
         kept, removed, summary = await self._fit_or_give_up(run, messages, summary, hard=False)
         for attempt in (1, 2):
@@ -560,7 +564,7 @@ class AgentRuntime:
         if last_ai is None:
             return []
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        calls = [(c["id"], c["name"]) for c in last_ai.tool_calls]
+        calls: list[tuple[str | None, str | None]] = [(c["id"], c["name"]) for c in last_ai.tool_calls]
         calls += [(c.get("id"), c.get("name")) for c in last_ai.invalid_tool_calls]
         return [
             ToolMessage(

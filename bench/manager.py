@@ -38,6 +38,9 @@ from config.loader import load_settings
 class InstantAgent:
     """Answers every turn immediately; stands in for a model with zero latency."""
 
+    goals = None  # no optional capabilities
+    memory = None
+
     async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
         yield TextDelta("ok")
         yield TurnFinished(text=f"ok: {request.text}")

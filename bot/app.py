@@ -33,6 +33,6 @@ def create_app(settings: Settings, *, service: Service | None = None, **service_
         return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
 
     for feature in service.features:
-        for router in feature.routers(service):
+        for router in feature.routers():
             app.include_router(router)
     return app

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.inbox import DONE, Inbox, InboxEntry
+from bot.inbox import DEAD, DONE, Inbox, InboxEntry
 from channels.errors import Backpressure
 from channels.types import InboundMessage
 
@@ -63,7 +63,8 @@ class MessageBus:
         except BaseException:
             self._unreserve()
             raise
-        if entry.duplicate and (entry.status == DONE or entry.id in self._in_flight):
+        # Dead-lettered entries stay set aside: only the operator's ``switchboard inbox retry`` revives one.
+        if entry.duplicate and (entry.status in (DONE, DEAD) or entry.id in self._in_flight):
             self._unreserve()
             return False
         # New, or a redelivery of one that failed earlier and is not running: (re)run it.
@@ -83,6 +84,22 @@ class MessageBus:
         if entries:
             log.info("resuming %d unfinished message(s) from the inbox", len(entries))
         return len(entries)
+
+    async def resume_retries(self) -> int:
+        """Queue the entries an operator asked to retry (polled by the service while it runs)."""
+        if self._closed:
+            return 0
+        queued = 0
+        for entry in await self.inbox.take_retries():
+            if entry.id in self._in_flight:
+                continue
+            self._in_flight.add(entry.id)
+            self._reserve()
+            self._queue.put_nowait(entry)
+            queued += 1
+        if queued:
+            log.info("retrying %d inbox message(s) an operator queued", queued)
+        return queued
 
     async def get(self) -> InboxEntry | None:
         """Next message for the manager; ``None`` once the bus is closed and empty."""

@@ -62,6 +62,7 @@ class Database:
 
         self._sync_engine: Engine | None = None
         self._maintenance: asyncio.Task[None] | None = None
+        self._stop_maintenance = asyncio.Event()
         self._checkpoint_conn: sqlite3.Connection | None = None
 
     @property
@@ -113,11 +114,27 @@ class Database:
     def start_maintenance(self) -> None:
         """SQLite: copy the WAL into the database every second, off the event loop and off every commit."""
         if self.is_sqlite and self.sqlite_path is not None and self._maintenance is None:
+            self._stop_maintenance.clear()
             self._maintenance = asyncio.create_task(self._checkpoint_loop(), name="sqlite-checkpoint")
 
+    async def stop_maintenance(self) -> None:
+        """Stop the checkpoint loop cooperatively and wait for it.
+
+        Not ``cancel()``: cancelling a task that awaits ``asyncio.to_thread`` abandons the thread, which
+        keeps using the checkpoint connection while :meth:`close` closes it (a worker once segfaulted
+        that way). The loop checks the event between rounds, so a running checkpoint always finishes.
+        """
+        if self._maintenance is None:
+            return
+        self._stop_maintenance.set()
+        await self._maintenance
+        self._maintenance = None
+
     async def _checkpoint_loop(self) -> None:
-        while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_SECONDS)
+        while not self._stop_maintenance.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_maintenance.wait(), CHECKPOINT_INTERVAL_SECONDS)
+                return
             try:
                 await asyncio.to_thread(self._checkpoint, "PASSIVE")
             except Exception as exc:  # a busy database just means the next round does it
@@ -125,18 +142,18 @@ class Database:
 
     def _checkpoint(self, mode: str) -> None:
         if self._checkpoint_conn is None:
-            self._checkpoint_conn = sqlite3.connect(
+            conn = sqlite3.connect(
                 str(self.sqlite_path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False
             )
+            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            self._checkpoint_conn = conn
         # PASSIVE never waits for readers or writers: it copies what it can and returns.
         self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
 
     async def close(self) -> None:
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._maintenance
-            self._maintenance = None
+        """Maintenance first (awaited, so no thread still holds a connection), then every connection."""
+        await self.stop_maintenance()
         if self._checkpoint_conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 await asyncio.to_thread(self._checkpoint, "TRUNCATE")

@@ -1,9 +1,10 @@
 """The durable inbox: every accepted message is on disk before the platform is told "got it".
 
-Writes are group-committed: callers enqueue an operation and await its future; one writer task takes
-everything queued, applies it in a single transaction and resolves the futures. Under load that turns
+Writes are group-committed by the shared :class:`config.writer.GroupCommitWriter`: callers await their
+operation; one writer task applies everything queued in a single transaction. Under load that turns
 hundreds of tiny commits into a few large ones, which is what lets SQLite keep up with a busy bot, while
-each caller still only proceeds once its own row is durable.
+each caller still only proceeds once its own row is durable. A failed batch is re-applied op by op, so
+one bad write fails only its own caller.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Column,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     bindparam,
+    case,
     select,
     text,
     tuple_,
@@ -37,6 +40,7 @@ from sqlalchemy.engine import Connection
 
 from bot.db import Database
 from channels.types import InboundMessage
+from config.writer import GroupCommitWriter, WriterClosed
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ inbox_table = Table(
     Column("chat", String(200), nullable=False),
     Column("platform_message_id", String(200), nullable=False),
     Column("payload", Text, nullable=False),
-    Column("status", String(16), nullable=False, default="pending"),  # pending | done | failed
+    Column("status", String(16), nullable=False, default="pending"),  # pending|done|failed|dead|retry
     Column("attempts", Integer, nullable=False, default=0),
     Column("reply_ref", String(200)),
     Column("reply_text", Text),
@@ -62,6 +66,12 @@ inbox_table = Table(
 )
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+#: Failed ``max_attempts`` times: set aside for the operator (``switchboard inbox list --failed``), never
+#: run again by itself — not by a redelivery, not at start — so one poison message cannot loop forever.
+DEAD = "dead"
+#: An operator asked for another run (``switchboard inbox retry ID``); the service claims it on its poll.
+RETRY = "retry"
+DEFAULT_MAX_ATTEMPTS = 3
 
 _INSERT_COLUMNS = (
     "id",
@@ -96,37 +106,44 @@ class InboxEntry:
     reply_ref: str | None = None
     reply_text: str | None = None
     duplicate: bool = False
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+OpKind = Literal["accept", "done", "failed", "reply_ref", "take_retries"]
 
 
 @dataclass(slots=True)
-class _Op:
-    kind: str  # accept | done | failed | reply_ref
+class InboxOp:
+    """One queued write; ``args`` depend on the kind (see the public methods that make them)."""
+
+    kind: OpKind
     args: dict[str, Any]
-    future: asyncio.Future[Any]
+
+
+def _log_reply_ref_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("saving reply ref failed: %s", future.exception())
 
 
 class Inbox:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.db = db
-        self._ops: asyncio.Queue[_Op] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self.max_attempts = max_attempts
+        self._writer: GroupCommitWriter[InboxOp] = GroupCommitWriter(
+            "inbox", self._apply, max_batch=MAX_BATCH
+        )
         self._insert = INSERT_IF_NEW
         # SQLite: one dedicated thread applies whole batches (one hop per batch, not per statement).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inbox-writer") if db.is_sqlite else None
 
     async def start(self) -> None:
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._write_loop(), name="inbox-writer")
+        self._writer.start()
 
     async def close(self) -> None:
-        """Flush everything queued, then stop the writer."""
-        if self._writer is None:
-            return
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._ops.put_nowait(_Op("stop", {}, done))
-        await done
-        await self._writer
-        self._writer = None
+        """Flush everything queued, then stop the writer (and its thread)."""
+        await self._writer.close()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
@@ -138,20 +155,25 @@ class Inbox:
     async def mark_done(self, entry_id: str) -> None:
         await self._submit("done", id=entry_id)
 
-    async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
-        """Leave the message for a retry. ``reply_text`` (when the agent had answered) avoids a re-run."""
-        await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
+    async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> str:
+        """Count a failed attempt and return the new status: ``failed`` (a redelivery runs it again) or,
+        after ``max_attempts`` failures, ``dead``. ``reply_text`` (the agent's answer, when only delivery
+        failed) lets a retry deliver it without asking the model again."""
+        status: str = await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
+        return status
+
+    async def take_retries(self, limit: int = 50) -> list[InboxEntry]:
+        """Claim entries an operator queued for retry (``retry`` → ``pending``), oldest first."""
+        entries: list[InboxEntry] = await self._submit("take_retries", limit=limit)
+        return entries
 
     def set_reply_ref(self, entry_id: str, ref: str) -> None:
         """Remember the visible reply so a resumed run edits it. Not awaited: it only saves a duplicate
         placeholder if the process dies in the next few milliseconds, and must not slow the turn."""
-        if self._writer is None:
+        if not self._writer.running:
             return
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(
-            lambda f: f.exception() and log.warning("saving reply ref failed: %s", f.exception())
-        )
-        self._ops.put_nowait(_Op("reply_ref", {"id": entry_id, "reply_ref": ref}, future))
+        future = self._writer.enqueue(InboxOp("reply_ref", {"id": entry_id, "reply_ref": ref}))
+        future.add_done_callback(_log_reply_ref_failure)
 
     async def save_reply_ref(self, entry_id: str, ref: str) -> None:
         """Like :meth:`set_reply_ref`, but returns once the reference is durable.
@@ -162,12 +184,12 @@ class Inbox:
         await self._submit("reply_ref", id=entry_id, reply_ref=ref)
 
     async def unfinished(self) -> list[InboxEntry]:
-        """Messages accepted but not done, oldest first: what a restart must resume."""
+        """Messages accepted but neither done nor dead, oldest first: what a restart must resume."""
         async with self.db.engine.connect() as conn:
             rows = (
                 await conn.execute(
                     select(inbox_table)
-                    .where(inbox_table.c.status != DONE)
+                    .where(inbox_table.c.status.in_((PENDING, FAILED)))
                     .order_by(inbox_table.c.created_at, inbox_table.c.id)
                 )
             ).mappings()
@@ -182,50 +204,60 @@ class Inbox:
             )
             return {status: count for status, count in rows}
 
+    # --- operator actions (``switchboard inbox``; direct, from another process) ----------------------
+    async def get(self, entry_id: str) -> InboxEntry | None:
+        async with self.db.engine.connect() as conn:
+            row = (
+                (await conn.execute(select(inbox_table).where(inbox_table.c.id == entry_id)))
+                .mappings()
+                .first()
+            )
+        return self._entry(row) if row else None
+
+    async def entries(self, *, failed_only: bool = False, limit: int = 50) -> list[InboxEntry]:
+        """Newest first; ``failed_only``: failed and dead-lettered entries (what an operator must see)."""
+        query = select(inbox_table).order_by(inbox_table.c.updated_at.desc()).limit(limit)
+        if failed_only:
+            query = query.where(inbox_table.c.status.in_((FAILED, DEAD)))
+        async with self.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [self._entry(row) for row in rows]
+
+    async def request_retry(self, entry_id: str) -> InboxEntry | None:
+        """Queue a failed or dead entry for the service to run again, with its attempts reset.
+
+        One conditional UPDATE (no read-then-write), so it cannot deadlock against the service's writer.
+        """
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == entry_id, inbox_table.c.status.in_((FAILED, DEAD)))
+                .values(status=RETRY, attempts=0, updated_at=time.time())
+            )
+        return await self.get(entry_id)
+
     # --- writer ------------------------------------------------------------------------------------
-    async def _submit(self, kind: str, **args: Any) -> Any:
-        if self._writer is None:
-            raise RuntimeError("inbox is not started")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._ops.put_nowait(_Op(kind, args, future))
-        return await future
+    async def _submit(self, kind: OpKind, **args: Any) -> Any:
+        try:
+            return await self._writer.submit(InboxOp(kind, args))
+        except WriterClosed:
+            raise RuntimeError("inbox is not started") from None
 
-    async def _write_loop(self) -> None:
-        while True:
-            batch = [await self._ops.get()]
-            while len(batch) < MAX_BATCH and not self._ops.empty():
-                batch.append(self._ops.get_nowait())
-            stop = [op for op in batch if op.kind == "stop"]
-            work = [op for op in batch if op.kind != "stop"]
-            if work:
-                try:
-                    results = await self._apply(work)
-                except Exception as exc:
-                    log.exception("inbox write failed for a batch of %d", len(work))
-                    for op in work:
-                        if not op.future.done():
-                            op.future.set_exception(exc)
-                else:
-                    for op in work:
-                        if not op.future.done():
-                            op.future.set_result(results.get(id(op)))
-            for op in stop:
-                op.future.set_result(None)
-            if stop:
-                return
-
-    async def _apply(self, ops: list[_Op]) -> dict[int, Any]:
+    async def _apply(self, ops: Sequence[InboxOp]) -> list[Any]:
+        """The writer's batch: one transaction, one result per op in order (see GroupCommitWriter)."""
         if self._executor is not None:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, self._apply_sqlite, ops)
-        async with self.db.engine.begin() as conn:
-            return await conn.run_sync(self._apply_in, ops)
+            results = await loop.run_in_executor(self._executor, self._apply_sqlite, ops)
+        else:
+            async with self.db.engine.begin() as conn:
+                results = await conn.run_sync(self._apply_in, ops)
+        return [results.get(id(op)) for op in ops]
 
-    def _apply_sqlite(self, ops: list[_Op]) -> dict[int, Any]:
+    def _apply_sqlite(self, ops: Sequence[InboxOp]) -> dict[int, Any]:
         with self.db.sync_engine.begin() as conn:
             return self._apply_in(conn, ops)
 
-    def _apply_in(self, conn: Connection, ops: list[_Op]) -> dict[int, Any]:
+    def _apply_in(self, conn: Connection, ops: Sequence[InboxOp]) -> dict[int, Any]:
         """Apply one batch inside an open transaction (runs in the writer thread or via run_sync)."""
         now = time.time()
         results: dict[int, Any] = {}
@@ -241,15 +273,24 @@ class Inbox:
             )
         for op in ops:
             if op.kind == "failed":
+                attempts = inbox_table.c.attempts + 1
                 values: dict[str, Any] = {
-                    "status": FAILED,
+                    "status": case((attempts >= self.max_attempts, DEAD), else_=FAILED),
                     "error": op.args["error"],
                     "updated_at": now,
-                    "attempts": inbox_table.c.attempts + 1,
+                    "attempts": attempts,
                 }
                 if op.args.get("reply_text") is not None:
                     values["reply_text"] = op.args["reply_text"]
-                conn.execute(update(inbox_table).where(inbox_table.c.id == op.args["id"]).values(**values))
+                status = conn.execute(
+                    update(inbox_table)
+                    .where(inbox_table.c.id == op.args["id"])
+                    .values(**values)
+                    .returning(inbox_table.c.status)
+                ).scalar()
+                results[id(op)] = status or FAILED
+            elif op.kind == "take_retries":
+                results[id(op)] = self._take_retries(conn, op.args["limit"], now)
         refs = [
             {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
         ]
@@ -289,7 +330,31 @@ class Inbox:
                 self._resolve_conflicts(conn, accepts, results)
         return results
 
-    def _resolve_conflicts(self, conn: Connection, accepts: list[_Op], results: dict[int, Any]) -> None:
+    def _take_retries(self, conn: Connection, limit: int, now: float) -> list[InboxEntry]:
+        rows = (
+            conn.execute(
+                select(inbox_table)
+                .where(inbox_table.c.status == RETRY)
+                .order_by(inbox_table.c.updated_at)
+                .limit(limit)
+            )
+            .mappings()
+            .all()
+        )
+        claimed = []
+        for row in rows:
+            moved = conn.execute(
+                update(inbox_table)
+                .where(inbox_table.c.id == row["id"], inbox_table.c.status == RETRY)
+                .values(status=PENDING, updated_at=now)
+            )
+            if moved.rowcount == 1:  # several instances: each entry is claimed once
+                entry = self._entry(row)
+                entry.status = PENDING
+                claimed.append(entry)
+        return claimed
+
+    def _resolve_conflicts(self, conn: Connection, accepts: list[InboxOp], results: dict[int, Any]) -> None:
         """Some keys already existed: read the stored rows and tell new from duplicate."""
         keys = list({op.args["message"].dedupe_key for op in accepts})
         cols = (
@@ -321,4 +386,7 @@ class Inbox:
             attempts=row["attempts"],
             reply_ref=row["reply_ref"],
             reply_text=row["reply_text"],
+            error=row["error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
         )

@@ -23,7 +23,7 @@ from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
-from bot.inbox import Inbox, InboxEntry
+from bot.inbox import DEAD, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.threads import Conversation, ThreadStore
 from channels.base import Channel
@@ -31,12 +31,17 @@ from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
 from channels.types import InboundMessage
 from config.schema import Settings
+from connections import ConnectionStore
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
 PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
+DEAD_LETTER_NOTE = (
+    "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
+    "and set it aside for the operator (trace {trace})."
+)
 CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
@@ -123,6 +128,7 @@ class ChannelManager:
         channels: dict[str, Channel],
         commands: CommandRegistry | None = None,
         identity: IdentityResolver | None = None,
+        connections: ConnectionStore | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -132,6 +138,8 @@ class ChannelManager:
         self.channels = channels
         self.commands = commands or CommandRegistry.discover()
         self.identity: IdentityResolver = identity or PlatformIdentityResolver()
+        #: Where ``/connect`` binds accounts; None when the service runs without connections.
+        self.connections = connections
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
@@ -168,12 +176,19 @@ class ChannelManager:
                 await asyncio.gather(*still, return_exceptions=True)
 
     async def wait_idle(self) -> None:
-        """Return once no message is unfinished and no lane has work (``switchboard chat`` at EOF)."""
+        """Return once nothing is left to do: every accepted message finished (done, failed or set aside)
+        and no thread has a turn running or queued — including follow-ups that no inbox entry counts,
+        such as goal continuations. Tests and ``switchboard chat`` wait on this instead of polling."""
         while True:
             await self.bus.wait_idle()
-            if not self._lanes and not self.bus.load:
+            busy = {t for t in self._handlers if not t.done()}
+            busy |= {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+            if busy:
+                await asyncio.wait(busy)
+            elif self._lanes or self.bus.load:
+                await asyncio.sleep(0.005)  # a lane between its creation and its worker's start
+            else:
                 return
-            await asyncio.sleep(0.05)  # lanes have no event of their own; this is a CLI's exit path
 
     async def _dispatch_loop(self) -> None:
         while (entry := await self.bus.get()) is not None:
@@ -197,7 +212,7 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling message failed")
-            await self._fail(entry.id, f"{type(exc).__name__}: {exc}")
+            await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
         finally:
             lock, users = self._conversation_locks[key]
             if users <= 1:
@@ -391,6 +406,7 @@ class ChannelManager:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
                     self.inbox.set_reply_ref(turn.entry_id, reply.ref)
+                files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
                 else:
@@ -400,7 +416,12 @@ class ChannelManager:
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     if turn.entry_id:
-                        await self._fail(turn.entry_id, f"reply delivery failed: {exc}", reply_text=final)
+                        await self._fail(
+                            turn.entry_id,
+                            f"reply delivery failed: {exc}",
+                            reply_text=final,
+                            message=turn.message,
+                        )
                     return
         except asyncio.CancelledError:
             if turn.entry_id:
@@ -409,7 +430,7 @@ class ChannelManager:
         except Exception as exc:
             log.exception("turn failed outside the agent")
             if turn.entry_id:
-                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}")
+                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
             return
         if turn.entry_id:
             await self._complete(turn.entry_id)
@@ -564,8 +585,20 @@ class ChannelManager:
         await self.inbox.mark_done(entry_id)
         self.bus.release(entry_id)
 
-    async def _fail(self, entry_id: str, error: str, reply_text: str | None = None) -> None:
+    async def _fail(
+        self, entry_id: str, error: str, reply_text: str | None = None, *, message: InboundMessage
+    ) -> None:
         try:
-            await self.inbox.mark_failed(entry_id, error, reply_text)
+            status = await self.inbox.mark_failed(entry_id, error, reply_text)
         finally:
             self.bus.release(entry_id)
+        if status == DEAD:
+            # Said once, when the entry is set aside; it is never run (or answered) again by itself.
+            log.error(
+                "inbox entry %s failed %d times; dead-lettered: %s", entry_id, self.inbox.max_attempts, error
+            )
+            note = DEAD_LETTER_NOTE.format(attempts=self.inbox.max_attempts, trace=trace_id_var.get() or "-")
+            try:
+                await self.send_notice(message, note)
+            except Exception as exc:  # the platform may be what keeps failing
+                log.warning("could not tell the user their message was set aside: %s", exc)

@@ -1,25 +1,37 @@
-"""Assembly: database, inbox, bus, agent, manager, channels and features, started and stopped in order.
+"""Assembly: what runs, in which order, and what each part is given.
 
-Start order: schema → inbox writer → agent → manager → features → resume unfinished → channels.
-Stop order is the reverse, with channels first so no new input arrives while the manager drains.
+Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them:
+
+    database schema → WAL maintenance → inbox writer → agent → manager (identity chain, /connect store)
+    → features (agent hooks, connections, GitHub) → resume unfinished → retry poll → channels
+
+:meth:`Service.stop` reverses it: channels pause (no new input), the manager drains running turns,
+channels stop, features stop in reverse, then the inbox writer, the agent, and last the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import MetaData
+
 from agent.events import Agent
 from agent.runtime import AgentRuntime
-from bot import features as feature_registry
 from bot import inbox as inbox_module
 from bot import migrations
 from bot import threads as threads_module
 from bot.bus import MessageBus
 from bot.db import Database
+from bot.features import Feature, Foundation, Running
+from bot.features.agent import AgentFeature
+from bot.features.connections import ConnectionsFeature
+from bot.features.github import GitHubFeature
+from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.manager import ChannelManager
 from bot.registry import channel_class
@@ -30,6 +42,7 @@ from config.schema import Settings
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
+CHANNEL_CALL_TIMEOUT_SECONDS = 10
 
 
 class Service:
@@ -40,28 +53,38 @@ class Service:
         channels: dict[str, Channel] | None = None,
         agent: Agent | None = None,
         chat_models: dict[str, Any] | None = None,
-        features: list[feature_registry.Feature] | None = None,
     ) -> None:
         self.settings = settings
+        # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
         self.db = Database(settings.database.url)
-        self.inbox = Inbox(self.db)
+        self.inbox = Inbox(self.db, max_attempts=settings.bus.max_attempts)
         self.bus = MessageBus(self.inbox, settings.bus.queue_size)
         self.threads = ThreadStore(self.db)
+        base = Foundation(settings=settings, db=self.db, threads=self.threads)
+        # Features, in the order they start (and the reverse of the order they stop).
+        self.agent_feature = AgentFeature()
+        self.connections = ConnectionsFeature(base, live_providers=lambda: list(self.channels))
+        self.github = GitHubFeature(base)
+        self.features: list[Feature] = [self.agent_feature, self.connections, self.github]
+        # Who owns a message: GitHub agents own their threads; everyone else per their connection.
+        self.identity = IdentityChain([self.github.identity, self.connections.identity])
+
         self._given_channels = channels
         self._given_agent = agent
         self._chat_models = chat_models
-        self.features = feature_registry.discover() if features is None else features
         self.channels: dict[str, Channel] = {}
         self.agent: Agent | None = None
         self.manager: ChannelManager | None = None
         self.started_at: float | None = None
+        self._retry_poll: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self.channel_errors: dict[str, str] = {}
 
     @property
     def data_dir(self) -> Path:
         return Path(self.settings.data_dir)
 
-    def tables(self) -> list[Any]:
+    def tables(self) -> list[MetaData]:
         metadatas = [inbox_module.metadata, threads_module.metadata, migrations.metadata]
         for feature in self.features:
             metadatas.extend(feature.tables())
@@ -86,22 +109,24 @@ class Service:
                 self.channel_errors[provider] = str(exc)
         return built
 
+    async def _build_agent(self) -> Agent:
+        if self._given_agent is not None:
+            return self._given_agent
+        runtime = AgentRuntime(
+            self.settings,
+            checkpoint_path=self.checkpoint_path(),
+            chat_models=self._chat_models,
+            engine=self.db.engine,
+        )
+        await runtime.start()
+        return runtime
+
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.db.create_schema(self.tables())
         self.db.start_maintenance()
         await self.inbox.start()
-        if self._given_agent is not None:
-            self.agent = self._given_agent
-        else:
-            runtime = AgentRuntime(
-                self.settings,
-                checkpoint_path=self.checkpoint_path(),
-                chat_models=self._chat_models,
-                engine=self.db.engine,
-            )
-            await runtime.start()
-            self.agent = runtime
+        self.agent = await self._build_agent()
         self.channels = self.build_channels()
         self.manager = ChannelManager(
             settings=self.settings,
@@ -110,14 +135,29 @@ class Service:
             threads=self.threads,
             agent=self.agent,
             channels=self.channels,
+            identity=self.identity,
+            connections=self.connections.store,
         )
+        running = Running(agent=self.agent, manager=self.manager, channels=self.channels)
         for feature in self.features:
-            await feature.start(self)
+            await feature.start(running)
         await self.manager.start()
         await self.bus.resume_unfinished()
+        self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
         for provider, channel in self.channels.items():
             await self._start_channel(provider, channel)
         self.started_at = time.time()
+
+    async def _poll_retries(self) -> None:
+        """Pick up ``switchboard inbox retry ID`` requests (the CLI only marks the row in the database)."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.bus.retry_poll_seconds)
+                return
+            try:
+                await self.bus.resume_retries()
+            except Exception as exc:  # a busy or briefly unreachable database: the next poll does it
+                log.warning("checking for inbox retries failed: %s", exc)
 
     async def _start_channel(self, provider: str, channel: Channel) -> None:
         channel.status.set("starting")
@@ -129,25 +169,30 @@ class Service:
             channel.status.set("error", str(exc))
 
     async def stop(self, grace: float | None = None) -> None:
-        # 1. No new input; 2. running turns finish and can still reply; 3. disconnect.
+        # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
         await self._each_channel("pause")
+        self._stopping.set()
+        if self._retry_poll is not None:
+            await self._retry_poll  # stopped between polls, so a claimed retry is never lost mid-way
+            self._retry_poll = None
         if self.manager is not None:
             await self.manager.stop(grace)
         await self._each_channel("stop")
         for feature in reversed(self.features):
             try:
-                await feature.stop(self)
+                await feature.stop()
             except Exception:
-                log.exception("feature %s did not stop cleanly", getattr(feature, "name", feature))
+                log.exception("feature %s did not stop cleanly", feature.name)
         await self.inbox.close()
         if self.agent is not None:
             await self.agent.close()
-        await self.db.close()
+        await self.db.close()  # last: it awaits the WAL maintenance task before closing connections
 
     async def _each_channel(self, method: str) -> None:
         for provider, channel in self.channels.items():
+            call = channel.pause if method == "pause" else channel.stop
             try:
-                await asyncio.wait_for(getattr(channel, method)(), timeout=10)
+                await asyncio.wait_for(call(), timeout=CHANNEL_CALL_TIMEOUT_SECONDS)
             except Exception as exc:
                 log.warning("channel %s did not %s cleanly: %s", provider, method, exc)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
 
 from bot.db import Database
 
@@ -122,7 +123,7 @@ class ThreadStore:
         return self._remember(replace(current, model=model))
 
     @staticmethod
-    def _match(key: ConversationKey) -> list:  # type: ignore[type-arg]
+    def _match(key: ConversationKey) -> list[ColumnElement[bool]]:
         c = conversations_table.c
         return [c.provider == key[0], c.workspace == key[1], c.chat == key[2], c.topic == key[3]]
 

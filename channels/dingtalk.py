@@ -249,7 +249,12 @@ class DingTalkChannel(Channel):
             return AckMessage.STATUS_OK, "ignored"
         if self._sink is None or self._service_loop is None:
             return AckMessage.STATUS_SYSTEM_EXCEPTION, "not running"
-        future = asyncio.run_coroutine_threadsafe(self._sink(message), self._service_loop)
+        sink = self._sink
+
+        async def publish() -> bool:
+            return await sink(message)
+
+        future = asyncio.run_coroutine_threadsafe(publish(), self._service_loop)
         try:
             await asyncio.wait_for(asyncio.wrap_future(future), SINK_TIMEOUT)
         except Backpressure:
@@ -308,7 +313,8 @@ class DingTalkChannel(Channel):
     def _content(msg: ChatbotMessage, data: dict[str, Any]) -> tuple[str, list[InboundFile]]:
         """Text and attachments of each message type; anything we cannot read yields nothing."""
         kind = msg.message_type
-        content = data.get("content") if isinstance(data.get("content"), dict) else {}
+        raw_content = data.get("content")
+        content: dict[str, Any] = raw_content if isinstance(raw_content, dict) else {}
         files: list[InboundFile] = []
         text = ""
         if kind == "text" and msg.text is not None:

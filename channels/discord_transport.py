@@ -117,7 +117,7 @@ class DiscordTransport(ReplyTransport):
             kwargs["reference"] = self.reference
             kwargs["mention_author"] = False
         with discord_errors():
-            sent = await self._target().send(**kwargs)  # type: ignore[arg-type]
+            sent = await self._target().send(**kwargs)  # type: ignore[call-overload]
         self._keep_typing()
         return str(sent.id)
 

@@ -229,8 +229,14 @@ class ReplyStream:
         self._closing = True
         self._wake.set()
         if self._pump is not None:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._pump
+            except asyncio.CancelledError:
+                # The pump's own end is expected; the caller being cancelled (a shutdown cutting off a
+                # hung delivery) is not, and swallowing it left the turn stuck in delivery forever.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
         chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
         await self._deliver_final(chunks)
         if files:

@@ -355,7 +355,7 @@ class SlackChannel(Channel):
         except Exception as exc:
             return f"cannot reach Slack at {self.api_base_url}: {slack_error('auth.test', exc)}"
         try:
-            await client.apps_connections_open(app_token=self.config.app_token)
+            await client.apps_connections_open(app_token=self.config.app_token or "")
         except SlackApiError as exc:
             return (
                 f"Slack rejected app_token ({exc.response.get('error')}); it must be an app-level "

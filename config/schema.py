@@ -164,6 +164,10 @@ class BusConfig(Section):
     queue_size: int = Field(1000, gt=0)
     max_concurrent_turns: int = Field(32, gt=0)
     drain_seconds: float = Field(10, ge=0)
+    #: Failed runs of one message before it is dead-lettered (set aside for ``switchboard inbox``).
+    max_attempts: int = Field(3, ge=1)
+    #: How often the service looks for messages an operator queued with ``switchboard inbox retry``.
+    retry_poll_seconds: float = Field(2, gt=0)
 
 
 class ChannelsConfig(Section):

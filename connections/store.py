@@ -292,6 +292,8 @@ class ConnectionStore:
             if consumed.rowcount != 1:
                 raise await self._why_rejected(conn, hashed, identity.provider, now)
             owner = await conn.scalar(select(c.owner).where(c.code_hash == hashed))
+            if owner is None:  # the row was just consumed, so this cannot happen short of a schema bug
+                raise CodeRejected("invalid")
             return await self._bind_locked(conn, owner, identity, external_name, now)
 
     async def _why_rejected(

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from bot.manager import ChannelManager
 from bot.service import Service
 from channels.memory import MemoryChannel
 from config.schema import Settings
@@ -33,7 +34,7 @@ class Harness:
         return next(iter(self.channels.values()))
 
     @property
-    def manager(self):  # type: ignore[no-untyped-def]
+    def manager(self) -> ChannelManager:
         assert self.service.manager is not None
         return self.service.manager
 
@@ -45,13 +46,8 @@ class Harness:
         await self.service.stop(grace)
 
     async def idle(self, timeout: float = 10) -> None:
-        """Wait until every accepted message is finished."""
-
-        async def settle() -> None:
-            while self.service.bus.load or self.manager._lanes:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(settle(), timeout)
+        """Wait until every accepted message is finished and no thread has work left."""
+        await asyncio.wait_for(self.manager.wait_idle(), timeout)
 
     async def ask(self, text: str, *, channel: MemoryChannel | None = None, **kwargs: Any) -> str:
         """Send ``text`` and return the final text of the reply that follows it."""

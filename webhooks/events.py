@@ -58,7 +58,8 @@ def parse_event(name: str, payload: dict[str, Any]) -> GitHubEvent | None:
     sender_login = str(_get(payload, "sender", "login") or "")
     installation = _get(payload, "installation", "id")
     action = payload.get("action")
-    common = {
+    # Keyword arguments for GitHubEvent, filled per event kind below.
+    common: dict[str, Any] = {
         "name": name,
         "action": action if isinstance(action, str) else None,
         "sender_login": sender_login,
@@ -78,6 +79,7 @@ def parse_event(name: str, payload: dict[str, Any]) -> GitHubEvent | None:
         issue = payload.get("issue")
         number = _get(issue, "number")
         kind = "pull_request" if _get(issue, "pull_request") else "issue"
+        fields: dict[str, Any]
         if name == "issues":
             fields = {
                 "text": _join(_get(issue, "title"), _get(issue, "body")),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,6 +20,7 @@ from webhooks.signature import signature_problem
 
 log = logging.getLogger(__name__)
 
+_loads: Callable[[bytes], Any]
 try:  # orjson parses a typical 10-25 KB payload several times faster; it ships with langsmith
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - plain json is correct, only slower

@@ -13,11 +13,11 @@ table at start-up with everyone else's.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Column,
@@ -33,7 +33,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from config.writer import DEFAULT_MAX_BATCH, GroupCommitWriter
 
 metadata = MetaData()
 deliveries_table = Table(
@@ -79,20 +81,20 @@ class Delivery:
         return self.status == FAILED or self.stuck
 
 
+OpKind = Literal["claim", "finish", "take_retries"]
+
+
 @dataclass(slots=True)
-class _Op:
-    kind: str  # claim | finish | take_retries
+class DeliveryOp:
+    kind: OpKind
     args: dict[str, Any]
-    future: asyncio.Future[Any]
-
-
-MAX_BATCH = 500
 
 
 class DeliveryStore:
-    """The delivery log. Writes are group-committed by one writer task (like the inbox): under a burst of
-    deliveries, hundreds of claims share one transaction, and SQLite never sees two writers from this
-    process fighting for its lock. Each caller still resumes only once its own row is committed."""
+    """The delivery log. Writes go through the shared :class:`config.writer.GroupCommitWriter` (the
+    inbox's too): under a burst of deliveries, hundreds of claims share one transaction, and SQLite never
+    sees two writers from this process fighting for its lock. Each caller still resumes only once its
+    own row is committed; a failed batch is re-applied op by op (the writer's one failure rule)."""
 
     def __init__(self, engine: AsyncEngine, *, is_sqlite: bool) -> None:
         self.engine = engine
@@ -100,8 +102,9 @@ class DeliveryStore:
         self._claim_stmt = self._insert.on_conflict_do_nothing(index_elements=["delivery_id"]).returning(
             deliveries_table.c.delivery_id
         )
-        self._ops: asyncio.Queue[_Op | None] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: GroupCommitWriter[DeliveryOp] = GroupCommitWriter(
+            "github-deliveries", self._apply, max_batch=DEFAULT_MAX_BATCH
+        )
 
     # --- writes (group-committed) --------------------------------------------------------------------
     async def claim(
@@ -137,52 +140,17 @@ class DeliveryStore:
 
     async def close(self) -> None:
         """Let queued writes finish, then stop the writer."""
-        if self._writer is not None:
-            self._ops.put_nowait(None)
-            await self._writer
-            self._writer = None
+        await self._writer.close()
 
-    async def _submit(self, kind: str, **args: Any) -> Any:
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_loop(), name="github-deliveries-writer")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._ops.put_nowait(_Op(kind, args, future))
-        return await future
+    async def _submit(self, kind: OpKind, **args: Any) -> Any:
+        self._writer.start()  # on first use: the CLI opens this store only to read and to request retries
+        return await self._writer.submit(DeliveryOp(kind, args))
 
-    async def _write_loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = await self._ops.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < MAX_BATCH and not self._ops.empty():
-                op = self._ops.get_nowait()
-                if op is None:
-                    stopping = True
-                    break
-                batch.append(op)
-            try:
-                async with self.engine.begin() as conn:
-                    results = await self._apply_batch(conn, batch)
-            except Exception:
-                # One bad op must not fail its neighbours: redo each in its own transaction.
-                for op in batch:
-                    try:
-                        async with self.engine.begin() as conn:
-                            [result] = await self._apply_batch(conn, [op])
-                    except Exception as exc:
-                        if not op.future.done():
-                            op.future.set_exception(exc)
-                    else:
-                        if not op.future.done():
-                            op.future.set_result(result)
-                continue
-            for op, result in zip(batch, results, strict=True):
-                if not op.future.done():
-                    op.future.set_result(result)
+    async def _apply(self, batch: Sequence[DeliveryOp]) -> list[Any]:
+        async with self.engine.begin() as conn:
+            return await self._apply_batch(conn, batch)
 
-    async def _apply_batch(self, conn: Any, batch: list[_Op]) -> list[Any]:
+    async def _apply_batch(self, conn: AsyncConnection, batch: Sequence[DeliveryOp]) -> list[Any]:
         """Claims as one multi-row insert, finishes as one executemany, retries one by one."""
         results: dict[int, Any] = {}
         claims = [(i, op) for i, op in enumerate(batch) if op.kind == "claim"]
@@ -222,7 +190,9 @@ class DeliveryStore:
                 results[i] = await self._take_retries(conn, op.args["limit"])
         return [results[i] for i in range(len(batch))]
 
-    async def _claim_many(self, conn: Any, ops: list[_Op]) -> list[tuple[Delivery | None, bool]]:
+    async def _claim_many(
+        self, conn: AsyncConnection, ops: list[DeliveryOp]
+    ) -> list[tuple[Delivery | None, bool]]:
         now = time.time()
         firsts: dict[str, dict[str, Any]] = {}
         for op in ops:

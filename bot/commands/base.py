@@ -12,9 +12,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent.goals import GoalKeeper
+from agent.memory import MemoryService
 from bot.identity import Identity
 from bot.threads import Conversation
 from channels.types import InboundMessage
+from connections import ConnectionStore
 
 if TYPE_CHECKING:
     from bot.manager import ChannelManager
@@ -48,6 +51,21 @@ class CommandContext:
     args: str
     entry_id: str | None = None
     replies: list[str] = field(default_factory=list)
+
+    @property
+    def connections(self) -> ConnectionStore | None:
+        """Where ``/connect`` binds accounts (None: this server runs without connections)."""
+        return self.manager.connections
+
+    @property
+    def goals(self) -> GoalKeeper | None:
+        """The agent's goal keeper, or None when the agent has no goals."""
+        return self.manager.agent.goals
+
+    @property
+    def memory(self) -> MemoryService | None:
+        """The agent's memory, or None when memory is turned off."""
+        return self.manager.agent.memory
 
     async def conversation(self) -> Conversation:
         return await self.manager.conversation_for(self.message, self.identity)

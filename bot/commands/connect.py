@@ -8,7 +8,6 @@ past them — so it answers only about the code and never starts a turn.
 from __future__ import annotations
 
 from bot.commands.base import Command, CommandContext
-from bot.features.connections import DatabaseIdentityResolver
 from connections import CodeRejected, PlatformIdentity
 from connections.providers import TITLES
 
@@ -41,8 +40,8 @@ def _rejection(exc: CodeRejected, provider: str) -> str:
 async def connect(ctx: CommandContext) -> None:
     message = ctx.message
     page = ctx.manager.settings.server.public_url.rstrip("/") + "/connect"
-    resolver = ctx.manager.identity
-    if not isinstance(resolver, DatabaseIdentityResolver):
+    store = ctx.connections
+    if store is None:
         await ctx.reply("Connecting accounts is not available on this server.")
         return
     code = ctx.args.split()[0] if ctx.args.split() else ""
@@ -59,7 +58,7 @@ async def connect(ctx: CommandContext) -> None:
         code = code[:MAX_CODE_LENGTH]  # still a failed attempt: it counts against the brake below
     identity = PlatformIdentity(message.provider, message.workspace or "", message.sender.id)
     try:
-        result = await resolver.store.bind_with_code(code, identity, message.sender.name, chat=message.chat)
+        result = await store.bind_with_code(code, identity, message.sender.name, chat=message.chat)
     except CodeRejected as exc:
         await ctx.reply(_rejection(exc, message.provider))
         return

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from agent.goals import GoalKeeper, resume_prompt, start_prompt
+from agent.goals import resume_prompt, start_prompt
 from bot.commands.base import Command, CommandContext
 
 MAX_OBJECTIVE = 2000
 
 
 async def goal(ctx: CommandContext) -> None:
-    keeper = getattr(ctx.manager.agent, "goals", None)
-    if not isinstance(keeper, GoalKeeper):
+    keeper = ctx.goals
+    if keeper is None:
         await ctx.reply("Goals are not available on this bot.")
         return
     conv = await ctx.conversation()

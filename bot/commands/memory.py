@@ -6,7 +6,6 @@ to a private chat and post nothing about the person.
 
 from __future__ import annotations
 
-from agent.memory import MemoryService
 from bot.commands.base import Command, CommandContext
 
 MAX_SHOWN = 30
@@ -17,8 +16,8 @@ PRIVATE_ONLY = (
 
 
 async def memory(ctx: CommandContext) -> None:
-    service = getattr(ctx.manager.agent, "memory", None)
-    if not isinstance(service, MemoryService):
+    service = ctx.memory
+    if service is None:
         await ctx.reply("Memory is turned off on this bot.")
         return
     owner = ctx.identity.owner

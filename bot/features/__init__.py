@@ -1,41 +1,59 @@
-"""Optional subsystems plug into the service here, one module each, so adding one edits no shared file.
+"""Optional subsystems (connections, GitHub webhooks, the agent's memory and goals), one module each.
 
-A module defines ``FEATURE``: an object with any of ``tables()``, ``routers(service)``,
-``async start(service)`` and ``async stop(service)``. ``start`` runs after the database, agent and manager
-exist and before channels connect, so a feature can install an identity resolver, add after-turn hooks or
-status lines to the manager, or add channels.
+:mod:`bot.service` constructs every feature itself, in a fixed order, and hands each one a typed view of
+what it may use — :class:`Foundation` when the service is built (to declare tables and HTTP routers),
+:class:`Running` at start (once the agent, manager and channels exist). Nothing is discovered by module
+name, so the order in which features start, stop and answer identity questions is written down in one
+place rather than following the alphabet.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from sqlalchemy import MetaData
+
+from agent.events import Agent
+from bot.db import Database
+from bot.threads import ThreadStore
+from channels.base import Channel
+from config.schema import Settings
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from bot.manager import ChannelManager
 
 
-class Feature:
-    """Base with no-op defaults; subclass and override what you need."""
+@dataclass(frozen=True, slots=True)
+class Foundation:
+    """What exists as soon as the service object does: enough to declare tables and routers."""
 
-    name = "feature"
-
-    def tables(self) -> list[Any]:
-        return []
-
-    def routers(self, service: Any) -> list[Any]:
-        return []
-
-    async def start(self, service: Any) -> None:
-        return None
-
-    async def stop(self, service: Any) -> None:
-        return None
+    settings: Settings
+    db: Database
+    threads: ThreadStore
 
 
-def discover() -> list[Feature]:
-    found = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        feature = getattr(module, "FEATURE", None)
-        if feature is not None:
-            found.append(feature)
-    return found
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a feature may use once it starts: the agent, the manager and the live channels."""
+
+    agent: Agent
+    manager: ChannelManager
+    channels: Mapping[str, Channel]
+
+
+class Feature(Protocol):
+    """One optional subsystem. ``start`` runs after the manager exists and before channels connect."""
+
+    name: str
+
+    def tables(self) -> list[MetaData]: ...
+
+    def routers(self) -> list[APIRouter]: ...
+
+    async def start(self, running: Running) -> None: ...
+
+    async def stop(self) -> None: ...

@@ -3,22 +3,27 @@
 Memory: after every turn that did not fail, the owner's conversation is noted for (debounced) fact
 extraction. Goals: after every turn on a thread with an active goal, the goal keeper decides whether to
 continue (a recorded, hidden follow-up turn with a visible "continuing" notice) or stop (a notice saying
-why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps.
+why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps. Both are optional capabilities
+the :class:`~agent.events.Agent` protocol declares (``None`` when off).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from sqlalchemy import MetaData
 
 from agent import tables as agent_tables
-from agent.goals import GoalKeeper
 from agent.memory import MemoryService
-from bot.features import Feature
+from bot.features import Running
 from bot.goal_runner import GoalRunner
-from bot.manager import ChannelManager, FollowUp, TurnOutcome
+from bot.manager import AfterTurnHook, ChannelManager, FollowUp, TurnOutcome
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter  # FastAPI is imported only when serving HTTP
 
 
-def memory_hook(manager: ChannelManager, memory: MemoryService):  # type: ignore[no-untyped-def]
+def memory_hook(manager: ChannelManager, memory: MemoryService) -> AfterTurnHook:
     async def after_turn(outcome: TurnOutcome) -> FollowUp | None:
         if not outcome.failed:
             await memory.turn_finished(
@@ -31,23 +36,25 @@ def memory_hook(manager: ChannelManager, memory: MemoryService):  # type: ignore
     return after_turn
 
 
-class AgentFeature(Feature):
+class AgentFeature:
     name = "agent"
 
-    def tables(self) -> list[Any]:
+    def tables(self) -> list[MetaData]:
         return [agent_tables.metadata]
 
-    async def start(self, service: Any) -> None:
-        manager: ChannelManager = service.manager
-        memory = getattr(service.agent, "memory", None)
-        goals = getattr(service.agent, "goals", None)
-        if isinstance(memory, MemoryService):
-            manager.after_turn_hooks.append(memory_hook(manager, memory))
-        if isinstance(goals, GoalKeeper):
-            runner = GoalRunner(manager, goals)  # durable continuations: bot/goal_runner.py
+    def routers(self) -> list[APIRouter]:
+        return []
+
+    async def start(self, running: Running) -> None:
+        manager, agent = running.manager, running.agent
+        # Memory first: it notes the finished turn before a goal may queue a continuation after it.
+        if agent.memory is not None:
+            manager.after_turn_hooks.append(memory_hook(manager, agent.memory))
+        if agent.goals is not None:
+            runner = GoalRunner(manager, agent.goals)  # durable continuations: bot/goal_runner.py
             manager.after_turn_hooks.append(runner.after_turn)
             manager.status_providers.append(runner.status)
             await runner.resume()
 
-
-FEATURE = AgentFeature()
+    async def stop(self) -> None:
+        return None

@@ -1,90 +1,74 @@
-"""Wires :mod:`connections` into the service: its tables, its REST router and ``/connect`` page, and the
-database-backed identity resolver the manager asks for every message's owner.
-
-Features are module singletons while a process may run several services (tests do), so per-service
-state lives in a weak map keyed by the service.
+"""Wires :mod:`connections` into the service: its tables, its REST router and ``/connect`` page, the
+connection store that ``/connect`` binds with, and the identity source that maps connected platform
+accounts to the person who connected them.
 """
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from bot.features import Feature
+from sqlalchemy import MetaData
+
+from bot.features import Foundation, Running
 from bot.identity import Identity
 from bot.threads import ThreadStore
 from channels.types import InboundMessage
+from config.schema import Settings
 from connections import ConnectionStore, OwnerResolver
 from connections import metadata as connections_metadata
 
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
-class DatabaseIdentityResolver:
-    """The manager's ``IdentityResolver``: bound identities map to the person who connected them.
+
+class ConnectionIdentity:
+    """An :class:`~bot.identity.IdentitySource` that answers for every message (bound or not).
 
     A private chat's thread belongs to one owner. When the sender's owner changes (connected,
     disconnected, or taken over by another person), the chat moves to a fresh thread in the new owner's
     space, so nobody continues — or reads back — a conversation that belongs to someone else.
     """
 
-    def __init__(self, store: ConnectionStore, owners: OwnerResolver, threads: ThreadStore | None) -> None:
-        self.store = store
+    def __init__(self, owners: OwnerResolver, threads: ThreadStore) -> None:
         self.owners = owners
         self.threads = threads
 
-    async def resolve(self, message: InboundMessage) -> Identity:
+    async def resolve(self, message: InboundMessage) -> Identity | None:
         resolved = await self.owners.resolve(message.provider, message.workspace, message.sender.id)
-        if message.is_private and self.threads is not None and message.thread_id is None:
+        if message.is_private and message.thread_id is None:
             conversation = await self.threads.get(message.conversation_key)  # cached after the first
             if conversation is not None and conversation.owner != resolved.owner:
                 await self.threads.start_new_thread(message.conversation_key, resolved.owner)
         return Identity(owner=resolved.owner, bound=resolved.bound)
 
 
-@dataclass
-class _State:
-    store: ConnectionStore
-    resolver: DatabaseIdentityResolver
-
-
-class ConnectionsFeature(Feature):
+class ConnectionsFeature:
     name = "connections"
 
-    def __init__(self) -> None:
-        self._states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
+    def __init__(self, base: Foundation, live_providers: Callable[[], list[str]]) -> None:
+        self.settings: Settings = base.settings
+        config = base.settings.connections
+        self.store = ConnectionStore(
+            base.db.engine,
+            code_ttl_seconds=config.code_ttl_seconds,
+            max_failed_attempts=config.max_failed_attempts,
+            failed_attempts_window=config.failed_attempts_window_seconds,
+        )
+        self.identity = ConnectionIdentity(OwnerResolver(self.store), base.threads)
+        self._live_providers = live_providers
 
-    def state(self, service: Any) -> _State:
-        found = self._states.get(service)
-        if found is None:
-            config = service.settings.connections
-            store = ConnectionStore(
-                service.db.engine,
-                code_ttl_seconds=config.code_ttl_seconds,
-                max_failed_attempts=config.max_failed_attempts,
-                failed_attempts_window=config.failed_attempts_window_seconds,
-            )
-            resolver = DatabaseIdentityResolver(
-                store, OwnerResolver(store), getattr(service, "threads", None)
-            )
-            found = _State(store, resolver)
-            self._states[service] = found
-        return found
-
-    def tables(self) -> list[Any]:
+    def tables(self) -> list[MetaData]:
         return [connections_metadata]
 
-    def routers(self, service: Any) -> list[Any]:
+    def routers(self) -> list[APIRouter]:
         from connections.api import ConnectionsApi, build_router  # FastAPI: only when serving HTTP
 
-        api = ConnectionsApi(
-            store=self.state(service).store,
-            settings=service.settings,
-            live_providers=lambda: list(service.channels),
-        )
+        api = ConnectionsApi(store=self.store, settings=self.settings, live_providers=self._live_providers)
         return [build_router(api)]
 
-    async def start(self, service: Any) -> None:
-        service.manager.identity = self.state(service).resolver
+    async def start(self, running: Running) -> None:
+        return None
 
-
-FEATURE = ConnectionsFeature()
+    async def stop(self) -> None:
+        return None

@@ -2,8 +2,8 @@
 
 GitHub agents act in their own owner space (``agents[].owner``, default ``github:<name>``) rather than
 the commenter's: the agent is configured by the operator, and every commenter on an issue talks to the
-same thread. The identity resolver is wrapped (not replaced) so other providers keep whatever resolver
-the connections feature installed.
+same thread. :class:`GitHubAgentIdentity` is one link of the service's identity chain that answers only
+for GitHub messages and passes on everything else, so chat platforms keep the connections source.
 """
 
 from __future__ import annotations
@@ -11,77 +11,77 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from bot.features import Feature
-from bot.identity import Identity, IdentityResolver
+from sqlalchemy import MetaData
+
+from bot.features import Foundation, Running
+from bot.identity import Identity
+from bot.threads import ThreadStore
 from channels.types import InboundMessage
+from config.schema import Settings
 from webhooks import store as store_module
 from webhooks.processor import DeliveryProcessor
-from webhooks.route import build_router, insecure_warning
 from webhooks.store import DeliveryStore
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 log = logging.getLogger(__name__)
 
 
 class GitHubAgentIdentity:
-    """GitHub messages belong to the bound agent's owner; everything else goes to the wrapped resolver."""
+    """GitHub messages belong to the bound agent's owner; any other message is not this source's."""
 
-    def __init__(self, inner: IdentityResolver) -> None:
-        self.inner = inner
-
-    async def resolve(self, message: InboundMessage) -> Identity:
+    async def resolve(self, message: InboundMessage) -> Identity | None:
         owner = message.context.get("owner") if message.provider == "github" else None
-        if owner:
-            return Identity(owner=str(owner), bound=True)
-        return await self.inner.resolve(message)
+        return Identity(owner=str(owner), bound=True) if owner else None
 
 
-class GitHubFeature(Feature):
+class GitHubFeature:
     name = "github"
 
-    def __init__(self) -> None:
-        self._processors: weakref.WeakKeyDictionary[Any, DeliveryProcessor] = weakref.WeakKeyDictionary()
-        self._tasks: weakref.WeakKeyDictionary[Any, asyncio.Task[None]] = weakref.WeakKeyDictionary()
+    def __init__(self, base: Foundation) -> None:
+        self.settings: Settings = base.settings
+        self.threads: ThreadStore = base.threads
+        self.identity = GitHubAgentIdentity()
+        self.store = DeliveryStore(base.db.engine, is_sqlite=base.db.is_sqlite)
+        self.processor = DeliveryProcessor(base.settings.channels.github, self.store)
+        self._retries: asyncio.Task[None] | None = None
 
-    def tables(self) -> list[Any]:
+    def tables(self) -> list[MetaData]:
         return [store_module.metadata]
 
-    def processor(self, service: Any) -> DeliveryProcessor:
-        processor = self._processors.get(service)
-        if processor is None:
-            store = DeliveryStore(service.db.engine, is_sqlite=service.db.is_sqlite)
-            processor = DeliveryProcessor(service.settings.channels.github, store)
-            self._processors[service] = processor
-        return processor
+    def routers(self) -> list[APIRouter]:
+        from webhooks.route import build_router  # FastAPI: only when serving HTTP
 
-    def routers(self, service: Any) -> list[Any]:
-        return [build_router(service.settings.channels.github, self.processor(service))]
+        return [build_router(self.settings.channels.github, self.processor)]
 
-    async def start(self, service: Any) -> None:
-        channel = service.channels.get("github")
-        if channel is None or not hasattr(channel, "sink"):
+    async def start(self, running: Running) -> None:
+        channel = running.channels.get("github")
+        if channel is None:
             return
-        config = service.settings.channels.github
+        from webhooks.channel import GitHubChannel  # the GitHub SDK: only when GitHub is enabled
+        from webhooks.route import insecure_warning
+
+        if not isinstance(channel, GitHubChannel):
+            log.error("the github channel is a %s, not a GitHubChannel; webhooks stay off", type(channel))
+            return
+        config = self.settings.channels.github
         warning = insecure_warning(config)
         if warning:
             log.warning(warning)
-        processor = self.processor(service)
-        processor.channel = channel
-        processor.before_publish = self._model_applier(service)
-        manager = service.manager
-        if manager is not None and not isinstance(manager.identity, GitHubAgentIdentity):
-            manager.identity = GitHubAgentIdentity(manager.identity)
-        self._tasks[service] = asyncio.create_task(
-            processor.retry_loop(config.retry_poll_seconds), name="github-retries"
+        self.processor.channel = channel
+        self.processor.before_publish = self._model_applier()
+        self._retries = asyncio.create_task(
+            self.processor.retry_loop(config.retry_poll_seconds), name="github-retries"
         )
 
-    @staticmethod
-    def _model_applier(service: Any) -> Any:
+    def _model_applier(self) -> Callable[[InboundMessage], Awaitable[None]] | None:
         """An agent's ``model`` becomes its conversations' model when they are first created."""
-        models = {a.name: a.model for a in service.settings.channels.github.agents if a.model}
-        known = {m.name for m in service.settings.models}
+        models = {a.name: a.model for a in self.settings.channels.github.agents if a.model}
+        known = {m.name for m in self.settings.models}
         for agent, model in models.items():
             if model not in known:
                 log.warning(
@@ -89,6 +89,7 @@ class GitHubFeature(Feature):
                 )
         if not models:
             return None
+        threads = self.threads
 
         async def apply(message: InboundMessage) -> None:
             model = models.get(message.topic or "")
@@ -96,25 +97,19 @@ class GitHubFeature(Feature):
                 return
             key = message.conversation_key
             owner = str(message.context.get("owner") or "")
-            conversation = await service.threads.get_or_create(key, owner, message.thread_id)
+            conversation = await threads.get_or_create(key, owner, message.thread_id)
             if conversation.model is None:
-                await service.threads.set_model(key, owner, model)
+                await threads.set_model(key, owner, model)
 
         return apply
 
-    async def stop(self, service: Any) -> None:
-        task = self._tasks.pop(service, None)
-        if task is not None:
-            task.cancel()
+    async def stop(self) -> None:
+        if self._retries is not None:
+            self._retries.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
-        processor = self._processors.get(service)
-        if processor is None:
-            return
-        await processor.store.close()
-        if processor.channel is not None:
-            channel, processor.channel = processor.channel, None
+                await self._retries
+            self._retries = None
+        await self.store.close()
+        if self.processor.channel is not None:
+            channel, self.processor.channel = self.processor.channel, None
             await channel.close()
-
-
-FEATURE = GitHubFeature()

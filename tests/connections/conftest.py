@@ -34,11 +34,8 @@ class App:
     async def idle(self, timeout: float = 10) -> None:
         import asyncio
 
-        async def settle() -> None:
-            while self.service.bus.load or self.service.manager._lanes:  # type: ignore[union-attr]
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(settle(), timeout)
+        assert self.service.manager is not None
+        await asyncio.wait_for(self.service.manager.wait_idle(), timeout)
 
     async def say(self, text: str, *, channel: str = "telegram", **kwargs: Any) -> str:
         """Send a chat message and return the text of every message the bot posted in reply."""

@@ -77,6 +77,7 @@ def test_broken_yaml_points_at_the_line(tmp_path):
     assert info.value.problems[0].startswith(f"{path}: line ")
 
 
+@pytest.mark.slow  # starts `python -m bot` in a subprocess
 def test_serve_with_a_bad_config_exits_with_the_problems_and_no_traceback(tmp_path):
     path = write(tmp_path, "sever: 1\nbus: {queue_size: 0}\n")
     result = subprocess.run(

@@ -157,13 +157,7 @@ class Running:
 
     async def idle(self, timeout: float = 30) -> None:
         """Every accepted message answered (or failed) and no lane busy."""
-        manager = self.service.manager
-
-        async def settle() -> None:
-            while self.service.bus.load or manager._lanes:
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(settle(), timeout)
+        await asyncio.wait_for(self.service.manager.wait_idle(), timeout)
 
 
 @asynccontextmanager

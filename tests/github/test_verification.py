@@ -7,6 +7,7 @@ import logging
 
 from tests.conftest import make_settings
 from tests.github.conftest import SECRET, comment_payload, github_settings, payload, running_service
+from webhooks.signature import sign
 
 BAD_SIGNATURES = [
     (None, "missing"),
@@ -32,6 +33,26 @@ async def test_a_delivery_without_a_valid_signature_is_rejected_with_401(tmp_pat
         assert other_secret.status_code == 401
     assert llm.completions == []
     assert github.calls() == []
+
+
+async def test_a_signature_wrong_only_in_its_first_or_last_hex_digit_is_rejected(tmp_path, llm, github):
+    """The compare covers the whole digest: a prefix or truncated compare would let these through."""
+    body = json.dumps(comment_payload("@switchboard-bot hi")).encode()
+    good = sign(SECRET, body)
+    flip = {c: "0" if c != "0" else "1" for c in "0123456789abcdef"}
+    last = good[:-1] + flip[good[-1]]
+    first = good[:7] + flip[good[7]] + good[8:]
+    settings = github_settings(tmp_path, llm, github)
+    async with running_service(settings) as sb:
+        for forged in (last, first):
+            response = await sb.deliver(
+                "issue_comment", body, secret=None, headers={"X-Hub-Signature-256": forged}
+            )
+            assert response.status_code == 401, forged
+        accepted = await sb.deliver("issue_comment", body, secret=None, headers={"X-Hub-Signature-256": good})
+        assert accepted.status_code == 200
+        await sb.idle()
+    assert len(llm.completions) == 1
 
 
 async def test_the_signature_covers_the_raw_bytes_not_the_parsed_json(tmp_path, llm, github):

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 from tests.channels.discord.conftest import USER_ID, final_reply
 from tests.fakes.openai_server import last_user_text
 
 
 async def test_connect_with_a_code_binds_this_discord_account(discord_harness, discord_fake, llm):
     dm = discord_fake.new_id()
-    if importlib.util.find_spec("bot.commands.connect") is None:
-        discord_fake.message_create(dm, USER_ID, "/connect ABC123")
-        await final_reply(discord_fake, dm, "Unknown command /connect")
-        return
     discord_fake.message_create(dm, USER_ID, "/connect not-a-real-code")
     await final_reply(discord_fake, dm, "invalid or expired")
-    issued = await discord_harness.manager.identity.store.create_code("alice", "discord")
+    store = discord_harness.manager.connections
+    assert store is not None
+    issued = await store.create_code("alice", "discord")
     discord_fake.message_create(dm, USER_ID, f"/connect {issued.code}")
     await final_reply(discord_fake, dm, "now belongs to alice")
     await discord_harness.idle()

@@ -79,7 +79,8 @@ async def test_an_at_bot_inside_a_topic_thread_is_answered_in_that_thread(bot):
 
 
 async def test_connect_code_from_the_connect_page_binds_the_feishu_account(bot):
-    store = bot.harness.manager.identity.store
+    store = bot.harness.manager.connections
+    assert store is not None
     issued = await store.create_code("alice", "feishu")
     bot.lark.send_message_event(P2P, "p2p", ALICE, f"/connect {issued.code}")
     answer = await bot.lark.wait_for_text(P2P, "Connected")

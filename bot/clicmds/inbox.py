@@ -1,0 +1,126 @@
+"""``switchboard inbox list [--failed]`` and ``switchboard inbox retry ENTRY_ID``.
+
+A message that failed ``bus.max_attempts`` times is dead-lettered: set aside, never run again by itself,
+and listed here. Like ``switchboard webhooks retry``, retry does not talk to the running server: it marks
+the stored entry ``retry`` (attempts reset) in the shared database, the service (any instance) claims it
+on its next poll and runs it as if it had just arrived, and this command waits for and prints the outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from config.schema import Settings
+
+if TYPE_CHECKING:
+    from bot.db import Database
+    from bot.inbox import Inbox, InboxEntry
+
+EXIT_FAILED = 1
+
+
+async def _open_inbox(settings: Settings) -> tuple[Database, Inbox]:
+    from bot.db import Database
+    from bot.inbox import Inbox, metadata
+
+    db = Database(settings.database.url)
+    async with db.engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    return db, Inbox(db, max_attempts=settings.bus.max_attempts)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    return f"{int(seconds // 3600)}h"
+
+
+def _where(entry: InboxEntry) -> str:
+    m = entry.message
+    return f"{m.provider}:{m.chat}"
+
+
+async def _list(settings: Settings, failed: bool, limit: int) -> int:
+    db, inbox = await _open_inbox(settings)
+    try:
+        entries = await inbox.entries(failed_only=failed, limit=limit)
+    finally:
+        await db.close()
+    if not entries:
+        print("no failed messages" if failed else "no messages recorded")
+        return 0
+    now = time.time()
+    print(f"{'ENTRY':32} {'WHERE':28} {'STATUS':8} {'TRIES':>5} {'AGE':>5}  DETAIL")
+    for e in entries:
+        detail = (e.error or e.message.text).replace("\n", " ")[:80]
+        print(
+            f"{e.id:32} {_where(e):28} {e.status:8} {e.attempts:>5} {_age(now - e.created_at):>5}  {detail}"
+        )
+    return 0
+
+
+async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
+    from bot.inbox import DEAD, DONE, FAILED, RETRY
+
+    db, inbox = await _open_inbox(settings)
+    try:
+        before = await inbox.get(entry_id)
+        if before is None:
+            print(f"unknown inbox entry {entry_id}")
+            return EXIT_FAILED
+        queued = await inbox.request_retry(entry_id)
+        if queued is None or queued.status != RETRY:
+            state = queued.status if queued else "unknown"
+            print(f"inbox entry {entry_id} is {state}; only failed or dead-lettered messages can be retried")
+            return EXIT_FAILED
+        print(f"queued {entry_id} ({_where(before)}) for retry")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            current = await inbox.get(entry_id)
+            if current is None:
+                continue
+            if current.status == DONE:
+                print("retried: answered")
+                return 0
+            if current.status in (FAILED, DEAD):
+                print(f"retry failed: {current.error}")
+                return EXIT_FAILED
+        print(
+            f"not finished after {wait:g}s: no running service has picked it up yet, or it is still "
+            "running; it runs when `switchboard serve` is running"
+        )
+        return 0
+    finally:
+        await db.close()
+
+
+def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
+    parser = subparsers.add_parser("inbox", help="chat messages the service could not handle: list and retry")
+    sub = parser.add_subparsers(dest="inbox_command", required=True)
+
+    listing = sub.add_parser("list", help="recent inbox entries, newest first")
+    listing.add_argument("--config", help="path to config.yaml")
+    listing.add_argument("--failed", action="store_true", help="only failed and dead-lettered messages")
+    listing.add_argument("--limit", type=int, default=50)
+
+    def run_list(args: argparse.Namespace) -> int:
+        return asyncio.run(_list(load_or_exit(args.config), args.failed, args.limit))
+
+    listing.set_defaults(func=run_list)
+
+    retry = sub.add_parser("retry", help="run a failed or dead-lettered message again in the running service")
+    retry.add_argument("entry_id")
+    retry.add_argument("--config", help="path to config.yaml")
+    retry.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the outcome")
+
+    def run_retry(args: argparse.Namespace) -> int:
+        return asyncio.run(_retry(load_or_exit(args.config), args.entry_id, args.wait))
+
+    retry.set_defaults(func=run_retry)

@@ -1,0 +1,86 @@
+"""Restart and group-commit edge cases, each written against a mutant that survived (docs/testing.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.identity import Identity
+from channels.errors import NetworkError, RetryAfter
+from channels.memory import MemoryChannel
+from channels.types import InboundMessage
+from tests.conftest import make_settings
+from tests.fakes.openai_server import Reply, last_user_text
+from tests.harness import Harness
+
+
+async def test_the_same_message_twice_in_one_group_commit_runs_once(harness, llm):
+    message = harness.chat.make_message("only once please", message_id="twin")
+    results = await asyncio.gather(harness.chat.deliver(message), harness.chat.deliver(message))
+    await harness.idle()
+    assert sorted(results) == [False, True]
+    assert [last_user_text(b) for b in llm.completions] == ["only once please"]
+    assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: only once please"]
+
+
+async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart(tmp_path, llm):
+    settings = make_settings(tmp_path, llm)
+    llm.script(Reply(text="a slow first answer", chunk_size=1, delay=0.2))
+    chat = MemoryChannel("memory")
+    first = Harness(settings, channels={"memory": chat})
+    await first.start()
+    for text in ("one", "two", "three"):  # separate commits: three distinct arrival times
+        await chat.say(text)
+    await chat.wait_for_text("Queued")
+    await first.stop(grace=0)
+    assert await first.service.inbox.counts() == {"pending": 3}
+
+    before = len(llm.completions)
+    second = Harness(settings, channels={"memory": chat})
+    await second.start()
+    try:
+        await second.idle(timeout=30)
+    finally:
+        await second.stop()
+    assert [last_user_text(b) for b in llm.completions[before:]] == ["one", "two", "three"]
+
+
+class FailsOnce:
+    """An identity resolver (the manager's public hook) whose first lookup fails."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    async def resolve(self, message: InboundMessage) -> Identity:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("directory service unavailable")
+        return Identity("someone", bound=False)
+
+
+async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path, llm):
+    settings = make_settings(tmp_path, llm)  # max_attempts 3: one failure is not the end
+    chat = MemoryChannel("memory")
+    async with Harness.running(settings, channels={"memory": chat}) as first:
+        first.manager.identity = FailsOnce()
+        await chat.say("are you there?")
+        await first.idle()
+        assert await first.service.inbox.counts() == {"failed": 1}
+    async with Harness.running(settings, channels={"memory": chat}) as second:
+        await second.idle()
+        assert await second.service.inbox.counts() == {"done": 1}
+    assert chat.in_chat("chat-1")[-1].text == "echo: are you there?"
+
+
+async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(harness, llm):
+    """The resend path (an answer kept from a failed delivery) has no streaming, so its first edit is
+    the final one: a single RetryAfter there must be waited out, not turned into a second message."""
+    harness.chat.fail_next("send", NetworkError("platform down"), times=50)
+    message = harness.chat.make_message("important question", message_id="q1")
+    await harness.chat.deliver(message)
+    await harness.idle(timeout=30)
+    harness.chat.recover()
+    harness.chat.fail_next("edit", RetryAfter(0.05))
+    await harness.chat.deliver(message)
+    await harness.idle()
+    assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: important question"]
+    assert len(llm.completions) == 1
