@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
+from channels.observe import ObservedTransport
 from channels.splitter import split_text
 from channels.types import ReplyLimits
 
@@ -132,7 +133,7 @@ class ReplyStream:
         *,
         resume_ref: str | None = None,
     ) -> None:
-        self.transport = transport
+        self.transport: ReplyTransport = ObservedTransport(transport)  # type: ignore[assignment]
         self.budget = budget
         self.limits = limits
         self._sent: list[tuple[str, str]] = []  # (ref, text) per visible message, in order

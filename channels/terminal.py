@@ -15,6 +15,9 @@ from channels.base import Channel, InboundSink
 from channels.reply import ReplyTransport
 from channels.types import InboundMessage, ReplyLimits, Sender
 
+#: How the manager starts a reply that reports a failed turn (``⚠️ <what went wrong> (trace …)``).
+FAILED_MARK = "⚠️"
+
 
 class TerminalTransport(ReplyTransport):
     def __init__(self, channel: TerminalChannel, message: InboundMessage) -> None:
@@ -53,7 +56,7 @@ class TerminalTransport(ReplyTransport):
         else:
             out.write(self.text.rstrip("\n") + "\n")
         out.flush()
-        self.channel.reply_done(self.message.platform_message_id)
+        self.channel.reply_done(self.message.platform_message_id, failed=self.text.startswith(FAILED_MARK))
 
 
 class TerminalChannel(Channel):
@@ -71,6 +74,8 @@ class TerminalChannel(Channel):
         self.session = uuid.uuid4().hex[:8]
         self._waiting: dict[str, asyncio.Event] = {}
         self._counter = 0
+        self.replies = 0
+        self.failed_replies = 0
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
@@ -82,7 +87,14 @@ class TerminalChannel(Channel):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         return TerminalTransport(self, message)
 
-    def reply_done(self, message_id: str) -> None:
+    @property
+    def all_failed(self) -> bool:
+        """True when at least one reply came back and every one was an error (exit status for scripts)."""
+        return self.replies > 0 and self.failed_replies == self.replies
+
+    def reply_done(self, message_id: str, *, failed: bool = False) -> None:
+        self.replies += 1
+        self.failed_replies += int(failed)
         event = self._waiting.get(message_id)
         if event is not None:
             event.set()
