@@ -28,6 +28,17 @@ def secret_values(settings: Settings) -> list[str]:
     return known_secrets(settings, os.environ)
 
 
+def preflight_extras(settings: Settings) -> None:
+    """Stop before anything starts when an enabled platform's SDK is not installed: one line per channel."""
+    from bot.registry import missing_extras
+
+    problems = missing_extras(settings)
+    for problem in problems:
+        print(f"switchboard: {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(EXIT_CONFIG)
+
+
 def preflight_sandbox(settings: Settings) -> None:
     """Fail before anything starts, in one line, when the configured sandbox cannot run here."""
     if settings.sandbox.mode != "bwrap":
@@ -73,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         settings.server.port = args.port
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
+    preflight_extras(settings)
     preflight_sandbox(settings)
     source = find_config_file(args.config)
     app = create_app(settings, config_source=str(source) if source else None)
