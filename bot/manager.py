@@ -375,6 +375,7 @@ class ChannelManager:
             thread=turn.conversation.thread_id,
             model=self.model_for(turn.conversation),
             hidden=turn.hidden,
+            received_at=None if turn.hidden else m.received_at,
         )
 
     async def _stream_agent(

@@ -48,6 +48,13 @@ FIRST_TOKEN_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+QUEUE_WAIT_SECONDS = Histogram(
+    "switchboard_queue_wait_seconds",
+    "Time from a message's arrival to the start of its turn (busy thread, turn slots, restarts).",
+    ["provider"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
 MODEL_TOKENS = Counter(
     "switchboard_model_tokens", "Model tokens by model and direction.", ["model", "kind"], registry=REGISTRY
 )
@@ -95,6 +102,8 @@ class TurnRecord:
     thread: str
     model: str
     hidden: bool = False
+    #: Wall-clock arrival of the message (``InboundMessage.received_at``); None for hidden follow-ups.
+    received_at: float | None = None
     started: float = field(default_factory=time.monotonic)
     first_token: float | None = None
     input_tokens: int = 0
@@ -109,6 +118,8 @@ _current: contextvars.ContextVar[TurnRecord | None] = contextvars.ContextVar("sw
 def observe_turn(record: TurnRecord) -> Iterator[TurnRecord]:
     """Time a turn; on exit write its log line and metrics (``cancelled`` when the task was cancelled)."""
     token = _current.set(record)
+    if record.received_at is not None:
+        QUEUE_WAIT_SECONDS.labels(record.provider).observe(max(0.0, time.time() - record.received_at))
     try:
         yield record
     except BaseException:

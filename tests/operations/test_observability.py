@@ -82,6 +82,7 @@ async def test_summary_turn_line_and_metrics_after_a_turn(settings, llm, caplog)
     assert moved("switchboard_turns_total", provider="memory", outcome="ok") == 1
     assert moved("switchboard_turn_duration_seconds_count", provider="memory") == 1
     assert moved("switchboard_time_to_first_token_seconds_count", provider="memory") == 1
+    assert moved("switchboard_queue_wait_seconds_count", provider="memory") == 1
     assert moved("switchboard_model_tokens_total", model="default", kind="output") == 5
     assert moved("switchboard_platform_api_calls_total", provider="memory") >= 2  # placeholder + final
     assert moved("switchboard_platform_rate_limited_total", provider="memory") == 1
