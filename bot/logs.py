@@ -87,8 +87,12 @@ class TextFormatter(logging.Formatter):
     """``time level logger: message key=value …`` — for a person watching a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
-        fields = " ".join(f"{k}={v}" for k, v in _record_fields(record).items() if v is not None)
+        message = record.getMessage()
+        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {message}"
+        # A person reads the message; repeat only the fields it does not already say.
+        fields = " ".join(
+            f"{k}={v}" for k, v in _record_fields(record).items() if v is not None and str(v) not in message
+        )
         if fields:
             line = f"{line}  {fields}"
         if record.exc_info:
