@@ -117,6 +117,14 @@ class McpHub:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
+        try:
+            import mcp  # noqa: F401 - the optional extra
+        except ImportError:
+            for connection in self._connections.values():
+                connection.error = "the MCP SDK is not installed: pip install 'switchboard[mcp]'"
+                connection.ready.set()
+                log.error("MCP server %s is not available: %s", connection.config.name, connection.error)
+            return
         for connection in self._connections.values():
             connection.task = asyncio.create_task(
                 self._hold(connection), name=f"mcp-{connection.config.name}"

@@ -21,6 +21,10 @@ _PACKAGE_HINTS = {
 }
 
 
+#: Sent as the API key to a ``base_url`` server configured without one.
+NO_KEY_PLACEHOLDER = "no-key-configured"
+
+
 class ModelLoadError(Exception):
     """The configured model cannot be constructed; the message says how to fix it."""
 
@@ -57,7 +61,11 @@ def build_chat_model(cfg: ModelConfig) -> Any:
     """Instantiate the model; a missing package or bad argument becomes a :class:`ModelLoadError`."""
     cls = resolve_class(cfg.use)
     kwargs = model_kwargs(cfg)
-    if cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key"):
+    if cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key") and kwargs.get("base_url"):
+        # A local OpenAI-compatible server (Ollama, vLLM, llama.cpp) takes no key, but the client insists
+        # on one; an explicit placeholder also keeps $OPENAI_API_KEY from being sent to that server.
+        kwargs["api_key"] = NO_KEY_PLACEHOLDER
+    elif cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key"):
         raise ModelLoadError(
             f"model {cfg.name!r} has no api_key; set it in config (e.g. api_key: $OPENAI_API_KEY) "
             "and make sure the variable is set"

@@ -1,36 +1,174 @@
-"""The FastAPI application: health, the features' routers (connections, webhooks), OpenAPI at /docs."""
+"""The FastAPI application: health, readiness, metrics, the features' routers, OpenAPI at /docs.
+
+``/docs`` is served from the ``swagger-ui-bundle`` package (no CDN), so it works on a machine without
+internet access, and the schema declares a bearer scheme so "Authorize" → "Try it out" works in jwt mode.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import swagger_ui_bundle
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.engine import make_url
 
+from bot import metrics
 from bot.service import VERSION, Service
 from config.schema import Settings
 
+log = logging.getLogger("switchboard")
 
-def create_app(settings: Settings, *, service: Service | None = None, **service_kwargs: Any) -> FastAPI:
+DOCS_ASSETS = "/docs/assets"
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def safe_database_url(url: str) -> str:
+    """The database URL with its password replaced by ``***`` (safe for logs and summaries)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparseable URL)"
+
+
+def log_startup_summary(service: Service, config_source: str | None) -> None:
+    """One line a person can read to know what is running, and one per channel with its state."""
+    settings = service.settings
+    listen = f"http://{settings.server.host}:{settings.server.port}"
+    channels = {name: channel.status.state for name, channel in service.channels.items()}
+    channels.update({name: "error" for name in service.channel_errors})
+    fields = {
+        "version": VERSION,
+        "config": config_source or "built-in defaults",
+        "database": safe_database_url(settings.database.url),
+        "data_dir": str(service.data_dir.resolve()),
+        "sandbox": settings.sandbox.mode,
+        "auth": settings.auth.mode,
+        "channels": ", ".join(f"{n}={s}" for n, s in channels.items()) or "none",
+        "listen": listen,
+        "public_url": settings.server.public_url,
+        "docs": f"{listen}/docs",
+        "metrics": f"{listen}/metrics",
+    }
+    log.info(
+        "switchboard %s started: config %s, database %s, data dir %s, sandbox %s, channels %s; "
+        "listening on %s (public %s)",
+        VERSION,
+        fields["config"],
+        fields["database"],
+        fields["data_dir"],
+        fields["sandbox"],
+        fields["channels"],
+        listen,
+        settings.server.public_url,
+        extra={"fields": fields},
+    )
+    for name, channel in service.channels.items():
+        detail = channel.status.detail
+        log.info(
+            "channel %s: %s%s",
+            name,
+            channel.status.state,
+            f" ({detail})" if detail else "",
+            extra={"fields": {"channel": name, "state": channel.status.state}},
+        )
+    for name, error in service.channel_errors.items():
+        log.error(
+            "channel %s: error (%s)", name, error, extra={"fields": {"channel": name, "state": "error"}}
+        )
+    if settings.auth.mode == "none" and not is_loopback(settings.server.host):
+        log.warning(
+            "serving on %s with auth.mode: none — anyone who can reach this port acts as user 'default'; "
+            "set auth.mode: jwt or bind to 127.0.0.1 behind a proxy that authenticates",
+            settings.server.host,
+        )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    service: Service | None = None,
+    config_source: str | None = None,
+    **service_kwargs: Any,
+) -> FastAPI:
     service = service or Service(settings, **service_kwargs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        log_startup_summary(service, config_source)
         try:
             yield
         finally:
             await service.stop()
 
-    app = FastAPI(title="Switchboard", version=VERSION, lifespan=lifespan)
+    app = FastAPI(title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
     @app.get("/health", tags=["service"], summary="Service, database and channel health")
     async def health() -> JSONResponse:
         body = await service.health()
         return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
+
+    @app.get("/ready", tags=["service"], summary="Ready for traffic: database reachable, channels started")
+    async def ready() -> JSONResponse:
+        # Liveness (/health) answers as soon as the process serves HTTP; a load balancer or rolling
+        # upgrade should wait for this instead, which is 503 until start-up has brought channels up.
+        started = service.started_at is not None
+        db_ok = await service.db.ping() if started else False
+        if started and db_ok:
+            return JSONResponse({"ready": True})
+        reason = "starting: channels not started yet" if not started else "database unreachable"
+        return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=Response)
+    async def prometheus() -> Response:
+        return Response(metrics.render(inbox_unfinished=service.bus.load), media_type=metrics.CONTENT_TYPE)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="Switchboard API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": True},
+        )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = schema.setdefault("components", {})
+            components.setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": "auth.mode: jwt — an HS256 JWT whose sub is the user id "
+                "(`switchboard token create --user NAME`). Not needed with auth.mode: none.",
+            }
+            schema["security"] = [{"bearer": []}, {}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     for feature in service.features:
         for router in feature.routers():

@@ -6,14 +6,20 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import importlib.metadata
 import os
 import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from config import ConfigError, Settings, load_settings
+from config.loader import find_config_file
 from config.secrets import known_secrets
+
+if TYPE_CHECKING:
+    from channels.terminal import TerminalChannel
 
 EXIT_CONFIG = 2
 
@@ -21,6 +27,17 @@ EXIT_CONFIG = 2
 def secret_values(settings: Settings) -> list[str]:
     """Every secret the service knows (config and environment), so logs can mask them."""
     return known_secrets(settings, os.environ)
+
+
+def preflight_extras(settings: Settings) -> None:
+    """Stop before anything starts when an enabled platform's SDK is not installed: one line per channel."""
+    from bot.registry import missing_extras
+
+    problems = missing_extras(settings)
+    for problem in problems:
+        print(f"switchboard: {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(EXIT_CONFIG)
 
 
 def preflight_sandbox(settings: Settings) -> None:
@@ -48,6 +65,14 @@ def load_or_exit(path: str | None) -> Settings:
         raise SystemExit(EXIT_CONFIG) from None
 
 
+def version() -> str:
+    """The installed package's version (the one ``pip`` knows), without importing the service."""
+    try:
+        return importlib.metadata.version("switchboard")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -59,9 +84,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.server.host = args.host
     if args.port is not None:
         settings.server.port = args.port
-    configure_logging(args.log_level, secret_values(settings))
+    configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
+    preflight_extras(settings)
     preflight_sandbox(settings)
-    app = create_app(settings)
+    source = find_config_file(args.config)
+    app = create_app(settings, config_source=str(source) if source else None)
     uvicorn.run(
         app,
         host=settings.server.host,
@@ -87,16 +114,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from bot.logs import configure_logging
+    from bot.logs import add_file_handler, configure_logging
     from bot.service import Service
     from channels.terminal import TerminalChannel
 
     settings = load_or_exit(args.config)
-    configure_logging(args.log_level, secret_values(settings))
+    # The conversation owns the terminal: only warnings reach stderr; --log-file gets everything.
+    configure_logging(args.log_level, secret_values(settings), fmt=args.log_format, handler_level="WARNING")
+    if args.log_file:
+        add_file_handler(args.log_file, args.log_format or "json")
     preflight_sandbox(settings)
+    terminal_holder: list[TerminalChannel] = []
 
     async def main() -> None:
         terminal = TerminalChannel(user=args.user)
+        terminal_holder.append(terminal)
         service = Service(settings, channels={"terminal": terminal})
         # SIGTERM stops gracefully, as `serve` does: running turns finish within bus.drain_seconds.
         main_task = asyncio.current_task()
@@ -114,27 +146,71 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(main())
+    # Scripts need to know when nothing worked: every piped message got an error reply.
+    if terminal_holder and terminal_holder[0].all_failed:
+        print("switchboard: every reply failed (see the messages above)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--config``, ``--log-level`` and ``--log-format``, accepted before and after any subcommand.
+
+    Below the top they default to ``SUPPRESS`` so a subcommand never overwrites what was given earlier.
+    """
+    existing = {option for action in parser._actions for option in action.option_strings}
+    for action in parser._actions:
+        if not top and action.dest in ("config", "log_level", "log_format"):
+            action.default = argparse.SUPPRESS
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    if "--config" not in existing:
+        parser.add_argument("--config", default=default(None), help="path to config.yaml")
+    if "--log-level" not in existing:
+        parser.add_argument(
+            "--log-level",
+            default=default("INFO"),
+            type=str.upper,
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        )
+    if "--log-format" not in existing:
+        parser.add_argument(
+            "--log-format",
+            default=default(None),
+            choices=["json", "text"],
+            help="default: text on a terminal",
+        )
+
+
+def _each_subparser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found.append(child)
+                found.extend(_each_subparser(child))
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchboard", description="Self-hosted chat-ops bot service.")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--version", action="version", version=f"switchboard {version()}")
+    _add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the service (HTTP API, channels, agent)")
-    serve.add_argument("--config", help="path to config.yaml")
     serve.add_argument("--host", help="override server.host")
     serve.add_argument("--port", type=int, help="override server.port")
     serve.set_defaults(func=cmd_serve)
 
     doctor = sub.add_parser("doctor", help="check config, database, channels and model; say what to fix")
-    doctor.add_argument("--config", help="path to config.yaml")
     doctor.set_defaults(func=cmd_doctor)
 
     chat = sub.add_parser("chat", help="talk to the bot in this terminal (reads lines from stdin)")
-    chat.add_argument("--config", help="path to config.yaml")
     chat.add_argument("--user", default="local", help="the sender id to use")
+    chat.add_argument("--log-file", help="write the service's log here (the terminal shows warnings only)")
     chat.set_defaults(func=cmd_chat)
 
     from bot import clicmds
@@ -144,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub, load_or_exit)
+    for child in _each_subparser(parser):
+        _add_global_flags(child, top=False)
     return parser
 
 

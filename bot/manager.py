@@ -20,6 +20,7 @@ from pathlib import Path
 from agent.errors import describe_error
 from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.paths import ThreadPaths, safe_filename, unique_path
+from bot import metrics
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
@@ -378,7 +379,8 @@ class ChannelManager:
                 lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
                 try:
-                    await self._run_turn(turn, lane)
+                    with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
+                        await self._run_turn(turn, lane)
                 finally:
                     trace_id_var.reset(token)
                     lane.current = None
@@ -411,10 +413,12 @@ class ChannelManager:
                     final, files, stopped, failed = turn.reply_text, (), False, False
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
+                    metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 try:
                     await reply.finish(final, files)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
+                    metrics.mark_outcome("delivery_failed")
                     if turn.entry_id:
                         await self._fail(
                             turn.entry_id,
@@ -429,6 +433,7 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("turn failed outside the agent")
+            metrics.mark_outcome("error")
             if turn.entry_id:
                 await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
             return
@@ -457,6 +462,18 @@ class ChannelManager:
         except Exception as exc:
             log.info("could not show why a turn did not run: %s", exc)
         return False
+
+    def _turn_record(self, turn: Turn) -> metrics.TurnRecord:
+        m = turn.message
+        return metrics.TurnRecord(
+            trace_id=turn.trace_id,
+            provider=m.provider,
+            chat=metrics.chat_hash(m.provider, m.workspace, m.chat),
+            thread=turn.conversation.thread_id,
+            model=self.model_for(turn.conversation),
+            hidden=turn.hidden,
+            received_at=None if turn.hidden else m.received_at,
+        )
 
     async def _stream_agent(
         self, turn: Turn, lane: Lane, reply: ReplyStream, channel: Channel
@@ -491,6 +508,7 @@ class ChannelManager:
 
         async def consume() -> None:
             async for event in self.agent.run(request):
+                metrics.observe_event(event)
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
                 elif isinstance(event, ToolStarted):

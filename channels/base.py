@@ -65,6 +65,7 @@ class Channel(ABC):
             self._budgets.for_chat(self.budget_key(message)),
             self.limits,
             resume_ref=resume_ref,
+            provider=self.provider,
         )
 
     # --- per-message policy ----------------------------------------------------------------------

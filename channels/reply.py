@@ -14,14 +14,17 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+from channels import observe
 from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
 from channels.splitter import split_text
 from channels.types import ReplyLimits
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_FINAL_ATTEMPTS = 3
 MAX_RETRY_WAIT = 60.0
@@ -53,6 +56,37 @@ class ReplyTransport(ABC):
 
     async def finished(self) -> None:  # noqa: B027 - optional hook
         """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
+
+
+class ObservedTransport(ReplyTransport):
+    """Reports each call (and each rate limit) of ``inner`` for ``provider``, then delegates."""
+
+    def __init__(self, inner: ReplyTransport, provider: str) -> None:
+        self.inner = inner
+        self.provider = provider
+
+    async def _counted(self, call: Awaitable[T]) -> T:
+        observe.emit(self.provider, observe.CALL)
+        try:
+            return await call
+        except RetryAfter:
+            observe.emit(self.provider, observe.RATE_LIMITED)
+            raise
+
+    async def send(self, text: str, *, fallback: bool = False) -> str:
+        return await self._counted(self.inner.send(text, fallback=fallback))
+
+    async def edit(self, ref: str, text: str) -> None:
+        await self._counted(self.inner.edit(ref, text))
+
+    async def send_files(self, files: Sequence[Path]) -> None:
+        await self._counted(self.inner.send_files(files))
+
+    async def typing(self) -> None:
+        await self.inner.typing()
+
+    async def finished(self) -> None:
+        await self.inner.finished()
 
 
 class RateBudget:
@@ -131,8 +165,9 @@ class ReplyStream:
         limits: ReplyLimits,
         *,
         resume_ref: str | None = None,
+        provider: str = "unknown",
     ) -> None:
-        self.transport = transport
+        self.transport: ReplyTransport = ObservedTransport(transport, provider)
         self.budget = budget
         self.limits = limits
         self._sent: list[tuple[str, str]] = []  # (ref, text) per visible message, in order

@@ -333,7 +333,7 @@ class TelegramChannel(Channel):
         budget = budgets.for_chat(self.budget_key(message))
         transport = self.reply_transport(message)
         transport.budget = budget
-        return ReplyStream(transport, budget, self.limits, resume_ref=resume_ref)
+        return ReplyStream(transport, budget, self.limits, resume_ref=resume_ref, provider=self.provider)
 
     def is_allowed(self, message: InboundMessage) -> bool:
         if not self._allowed:

@@ -6,13 +6,46 @@ the key, not be silently ignored while the operator wonders why nothing changed.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def from_env(variable: str) -> Any:
+    """A key whose default is ``$variable``: the loader fills it from the environment when the file is silent.
+
+    The default stays ``None`` for code that builds settings directly; only :func:`config.load_settings`
+    reads the environment, so the built-in defaults equal ``config.example.yaml`` (which spells them out).
+    """
+    return Field(None, json_schema_extra={"env": variable})
+
+
+def _is_list(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is list or annotation is list:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_list(arg) for arg in typing.get_args(annotation))
+    return False
 
 
 class Section(BaseModel):
     """A config section: unknown keys are errors, values are validated on assignment too."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_comma_lists(cls, data: Any) -> Any:
+        """``allowed_users: "a, b"`` (typically from ``$VAR``) means the list ``[a, b]``."""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            value = data.get(name)
+            if isinstance(value, str) and _is_list(field.annotation):
+                data = {**data, name: [part.strip() for part in value.split(",") if part.strip()]}
+        return data
 
 
 class ChannelSection(Section):

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from config.base import ChannelSection, Section
+from config.base import ChannelSection, Section, from_env
 from config.channels.dingtalk import DingTalkConfig
 from config.channels.discord import DiscordConfig
 from config.channels.feishu import FeishuConfig
@@ -33,7 +33,7 @@ class DatabaseConfig(Section):
 
 class AuthConfig(Section):
     mode: Literal["none", "jwt"] = "none"
-    jwt_secret: str | None = None
+    jwt_secret: str | None = from_env("SWITCHBOARD_JWT_SECRET")
 
     @model_validator(mode="after")
     def _refuse_weak_secret(self) -> AuthConfig:

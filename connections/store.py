@@ -16,6 +16,7 @@ instances on PostgreSQL) run them at once:
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 import uuid
@@ -37,6 +38,8 @@ CODE_BYTES = 18  # 144 bits of randomness → 24 URL-safe characters (Telegram d
 BIND_ATTEMPTS = 3
 
 Listener = Callable[[PlatformIdentity], None]
+
+log = logging.getLogger(__name__)
 
 
 class ConnectionsError(Exception):
@@ -255,6 +258,14 @@ class ConnectionStore:
             self.attempts.failed(keys)
             raise
         self.attempts.succeeded(keys)
+        c = result.connection
+        log.info(
+            "account linked: %s on %s (connection %s)",
+            c.owner,
+            c.provider,
+            c.id,
+            extra={"fields": {"event": "link", "owner": c.owner, "provider": c.provider, "connection": c.id}},
+        )
         return result
 
     async def _bind(self, code: str, identity: PlatformIdentity, external_name: str | None) -> BindResult:
@@ -392,6 +403,20 @@ class ConnectionStore:
                 return None
         revoked = _connection(row)
         self._changed(revoked.identity)
+        log.info(
+            "account unlinked: %s on %s (connection %s)",
+            owner,
+            revoked.provider,
+            connection_id,
+            extra={
+                "fields": {
+                    "event": "unlink",
+                    "owner": owner,
+                    "provider": revoked.provider,
+                    "connection": connection_id,
+                }
+            },
+        )
         return revoked
 
     # --- reads ------------------------------------------------------------------------------------

@@ -104,8 +104,9 @@ class GitHubChannel(Channel):
         self._transport = SharedTransport()
         self.github = github_client(config.api_base_url, self._transport)
         self.tokens: TokenProvider | None = None
-        if config.app_id and config.private_key_path:
-            self.tokens = TokenProvider(config.app_id, load_private_key(config.private_key_path), self.github)
+        if config.app_id and (config.private_key or config.private_key_path):
+            key = config.private_key or load_private_key(config.private_key_path or "")
+            self.tokens = TokenProvider(config.app_id, key, self.github)
         self._agents = {agent.name: agent for agent in config.agents}
 
     @property

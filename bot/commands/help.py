@@ -8,6 +8,9 @@ async def show_help(ctx: CommandContext) -> None:
     for command in ctx.manager.commands.commands:
         usage = f" {command.usage}" if command.usage else ""
         lines.append(f"/{command.name}{usage} — {command.help}")
+    # Commands a channel handles itself (the terminal's /quit) never reach the registry.
+    channel = ctx.manager.channels.get(ctx.message.provider)
+    lines.extend(f"/{name} — {text}" for name, text in getattr(channel, "local_commands", ()))
     lines.append("Anything else is sent to the assistant.")
     await ctx.reply("\n".join(lines))
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection
+from config.base import ChannelSection, from_env
 
 
 class DingTalkConfig(ChannelSection):
@@ -14,8 +14,8 @@ class DingTalkConfig(ChannelSection):
     messages); leave it unset unless DingTalk's limits change.
     """
 
-    client_id: str | None = None
-    client_secret: str | None = None
+    client_id: str | None = from_env("DINGTALK_CLIENT_ID")
+    client_secret: str | None = from_env("DINGTALK_CLIENT_SECRET")
     card_template_id: str | None = None
     card_content_key: str = "content"
     api_base_url: str = "https://api.dingtalk.com"

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection
+from config.base import ChannelSection, from_env
 
 
 class DiscordConfig(ChannelSection):
     """``channels.discord``. ``api_base_url``/``gateway_url`` exist so tests (or a proxy) can stand in
     for Discord; discord.py keeps both as process-wide globals, so one process talks to one API base."""
 
-    bot_token: str | None = None
+    bot_token: str | None = from_env("DISCORD_BOT_TOKEN")
     api_base_url: str = "https://discord.com/api/v10"
     gateway_url: str | None = None
     mention_only: bool = True

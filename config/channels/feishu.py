@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from config.base import ChannelSection
+from config.base import ChannelSection, from_env
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -14,8 +14,8 @@ LARK_DOMAIN = "https://open.larksuite.com"
 
 class FeishuConfig(ChannelSection):
     #: The app's credentials from the developer console (``cli_…`` and its secret).
-    app_id: str | None = None
-    app_secret: str | None = None
+    app_id: str | None = from_env("FEISHU_APP_ID")
+    app_secret: str | None = from_env("FEISHU_APP_SECRET")
     #: Open-platform origin: ``https://open.feishu.cn`` (Feishu, China) or ``https://open.larksuite.com``
     #: (Lark, international). Also points the SDK at a self-hosted gateway or a test fake.
     domain: str = FEISHU_DOMAIN

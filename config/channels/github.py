@@ -10,7 +10,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from config.base import ChannelSection, Section
+from config.base import ChannelSection, Section, from_env
 
 #: Event kinds an agent can be triggered by; anything else in ``triggers`` is a typo worth failing on.
 TRIGGER_EVENTS = frozenset(
@@ -66,9 +66,11 @@ class GitHubAgent(Section):
 
 
 class GitHubConfig(ChannelSection):
-    webhook_secret: str | None = None
-    app_id: str | None = None
-    private_key_path: str | None = None
+    webhook_secret: str | None = from_env("GITHUB_WEBHOOK_SECRET")
+    app_id: str | None = from_env("GITHUB_APP_ID")
+    #: The App's PEM key: as text (``private_key``, e.g. from ``private_key_file``) or as a path.
+    private_key: str | None = from_env("GITHUB_APP_PRIVATE_KEY")
+    private_key_path: str | None = from_env("GITHUB_APP_PRIVATE_KEY_PATH")
     api_base_url: str = "https://api.github.com"
     allow_unsigned_webhooks: bool = False
     max_body_bytes: int = Field(25 * 1024 * 1024, gt=0)
@@ -80,8 +82,16 @@ class GitHubConfig(ChannelSection):
 
     @model_validator(mode="after")
     def _consistent(self) -> GitHubConfig:
-        if bool(self.app_id) != bool(self.private_key_path):
-            raise ValueError("app_id and private_key_path must be set together (the GitHub App credentials)")
+        if self.private_key and self.private_key_path:
+            raise ValueError("set either private_key (the PEM text) or private_key_path, not both")
+        if bool(self.app_id) != bool(self.private_key or self.private_key_path):
+            raise ValueError(
+                "app_id and private_key (or private_key_path) must be set together (the GitHub App credentials)"
+            )
+        if self.private_key and "PRIVATE KEY" not in self.private_key:
+            raise ValueError(
+                "private_key does not look like a PEM private key (-----BEGIN … PRIVATE KEY-----)"
+            )
         names = [a.name for a in self.agents]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

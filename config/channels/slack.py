@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection
+from config.base import ChannelSection, from_env
 
 
 class SlackConfig(ChannelSection):
     #: Bot User OAuth token (``xoxb-…``): Web API calls and private file downloads.
-    bot_token: str | None = None
+    bot_token: str | None = from_env("SLACK_BOT_TOKEN")
     #: App-level token (``xapp-…``, scope ``connections:write``): opens the Socket Mode connection.
-    app_token: str | None = None
+    app_token: str | None = from_env("SLACK_APP_TOKEN")
     #: Web API root; must end with ``/`` (slack-sdk appends method names to it).
     api_base_url: str = "https://slack.com/api/"
     #: Slack user ids (``U…``) allowed to talk to the bot; empty = everyone in the workspace.

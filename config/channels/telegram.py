@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection
+from config.base import ChannelSection, from_env
 
 
 class TelegramConfig(ChannelSection):
     #: The token @BotFather gives you (``123456:ABC…``). Secret: never logged.
-    bot_token: str | None = None
+    bot_token: str | None = from_env("TELEGRAM_BOT_TOKEN")
     #: The bot's @username without the ``@``. Optional: it is read from ``getMe`` at start; when set,
     #: a mismatch with the token's bot is reported by ``switchboard doctor``.
     bot_username: str | None = None
