@@ -77,6 +77,18 @@ class Agent(Protocol):
 
     def model_names(self) -> list[str]: ...
 
+    def skill_names(self) -> list[str]:
+        """Skills a person can ask for with ``/skill-name`` (empty when the agent has none)."""
+        ...
+
+    def tool_descriptions(self) -> list[tuple[str, str]]:
+        """(name, one line) for every tool the model is offered, for ``/tools``."""
+        ...
+
+    def mcp_status(self) -> dict[str, str]:
+        """Each MCP server: ``ok (N tools)`` or ``error: …`` (empty without MCP servers)."""
+        ...
+
     async def close(self) -> None: ...
 
     # Optional capabilities, declared here so callers ask the agent instead of probing it: None = off.

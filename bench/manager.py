@@ -48,6 +48,15 @@ class InstantAgent:
     def model_names(self) -> list[str]:
         return ["instant"]
 
+    def skill_names(self) -> list[str]:
+        return []
+
+    def tool_descriptions(self) -> list[tuple[str, str]]:
+        return []
+
+    def mcp_status(self) -> dict[str, str]:
+        return {}
+
     async def close(self) -> None:
         return None
 

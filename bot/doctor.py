@@ -83,10 +83,26 @@ async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
     return True, f"sandbox: bwrap — each command isolated, {network}"
 
 
+async def _check_mcp(settings: Settings) -> list[tuple[bool, str]]:
+    """Start each MCP server as the service would, list its tools, and stop it again."""
+    from agent.mcp_tools import McpHub
+
+    hub = McpHub(settings.mcp_servers, settings.sandbox)
+    try:
+        await hub.start()
+        return [
+            (state.startswith("ok"), f"mcp server {name}: {state}") for name, state in hub.status().items()
+        ]
+    finally:
+        await hub.close()
+
+
 async def run_doctor(settings: Settings) -> int:
     checks: list[tuple[bool, str]] = [(True, "config: valid")]
     checks.append(await _check_database(settings))
     checks.append(await _check_sandbox(settings))
+    if settings.mcp_servers:
+        checks.extend(await _check_mcp(settings))
     checks.extend(await _check_model(settings))
     enabled = [(p, s) for p, s in settings.channels.items() if s.enabled]
     if not enabled:

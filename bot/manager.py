@@ -26,6 +26,7 @@ from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, Inbox, InboxEntry
 from bot.logs import trace_id_var
+from bot.schedules import ScheduleBook
 from bot.threads import Conversation, ThreadStore
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
@@ -100,6 +101,7 @@ class Turn:
     reply_text: str | None = None
     hidden: bool = False
     system_prompt: str | None = None
+    skill: str | None = None
     reply: ReplyStream | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
@@ -130,6 +132,7 @@ class ChannelManager:
         commands: CommandRegistry | None = None,
         identity: IdentityResolver | None = None,
         connections: ConnectionStore | None = None,
+        schedules: ScheduleBook | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -141,6 +144,8 @@ class ChannelManager:
         self.identity: IdentityResolver = identity or PlatformIdentityResolver()
         #: Where ``/connect`` binds accounts; None when the service runs without connections.
         self.connections = connections
+        #: Where ``/schedule`` keeps scheduled tasks; None when the service runs without them.
+        self.schedules = schedules
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
@@ -246,6 +251,19 @@ class ChannelManager:
             )
             await self._complete(entry.id)
             return
+        if parsed is not None and command is None and parsed.name in self.agent.skill_names():
+            # /release-notes … : an ordinary turn, with that skill's instructions in its prompt.
+            await self.submit_turn(
+                message,
+                identity,
+                text=parsed.args or f"Use the {parsed.name} skill.",
+                entry_id=entry.id,
+                reply_ref=entry.reply_ref,
+                reply_text=entry.reply_text,
+                system_prompt=channel.system_prompt(message),
+                skill=parsed.name,
+            )
+            return
         if parsed is not None and command is None:
             await self.send_notice(
                 message, f"Unknown command /{parsed.name}. Send /help to see what I understand."
@@ -307,6 +325,7 @@ class ChannelManager:
         reply_text: str | None = None,
         hidden: bool = False,
         system_prompt: str | None = None,
+        skill: str | None = None,
         notice: str | None = None,
         before_start: BeforeStart | None = None,
         after_delivery: AfterDelivery | None = None,
@@ -324,6 +343,7 @@ class ChannelManager:
             reply_text=reply_text,
             hidden=hidden,
             system_prompt=system_prompt,
+            skill=skill,
             before_start=before_start,
             after_delivery=after_delivery,
         )
@@ -504,6 +524,7 @@ class ChannelManager:
             system_prompt=turn.system_prompt,
             secrets=await channel.run_secrets(turn.message),
             sender_name=turn.message.sender.name,
+            skill=turn.skill,
         )
 
         async def consume() -> None:

@@ -3,7 +3,7 @@
 Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them:
 
     database schema → WAL maintenance → inbox writer → agent → manager (identity chain, /connect store)
-    → features (agent hooks, connections, GitHub) → resume unfinished → retry poll → channels
+    → features (agent hooks, connections, GitHub, schedules) → resume unfinished → retry poll → channels
 
 :meth:`Service.stop` reverses it: channels pause (no new input), the manager drains running turns,
 channels stop, features stop in reverse, then the inbox writer, the agent, and last the database.
@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from bot.features import Feature, Foundation, Running
 from bot.features.agent import AgentFeature
 from bot.features.connections import ConnectionsFeature
 from bot.features.github import GitHubFeature
+from bot.features.schedules import SchedulesFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.manager import ChannelManager
@@ -53,6 +55,7 @@ class Service:
         channels: dict[str, Channel] | None = None,
         agent: Agent | None = None,
         chat_models: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
@@ -65,7 +68,8 @@ class Service:
         self.agent_feature = AgentFeature()
         self.connections = ConnectionsFeature(base, live_providers=lambda: list(self.channels))
         self.github = GitHubFeature(base)
-        self.features: list[Feature] = [self.agent_feature, self.connections, self.github]
+        self.schedules = SchedulesFeature(base, publish=self.bus.publish, clock=clock)
+        self.features: list[Feature] = [self.agent_feature, self.connections, self.github, self.schedules]
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, self.connections.identity])
 
@@ -137,6 +141,7 @@ class Service:
             channels=self.channels,
             identity=self.identity,
             connections=self.connections.store,
+            schedules=self.schedules.book,
         )
         running = Running(agent=self.agent, manager=self.manager, channels=self.channels)
         for feature in self.features:
@@ -207,6 +212,7 @@ class Service:
             "version": VERSION,
             "database": "ok" if db_ok else "unreachable",
             "sandbox": self.settings.sandbox.mode,
+            "mcp": self.agent.mcp_status() if self.agent is not None else {},
             "channels": channels,
             "inbox": {"unfinished": self.bus.load},
         }

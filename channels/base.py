@@ -26,6 +26,8 @@ class Channel(ABC):
     """
 
     provider: ClassVar[str]
+    #: Commands the channel answers itself, never sent to the service (the terminal's /quit): (name, help).
+    local_commands: ClassVar[tuple[tuple[str, str], ...]] = ()
     limits: ClassVar[ReplyLimits]
 
     def __init__(self) -> None:

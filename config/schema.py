@@ -121,6 +121,12 @@ class McpServerConfig(Section):
         return self
 
 
+class SchedulesConfig(Section):
+    """``/schedule``: what happens to runs that fell due while the service was down."""
+
+    missed: Literal["run_once", "skip"] = "run_once"
+
+
 class MemoryConfig(Section):
     enabled: bool = True
     debounce_seconds: float = Field(30, ge=0)
@@ -198,6 +204,7 @@ class Settings(Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     bus: BusConfig = Field(default_factory=BusConfig)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agent.goals import GoalKeeper
 from agent.memory import MemoryService
 from bot.identity import Identity
+from bot.schedules import ScheduleBook
 from bot.threads import Conversation
 from channels.types import InboundMessage
 from connections import ConnectionStore
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from bot.manager import ChannelManager
 
 COMMAND_PATTERN = re.compile(
-    r"^/(?P<name>[A-Za-z][A-Za-z0-9_]{0,31})(?:@(?P<bot>[A-Za-z0-9_.\-]+))?(?:\s+(?P<args>.*))?$", re.S
+    r"^/(?P<name>[A-Za-z][A-Za-z0-9_-]{0,31})(?:@(?P<bot>[A-Za-z0-9_.\-]+))?(?:\s+(?P<args>.*))?$", re.S
 )
 LEADING_MENTION = re.compile(r"^\s*(?:<@[^>]+>|@[\w.\-]+)\s+(?=/)")
 
@@ -61,6 +62,11 @@ class CommandContext:
     def goals(self) -> GoalKeeper | None:
         """The agent's goal keeper, or None when the agent has no goals."""
         return self.manager.agent.goals
+
+    @property
+    def schedules(self) -> ScheduleBook | None:
+        """Scheduled tasks of this service, or None when they are off."""
+        return self.manager.schedules
 
     @property
     def memory(self) -> MemoryService | None:

@@ -10,7 +10,12 @@ async def show_help(ctx: CommandContext) -> None:
         lines.append(f"/{command.name}{usage} — {command.help}")
     # Commands a channel handles itself (the terminal's /quit) never reach the registry.
     channel = ctx.manager.channels.get(ctx.message.provider)
-    lines.extend(f"/{name} — {text}" for name, text in getattr(channel, "local_commands", ()))
+    lines.extend(f"/{name} — {text}" for name, text in (channel.local_commands if channel else ()))
+    skills = ctx.manager.agent.skill_names()
+    if skills:
+        lines.append(
+            "Skills: " + ", ".join(f"/{name}" for name in skills) + " (e.g. /" + skills[0] + " TASK)"
+        )
     lines.append("Anything else is sent to the assistant.")
     await ctx.reply("\n".join(lines))
 

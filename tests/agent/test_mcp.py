@@ -70,11 +70,14 @@ async def test_bad_arguments_and_a_broken_server_give_clear_results_and_the_bot_
     llm.script(Reply(tool_calls=[ToolCall("calc__add", {"a": "many"})]), Reply(text="That did not work."))
     settings = mcp_settings(tmp_path, llm, server("calc"), server("broken", "--crash"))
     async with Harness.running(settings) as h:
-        status = h.service.agent.mcp_status()  # type: ignore[union-attr]
+        status = (await h.service.health())["mcp"]
+        tools = await h.ask("/tools")
         answer = await h.ask("add something")
         plain = await h.ask("hello?")
     assert status["calc"] == "ok (3 tools)"
     assert status["broken"].startswith("error: ")
+    assert "• calc__add — [calc] Add two integers" in tools
+    assert "MCP servers: calc: ok (3 tools); broken: error: " in tools
     [result] = all_tool_results(llm)[:1]
     assert result.startswith("Error: ") and "validation error" in result
     assert answer == "That did not work."
@@ -88,3 +91,25 @@ async def test_a_slow_tool_call_times_out_with_a_plain_sentence(tmp_path, llm):
         answer = await h.ask("take your time")
     assert all_tool_results(llm) == ["Error: calc__wait did not answer within 1 s"]
     assert answer == "Too slow."
+
+
+def test_doctor_starts_each_mcp_server_and_says_which_work(tmp_path):
+    import subprocess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"data_dir: {tmp_path / 'data'}\n"
+        f"database: {{url: 'sqlite+aiosqlite:///{tmp_path / 'sb.db'}'}}\n"
+        "models: [{name: default, model: m, api_key: sk-x, base_url: 'http://127.0.0.1:9/v1'}]\n"
+        f"mcp_servers:\n"
+        f"  - {{name: calc, command: {sys.executable}, args: [{SERVER}], mounts: [{sys.prefix}, {FAKES}]}}\n"
+        f"  - {{name: broken, command: {sys.executable}, args: [{SERVER}, --crash], mounts: [{sys.prefix}, {FAKES}]}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "doctor", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "✓ mcp server calc: ok (3 tools)" in result.stdout
+    assert "✗ mcp server broken: error: " in result.stdout

@@ -85,3 +85,28 @@ async def test_without_a_skills_folder_no_skill_tool_is_offered(tmp_path, llm):
         await h.ask("hello")
     assert "load_skill" not in [t["function"]["name"] for t in llm.completions[0]["tools"]]
     assert "Skills you can use" not in system_text(llm.completions[0])
+
+
+async def test_slash_skill_name_puts_that_skill_into_this_turns_prompt_only(tmp_path, llm):
+    async with Harness.running(skill_settings(tmp_path, llm, "bwrap")) as h:
+        answer = await h.ask("/release-notes for version 2.1")
+        later = await h.ask("and now something else")
+        unknown = await h.ask("/deploy-everything now")
+        help_text = await h.ask("/help")
+    assert answer == "echo: for version 2.1"
+    with_skill, without_skill = system_text(llm.completions[0]), system_text(llm.completions[1])
+    assert "asked you to use the skill release-notes" in with_skill
+    assert "SKILL-BODY-MARKER-6631" in with_skill
+    assert "SKILL-BODY-MARKER-6631" not in without_skill
+    assert later == "echo: and now something else"
+    assert unknown == "Unknown command /deploy-everything. Send /help to see what I understand."
+    assert "Skills: /release-notes" in help_text
+
+
+async def test_tools_lists_what_the_assistant_can_use(tmp_path, llm):
+    async with Harness.running(skill_settings(tmp_path, llm, "bwrap")) as h:
+        listing = await h.ask("/tools")
+    assert listing.startswith("Tools I can use:\n• bash — Run a bash command")
+    assert "• web_fetch — " in listing and "• load_skill — " in listing
+    assert "Skills (send /name to use one): /release-notes" in listing
+    assert llm.completions == []  # answered by the bot itself, no model call
