@@ -16,6 +16,20 @@ if TYPE_CHECKING:
     from agent.memory import MemoryService
 
 
+class TaskScheduler(Protocol):
+    """Scheduled tasks for this turn's chat and person, for the agent's schedule tools.
+
+    The bot binds one to each turn (the agent knows neither chats nor the database); every method
+    answers with a sentence for the model to pass on, never raises for bad input.
+    """
+
+    async def add(self, when_and_what: str) -> str: ...
+
+    async def listing(self) -> str: ...
+
+    async def cancel(self, schedule_id: str) -> str: ...
+
+
 @dataclass(slots=True)
 class TurnRequest:
     """One turn of a thread.
@@ -35,6 +49,8 @@ class TurnRequest:
     sender_name: str | None = None
     #: A skill a person asked for with ``/skill-name``: its full text goes into this turn's prompt.
     skill: str | None = None
+    #: Scheduled tasks in this turn's chat, as this turn's person (None: the tools say "not available").
+    scheduler: TaskScheduler | None = None
 
 
 @dataclass(frozen=True, slots=True)

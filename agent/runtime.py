@@ -653,6 +653,7 @@ class AgentRuntime:
                 max_output=self.settings.sandbox.max_output_chars,
                 web=self.web,
                 skills=self.skills,
+                scheduler=request.scheduler,
             ),
         )
         key = uuid.uuid4().hex

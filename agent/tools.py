@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.events import TaskScheduler
 from agent.mcp_tools import McpCallFailed, McpHub, McpTool
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
@@ -38,6 +39,7 @@ class ToolContext:
     files: list[Path] = field(default_factory=list)
     web: WebFetcher | None = None
     skills: Mapping[str, Skill] = field(default_factory=dict)
+    scheduler: TaskScheduler | None = None
 
 
 class BashArgs(BaseModel):
@@ -70,6 +72,25 @@ class McpArgs(BaseModel):
     """Arguments of an MCP tool: whatever its server's schema says (the server validates them)."""
 
     model_config = ConfigDict(extra="allow")
+
+
+WHEN_FORMS = (
+    "'in 20m', 'in 2h', 'at 17:30', 'tomorrow 09:00', '2026-12-24 18:00', 'every day 09:00', "
+    "'every weekday 09:00', 'every mon,wed 18:30', 'every hour', 'every 15m', 'cron 0 9 * * 1-5'"
+)
+
+
+class ScheduleTaskArgs(BaseModel):
+    when: str = Field(description=f"When to run it, one of the forms {WHEN_FORMS}.")
+    what: str = Field(description="The request to run then, as the user would write it.")
+
+
+class CancelScheduleArgs(BaseModel):
+    id: str = Field(description="The schedule's id, as list_scheduled_tasks shows it.")
+
+
+class NoArgs(BaseModel):
+    pass
 
 
 class LoadSkillArgs(BaseModel):
@@ -210,6 +231,24 @@ async def present_files(ctx: ToolContext, args: PresentFilesArgs) -> str:
     return "\n".join(lines)
 
 
+def _scheduler(ctx: ToolContext) -> TaskScheduler:
+    if ctx.scheduler is None:
+        raise SandboxError("scheduled tasks are not available here")
+    return ctx.scheduler
+
+
+async def schedule_task(ctx: ToolContext, args: ScheduleTaskArgs) -> str:
+    return await _scheduler(ctx).add(f"{args.when.strip()} {args.what.strip()}")
+
+
+async def list_scheduled_tasks(ctx: ToolContext, args: NoArgs) -> str:
+    return await _scheduler(ctx).listing()
+
+
+async def cancel_scheduled_task(ctx: ToolContext, args: CancelScheduleArgs) -> str:
+    return await _scheduler(ctx).cancel(args.id)
+
+
 async def load_skill(ctx: ToolContext, args: LoadSkillArgs) -> str:
     skill = ctx.skills.get(args.name.strip().lstrip("/"))
     if skill is None:
@@ -278,6 +317,28 @@ TOOLS: dict[str, ToolSpec] = {
             PresentFilesArgs,
             present_files,
             lambda a, m: f"sharing {len(a.paths)} file(s)",
+        ),
+        ToolSpec(
+            "schedule_task",
+            "Schedule a request to run later, or repeatedly, in this chat as the user (a reminder, a daily "
+            "report). It then runs like a message they sent. Returns the confirmation with the schedule id.",
+            ScheduleTaskArgs,
+            schedule_task,
+            lambda a, m: f"scheduling {short(m(a.when), SUMMARY_CHARS - 11)}",
+        ),
+        ToolSpec(
+            "list_scheduled_tasks",
+            "List this chat's scheduled tasks with their ids and next run times.",
+            NoArgs,
+            list_scheduled_tasks,
+            lambda a, m: "listing scheduled tasks",
+        ),
+        ToolSpec(
+            "cancel_scheduled_task",
+            "Cancel one of this chat's scheduled tasks by id (only ones the user set up).",
+            CancelScheduleArgs,
+            cancel_scheduled_task,
+            lambda a, m: f"cancelling schedule {short(m(a.id), 16)}",
         ),
         ToolSpec(
             "load_skill",

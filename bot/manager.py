@@ -26,6 +26,7 @@ from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, Inbox, InboxEntry
 from bot.logs import trace_id_var
+from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.threads import Conversation, ThreadStore
 from channels.base import Channel
@@ -525,6 +526,9 @@ class ChannelManager:
             secrets=await channel.run_secrets(turn.message),
             sender_name=turn.message.sender.name,
             skill=turn.skill,
+            scheduler=(
+                ScheduleDesk(self.schedules, turn.message, turn.identity.owner) if self.schedules else None
+            ),
         )
 
         async def consume() -> None:

@@ -35,6 +35,9 @@ async def test_a_tool_calling_turn_runs_bash_in_the_workspace_and_reports_the_ou
         "write_file",
         "str_replace",
         "present_files",
+        "schedule_task",
+        "list_scheduled_tasks",
+        "cancel_scheduled_task",
         "web_fetch",
     ]
 

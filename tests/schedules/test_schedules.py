@@ -121,3 +121,39 @@ async def test_skip_leaves_missed_runs_out(tmp_path, llm):
         listing = await second.ask("/schedule list", message_id="list-after-restart")
     assert answers(second, "morning report") == 0
     assert "next Fri 4 Dec 09:00" in listing
+
+
+async def test_the_assistant_can_schedule_list_and_cancel_for_the_person_it_talks_to(tmp_path, llm):
+    from tests.fakes.openai_server import Reply, ToolCall
+
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=ZoneInfo(TZ)))
+    llm.script(
+        Reply(
+            tool_calls=[
+                ToolCall("schedule_task", {"when": "every monday 09:00", "what": "timesheet reminder"})
+            ]
+        ),
+        Reply(text="Done — every Monday at 9."),
+    )
+    async with Harness.running(settings_for(tmp_path, llm), clock=clock) as h:
+        answer = await h.ask("remind me every Monday at 9 to fill in my timesheet")
+        listing = await h.ask("/schedule list")
+        await move(h, clock, datetime(2026, 12, 7, 9, 0, 2, tzinfo=ZoneInfo(TZ)))
+        fired = answers(h, "timesheet reminder")
+        schedule_id = listing.splitlines()[1].split(" · ")[0]
+        llm.script(
+            Reply(tool_calls=[ToolCall("cancel_scheduled_task", {"id": schedule_id})]),
+            Reply(text="Cancelled."),
+        )
+        await h.ask("stop the timesheet reminders")
+        after = await h.ask("/schedule list")
+    tool_results = [m["content"] for r in llm.completions for m in r["messages"] if m["role"] == "tool"]
+    assert (
+        tool_results[0].startswith("⏰ Scheduled ")
+        and "every monday 09:00 — next Mon 7 Dec 09:00" in tool_results[0]
+    )
+    assert answer == "Done — every Monday at 9."
+    assert "every monday 09:00 · next Mon 7 Dec 09:00 · timesheet reminder" in listing
+    assert fired == 1
+    assert f"⏹ Cancelled {schedule_id}." in tool_results
+    assert after == "No scheduled tasks in this chat. Add one with /schedule <when> <what>."
