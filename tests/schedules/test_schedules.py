@@ -7,7 +7,9 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from tests.conftest import make_settings
+import pytest
+
+from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness
 
@@ -157,3 +159,22 @@ async def test_the_assistant_can_schedule_list_and_cancel_for_the_person_it_talk
     assert fired == 1
     assert f"⏹ Cancelled {schedule_id}." in tool_results
     assert after == "No scheduled tasks in this chat. Add one with /schedule <when> <what>."
+
+
+@pytest.mark.postgres
+async def test_two_instances_on_one_postgres_fire_a_due_run_exactly_once(tmp_path, llm):
+    clock = Clock(datetime(2026, 12, 1, 8, 0, tzinfo=ZoneInfo(TZ)))
+    async with fresh_pg_database() as url:
+        settings = settings_for(tmp_path, llm, database={"url": url})
+        async with Harness.running(settings, clock=clock) as one:
+            await one.ask("/schedule in 10m stand-up time")
+            async with Harness.running(settings, clock=clock) as two:
+                clock.now += 11 * 60
+                # Both instances see the due run at the same moment and both hand it to their bus.
+                one.service.schedules.book.scheduler.poke()
+                two.service.schedules.book.scheduler.poke()
+                await asyncio.sleep(0.5)
+                await one.idle()
+                await two.idle()
+        total = answers(one, "stand-up time") + answers(two, "stand-up time")
+    assert total == 1
