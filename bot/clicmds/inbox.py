@@ -8,12 +8,12 @@ on its next poll and runs it as if it had just arrived, and this command waits f
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from bot.clicmds._list_retry import register_list_retry
 from config.schema import Settings
 
 if TYPE_CHECKING:
@@ -102,25 +102,15 @@ async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
-    parser = subparsers.add_parser("inbox", help="chat messages the service could not handle: list and retry")
-    sub = parser.add_subparsers(dest="inbox_command", required=True)
-
-    listing = sub.add_parser("list", help="recent inbox entries, newest first")
-    listing.add_argument("--config", help="path to config.yaml")
-    listing.add_argument("--failed", action="store_true", help="only failed and dead-lettered messages")
-    listing.add_argument("--limit", type=int, default=50)
-
-    def run_list(args: argparse.Namespace) -> int:
-        return asyncio.run(_list(load_or_exit(args.config), args.failed, args.limit))
-
-    listing.set_defaults(func=run_list)
-
-    retry = sub.add_parser("retry", help="run a failed or dead-lettered message again in the running service")
-    retry.add_argument("entry_id")
-    retry.add_argument("--config", help="path to config.yaml")
-    retry.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the outcome")
-
-    def run_retry(args: argparse.Namespace) -> int:
-        return asyncio.run(_retry(load_or_exit(args.config), args.entry_id, args.wait))
-
-    retry.set_defaults(func=run_retry)
+    register_list_retry(
+        subparsers,
+        load_or_exit,
+        name="inbox",
+        help="chat messages the service could not handle: list and retry",
+        list_help="recent inbox entries, newest first",
+        failed_help="only failed and dead-lettered messages",
+        retry_help="run a failed or dead-lettered message again in the running service",
+        id_name="entry_id",
+        lister=_list,
+        retrier=_retry,
+    )

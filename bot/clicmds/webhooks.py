@@ -8,12 +8,12 @@ running, the delivery runs when one starts.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
+from bot.clicmds._list_retry import register_list_retry
 from config.schema import Settings
 
 EXIT_FAILED = 1
@@ -100,25 +100,15 @@ async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
-    parser = subparsers.add_parser("webhooks", help="GitHub webhook deliveries: list and retry")
-    sub = parser.add_subparsers(dest="webhooks_command", required=True)
-
-    listing = sub.add_parser("list", help="recent deliveries, newest first")
-    listing.add_argument("--config", help="path to config.yaml")
-    listing.add_argument("--failed", action="store_true", help="only failed (or stuck) deliveries")
-    listing.add_argument("--limit", type=int, default=50)
-
-    def run_list(args: argparse.Namespace) -> int:
-        return asyncio.run(_list(load_or_exit(args.config), args.failed, args.limit))
-
-    listing.set_defaults(func=run_list)
-
-    retry = sub.add_parser("retry", help="re-run a failed delivery through the running service")
-    retry.add_argument("delivery_id")
-    retry.add_argument("--config", help="path to config.yaml")
-    retry.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the outcome")
-
-    def run_retry(args: argparse.Namespace) -> int:
-        return asyncio.run(_retry(load_or_exit(args.config), args.delivery_id, args.wait))
-
-    retry.set_defaults(func=run_retry)
+    register_list_retry(
+        subparsers,
+        load_or_exit,
+        name="webhooks",
+        help="GitHub webhook deliveries: list and retry",
+        list_help="recent deliveries, newest first",
+        failed_help="only failed (or stuck) deliveries",
+        retry_help="re-run a failed delivery through the running service",
+        id_name="delivery_id",
+        lister=_list,
+        retrier=_retry,
+    )
