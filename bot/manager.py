@@ -380,7 +380,13 @@ class ChannelManager:
                 token = trace_id_var.set(turn.trace_id)
                 try:
                     with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
-                        await self._run_turn(turn, lane)
+                        delivered = await self._run_turn(turn, lane)
+                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
+                    # so a message sent right after the reply starts next instead of reading "Queued".
+                    lane.current = None
+                    lane.agent_task = None
+                    if delivered is not None:
+                        await self._finish_turn(turn, *delivered)
                 finally:
                     trace_id_var.reset(token)
                     lane.current = None
@@ -395,10 +401,12 @@ class ChannelManager:
                 del self._lanes[lane.thread_id]
 
     # --- one turn ------------------------------------------------------------------------------------
-    async def _run_turn(self, turn: Turn, lane: Lane) -> None:
+    async def _run_turn(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
+        """Run the turn up to its delivered final reply: ``(text, stopped, failed)``, or None when it
+        did not run or its failure is already recorded. :meth:`_finish_turn` does the rest."""
         channel = self.channels[turn.message.provider]
         if turn.before_start is not None and not await self._may_start(turn, channel):
-            return
+            return None
         try:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
@@ -426,7 +434,7 @@ class ChannelManager:
                             reply_text=final,
                             message=turn.message,
                         )
-                    return
+                    return None
         except asyncio.CancelledError:
             if turn.entry_id:
                 self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
@@ -436,9 +444,17 @@ class ChannelManager:
             metrics.mark_outcome("error")
             if turn.entry_id:
                 await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
-            return
+            return None
+        return final, stopped, failed
+
+    async def _finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
+        """After the reply is delivered and the lane released: mark the entry done, then the hooks."""
         if turn.entry_id:
-            await self._complete(turn.entry_id)
+            try:
+                await self._complete(turn.entry_id)
+            except asyncio.CancelledError:
+                self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
+                raise
         if turn.after_delivery is not None:
             try:
                 await turn.after_delivery(final, stopped, failed)
