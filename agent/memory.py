@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent.context import HIDDEN_ID_PREFIX
@@ -282,6 +283,18 @@ class MemoryStore:
                     )
                 )
 
+    async def add_pending(self, owner: str, thread_id: str, model: str | None, due_at: float) -> None:
+        """One more thread for an owner already waiting: one row, whatever the owner's thread count."""
+        insert_new = (sqlite.insert if self.engine.dialect.name == "sqlite" else postgresql.insert)(
+            memory_pending
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert_new.values(
+                    owner=owner, thread_id=thread_id, model=model, due_at=due_at
+                ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
+            )
+
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -402,7 +415,8 @@ class MemoryService:
             return
         entry = self._pending.get(owner)
         due = asyncio.get_running_loop().time() + self.config.debounce_seconds
-        if entry is not None and entry[2] == model:
+        added = entry is not None and entry[2] == model
+        if entry is not None and added:
             self._due[owner] = due
             if thread_id in entry[1]:
                 return
@@ -412,14 +426,17 @@ class MemoryService:
             if entry is not None:
                 entry[0].cancel()
             self._schedule(owner, threads, model, self.config.debounce_seconds)
-        # One writer at a time, each writing the newest set: a slower earlier write can never commit
-        # after a later one and drop a thread from the durable record.
+        # One writer at a time: a slower rewrite of the owner's rows can never commit after a later
+        # write and drop a thread from the durable record.
         async with self._note_lock:
             current = self._pending.get(owner)
-            if current is not None:  # None: its extraction already started and covers this turn
-                await self.store.note_pending(
-                    owner, set(current[1]), current[2], time.time() + self.config.debounce_seconds
-                )
+            if current is None:  # its extraction already started and covers this turn
+                return
+            due_at = time.time() + self.config.debounce_seconds
+            if added:
+                await self.store.add_pending(owner, thread_id, current[2], due_at)
+            else:
+                await self.store.note_pending(owner, set(current[1]), current[2], due_at)
 
     def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
         task = asyncio.create_task(self._later(owner, delay), name=f"memory-{owner[:16]}")

@@ -207,6 +207,8 @@ async def run(
 
     # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
     await asyncio.gather(*(send(i, -1) for i in range(chats)))
+    assert service.manager is not None
+    await service.manager.wait_idle()  # and their after-turn hooks (first notes of each thread)
     latencies.clear()
     profiler = None
     if os.environ.get("BENCH_PROFILE"):
