@@ -148,6 +148,7 @@ async def run(
     features: bool,
     rate: float | None = None,
     variant: Variant = Variant(),
+    cold: bool = False,
 ) -> dict[str, float]:
     overrides: dict[str, Any] = {
         "data_dir": str(data_dir),
@@ -205,11 +206,12 @@ async def run(
             await asyncio.sleep(period)
         await asyncio.gather(*pending)
 
-    # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
-    await asyncio.gather(*(send(i, -1) for i in range(chats)))
     assert service.manager is not None
-    await service.manager.wait_idle()  # and their after-turn hooks (first notes of each thread)
-    latencies.clear()
+    if not cold:
+        # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
+        await asyncio.gather(*(send(i, -1) for i in range(chats)))
+        await service.manager.wait_idle()  # and their after-turn hooks (first notes of each thread)
+        latencies.clear()
     profiler = None
     if os.environ.get("BENCH_PROFILE"):
         import cProfile
@@ -224,6 +226,7 @@ async def run(
         profiler.dump_stats(os.environ["BENCH_PROFILE"])
     elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     collections = sum(s["collections"] for s in gc.get_stats()) - collections
+    counts = await service.inbox.counts()
     await service.stop()
     if variant.gc_tuned:
         gc.unfreeze()
@@ -239,6 +242,7 @@ async def run(
         "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gc_collections": collections,
+        "not_done": sum(n for status, n in counts.items() if status != "done"),
     }
 
 
@@ -267,6 +271,9 @@ def main() -> None:
         help="pairs to interleave: tax (durable vs in-memory inbox), hooks (on vs off), gc (tuned vs not); "
         "default: tax and hooks",
     )
+    parser.add_argument(
+        "--cold", action="store_true", help="no warm-up: every chat is new (a burst of new conversations)"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of each variant")
     args = parser.parse_args()
     import logging
@@ -288,6 +295,7 @@ def main() -> None:
                             not args.no_features,
                             args.rate,
                             variant,
+                            args.cold,
                         )
                     )
                 )
@@ -304,6 +312,7 @@ def main() -> None:
             f"{variant.label}: {m['messages']:.0f} messages in {m['seconds']:.2f}s: "
             f"{m['messages_per_second']:.0f} msg/s, latency p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, "
             f"CPU {m['cpu_ms_per_message']:.2f} ms/message, {m['gc_collections']:.0f} GC collections, "
+            f"{m['not_done']:.0f} not done, "
             f"peak RSS {m['peak_rss_mib']:.0f} MiB (medians of {len(runs)})"
         )
     for name in compare:

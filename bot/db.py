@@ -58,7 +58,10 @@ class Database:
         else:
             kwargs["pool_pre_ping"] = True
         if pooled:
-            kwargs.update(pool_size=min(10, pool_size), max_overflow=max(0, pool_size - 10))
+            # All of it as the pool proper, no overflow: overflow connections are closed on return, and
+            # under a burst that meant a new connection (and aiosqlite thread) per query. Connections
+            # are still opened only when needed.
+            kwargs.update(pool_size=pool_size, max_overflow=0)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
