@@ -142,8 +142,36 @@ def parse_verdict(text: str) -> Verdict:
 
 
 class GoalStore:
+    """Goals and their continuation steps in the database, plus an in-memory index of active goals.
+
+    Most threads never have a goal, yet the goal hook runs after every turn; a SELECT per turn cost
+    ~0.8 ms CPU. So the store keeps the set of thread ids whose goal is active — loaded once, then kept
+    in step by this store's own writes (every status change goes through it) — and answers
+    :meth:`has_active` without the database. The rows stay the durable truth.
+    """
+
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._active: set[str] | None = None  # None until first loaded
+        self._early: dict[str, bool] = {}  # changes committed while the index was still loading
+
+    async def has_active(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` has an active goal, from the in-memory index (loaded on first use)."""
+        if self._active is None:
+            async with self.engine.connect() as conn:
+                rows = await conn.execute(select(goals.c.thread_id).where(goals.c.status == "active"))
+                loaded = set(rows.scalars())
+            if self._active is None:  # another caller may have loaded (and changed) it meanwhile
+                for changed, active in self._early.items():  # committed after (or before) the SELECT
+                    (loaded.add if active else loaded.discard)(changed)
+                self._active, self._early = loaded, {}
+        return thread_id in self._active
+
+    def _note(self, thread_id: str, active: bool) -> None:
+        if self._active is None:
+            self._early[thread_id] = active
+        else:
+            (self._active.add if active else self._active.discard)(thread_id)
 
     async def get(self, thread_id: str) -> Goal | None:
         async with self.engine.connect() as conn:
@@ -181,6 +209,7 @@ class GoalStore:
                     updated_at=now,
                 )
             )
+        self._note(thread_id, True)
         goal = await self.get(thread_id)
         assert goal is not None
         return goal
@@ -192,12 +221,15 @@ class GoalStore:
             await conn.execute(
                 update(goals).where(goals.c.thread_id == thread_id).values(updated_at=time.time(), **values)
             )
+        if "status" in values:
+            self._note(thread_id, values["status"] == "active")
 
     async def clear(self, thread_id: str) -> bool:
         """Delete the goal; its unfinished continuations are cancelled in the same transaction."""
         async with self.engine.begin() as conn:
             result = await conn.execute(delete(goals).where(goals.c.thread_id == thread_id))
             await self._cancel_unfinished(conn, thread_id, "the goal was cleared")
+        self._note(thread_id, False)
         return bool(result.rowcount)
 
     async def resume(self, thread_id: str) -> Goal | None:
@@ -208,6 +240,8 @@ class GoalStore:
                 .where(goals.c.thread_id == thread_id, goals.c.status.notin_(("active", "satisfied")))
                 .values(status="active", no_progress=0, updated_at=time.time())
             )
+        if result.rowcount:
+            self._note(thread_id, True)
         return await self.get(thread_id) if result.rowcount else None
 
     async def close(self, thread_id: str, status: str, reason: str) -> None:
@@ -219,6 +253,7 @@ class GoalStore:
                 .values(status=status, last_decision=None, last_reason=reason, updated_at=time.time())
             )
             await self._cancel_unfinished(conn, thread_id, reason)
+        self._note(thread_id, False)
 
     @staticmethod
     async def _cancel_unfinished(conn: Any, thread_id: str, reason: str) -> None:
@@ -397,6 +432,8 @@ class GoalKeeper:
         ``finishing`` is the continuation whose answer this is: it is marked done in the same
         transaction that queues the next step, so a crash can neither lose nor duplicate a step.
         """
+        if not await self.store.has_active(thread_id):
+            return None  # most threads: no database read at all
         goal = await self.store.get(thread_id)
         if goal is None or not goal.active:
             return None

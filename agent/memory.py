@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent.context import HIDDEN_ID_PREFIX
@@ -282,6 +283,18 @@ class MemoryStore:
                     )
                 )
 
+    async def add_pending(self, owner: str, thread_id: str, model: str | None, due_at: float) -> None:
+        """One more thread for an owner already waiting: one row, whatever the owner's thread count."""
+        insert_new = (sqlite.insert if self.engine.dialect.name == "sqlite" else postgresql.insert)(
+            memory_pending
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert_new.values(
+                    owner=owner, thread_id=thread_id, model=model, due_at=due_at
+                ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
+            )
+
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(
@@ -373,6 +386,8 @@ class MemoryService:
         self._transcript = transcript
         self._pending: dict[str, tuple[asyncio.Task[None], set[str], str | None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # every debounced task, including ones extracting now
+        self._note_lock = asyncio.Lock()
+        self._due: dict[str, float] = {}  # owner -> loop time its extraction is due (moved by new turns)
 
     async def start(self) -> None:
         """Reschedule the extractions a previous run left pending."""
@@ -389,30 +404,59 @@ class MemoryService:
         return render_memory(facts, summary, query, self.config.injection_token_budget)
 
     async def turn_finished(self, owner: str, thread_id: str, model: str | None = None) -> None:
-        """Note that ``thread_id`` had a turn; extract once the owner has been quiet for the debounce."""
+        """Note that ``thread_id`` had a turn; extract once the owner has been quiet for the debounce.
+
+        O(1) on the hot path: when the owner already waits with this thread and model, only the in-memory
+        deadline moves (no database write, no task churn). The stored row keeps its first due time, so
+        after a crash the extraction may run up to one debounce early — never lost, never late.
+        """
         if self.config.debounce_seconds <= 0:
             await self.extract(owner, {thread_id}, model)
             return
-        threads = {thread_id}
-        previous = self._pending.pop(owner, None)
-        if previous is not None:
-            previous[0].cancel()
-            threads |= previous[1]
-        await self.store.note_pending(owner, threads, model, time.time() + self.config.debounce_seconds)
-        self._schedule(owner, threads, model, self.config.debounce_seconds)
+        entry = self._pending.get(owner)
+        due = asyncio.get_running_loop().time() + self.config.debounce_seconds
+        added = entry is not None and entry[2] == model
+        if entry is not None and added:
+            self._due[owner] = due
+            if thread_id in entry[1]:
+                return
+            entry[1].add(thread_id)  # in memory first, so a turn finishing meanwhile sees it
+        else:
+            threads = {thread_id} | (entry[1] if entry is not None else set())
+            if entry is not None:
+                entry[0].cancel()
+            self._schedule(owner, threads, model, self.config.debounce_seconds)
+        # One writer at a time: a slower rewrite of the owner's rows can never commit after a later
+        # write and drop a thread from the durable record.
+        async with self._note_lock:
+            current = self._pending.get(owner)
+            if current is None:  # its extraction already started and covers this turn
+                return
+            due_at = time.time() + self.config.debounce_seconds
+            if added:
+                await self.store.add_pending(owner, thread_id, current[2], due_at)
+            else:
+                await self.store.note_pending(owner, set(current[1]), current[2], due_at)
 
     def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
         task = asyncio.create_task(self._later(owner, delay), name=f"memory-{owner[:16]}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._pending[owner] = (task, threads, model)
+        self._due[owner] = asyncio.get_running_loop().time() + delay
 
     async def _later(self, owner: str, delay: float) -> None:
-        await asyncio.sleep(delay)
-        entry = self._pending.get(owner)
-        if entry is None or entry[0] is not asyncio.current_task():
-            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(delay)
+            entry = self._pending.get(owner)
+            if entry is None or entry[0] is not asyncio.current_task():
+                return
+            delay = self._due.get(owner, 0.0) - loop.time()
+            if delay <= 0:  # quiet for the whole debounce; otherwise a later turn moved the deadline
+                break
         del self._pending[owner]  # from here on a new turn schedules a fresh run instead of cancelling
+        self._due.pop(owner, None)
         await self._extract_pending(owner, entry[1], entry[2])
 
     async def _extract_pending(self, owner: str, threads: set[str], model: str | None) -> None:
@@ -422,6 +466,7 @@ class MemoryService:
 
     def forget_pending(self, owner: str) -> None:
         entry = self._pending.pop(owner, None)
+        self._due.pop(owner, None)
         if entry is not None:
             entry[0].cancel()
 

@@ -3,19 +3,27 @@
 It measures Switchboard's own overhead, so the "model" answers instantly:
 
 * ``--agent instant`` (default): an agent that yields its answer at once. What is left is the bot:
-  durable inbox (SQLite, group commit), bus, identity and thread lookup, per-thread lanes, reply stream.
+  durable inbox (SQLite, group commit), bus, identity and thread lookup, per-thread lanes, reply stream,
+  and — as in the default configuration — the memory and goal after-turn hooks over the real stores.
 * ``--agent langgraph``: the real LangGraph runtime and SQLite checkpointer over an in-process chat
   model that answers instantly — the same plus the agent runtime's own cost.
 
-Each chat sends its next message when the previous reply is finished, so ``--chats`` is the number
-of conversations in flight. Latency is from handing the message to the bus to the final reply being
-delivered. Run:  python -m bench.manager --chats 100 --messages 20
+The configuration is the default one (memory and goals on, default ``bus.max_concurrent_turns``); only
+the database path, ``bus.queue_size`` (so a burst fits) and the model are set. Each chat sends its next
+message when the previous one is finished, so ``--chats`` is the number of conversations in flight. A
+message's latency is from handing it to the bus until the inbox has marked it done (after the final
+reply is delivered).
+
+Variants run interleaved in one process (``--rounds`` times each) and are reported as ratios, because
+the shared machine is noisy: by default the durable inbox against an in-memory stand-in (the
+"durability tax") and hooks on against hooks off. Run:  python -m bench.manager --chats 100 --messages 20
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import random
 import resource
@@ -24,22 +32,49 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.events import TextDelta, TurnFinished, TurnRequest
+from agent.goals import GoalKeeper, GoalStore
+from agent.memory import MemoryService, MemoryStore
+from bench.memory_inbox import MemoryInbox
+from bot.bus import MessageBus
+from bot.inbox import Inbox, InboxEntry
 from bot.service import Service
-from channels.memory import MemoryChannel, MemoryTransport
-from channels.reply import ReplyTransport
+from channels.memory import MemoryChannel
 from channels.types import InboundMessage
 from config.loader import load_settings
+from config.schema import Settings
 
 
 class InstantAgent:
-    """Answers every turn immediately; stands in for a model with zero latency."""
+    """Answers every turn immediately; stands in for a model with zero latency.
 
-    goals = None  # no optional capabilities
-    memory = None
+    ``goals`` and ``memory`` are the real keeper and memory service over the service's database, as the
+    runtime builds them, so their after-turn hooks cost what they cost in production.
+    """
+
+    def __init__(self) -> None:
+        self.goals: GoalKeeper | None = None
+        self.memory: MemoryService | None = None
+
+    def attach(self, settings: Settings, service: Service) -> None:
+        engine = service.db.engine
+        self.goals = GoalKeeper(GoalStore(engine), chat_model=self._no_model, max_continuations=3)
+        if settings.memory.enabled:
+            self.memory = MemoryService(
+                settings.memory, MemoryStore(engine), chat_model=self._no_model, transcript=self._transcript
+            )
+
+    @staticmethod
+    def _no_model(name: str | None) -> Any:
+        raise RuntimeError("the benchmark sets no goal and runs no extraction")
+
+    @staticmethod
+    async def _transcript(thread_id: str) -> list[Any]:
+        return []
 
     async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
         yield TextDelta("ok")
@@ -58,23 +93,40 @@ class InstantAgent:
         return {}
 
     async def close(self) -> None:
-        return None
+        if self.memory is not None:
+            await self.memory.close()
 
 
-class TimedTransport(MemoryTransport):
-    async def finished(self) -> None:
-        waiter = self.channel.waiters.pop(self.message.platform_message_id, None)  # type: ignore[attr-defined]
-        if waiter is not None:
+class DoneClock:
+    """Resolves a message's future when the inbox has marked it done: the end of the measured path."""
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, asyncio.Future[float]] = {}
+        self.entries: dict[str, str] = {}  # inbox entry id -> platform message id
+
+    def accepted(self, entry: InboxEntry) -> None:
+        self.entries[entry.id] = entry.message.platform_message_id
+
+    def done(self, entry_id: str) -> None:
+        waiter = self.waiters.pop(self.entries.pop(entry_id, ""), None)
+        if waiter is not None and not waiter.done():
             waiter.set_result(time.perf_counter())
 
 
-class TimedChannel(MemoryChannel):
-    def __init__(self) -> None:
-        super().__init__("bench")
-        self.waiters: dict[str, asyncio.Future[float]] = {}
+def timed(base: type[Any], clock: DoneClock) -> type[Any]:
+    """``base`` (the durable or the in-memory inbox) that tells ``clock`` about accepts and dones."""
 
-    def reply_transport(self, message: InboundMessage) -> ReplyTransport:
-        return TimedTransport(self, message)
+    class Timed(base):  # type: ignore[misc, valid-type]
+        async def accept(self, message: InboundMessage) -> InboxEntry:
+            entry: InboxEntry = await super().accept(message)
+            clock.accepted(entry)
+            return entry
+
+        async def mark_done(self, entry_id: str) -> None:
+            await super().mark_done(entry_id)
+            clock.done(entry_id)
+
+    return Timed
 
 
 def instant_chat_model() -> Any:
@@ -83,41 +135,74 @@ def instant_chat_model() -> Any:
     return FakeListChatModel(responses=["ok"] * 1_000_000)
 
 
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One configuration of a run; several are interleaved in one process and compared."""
+
+    inbox: str = "durable"  # or "memory"
+    hooks: bool = True
+    gc_tuned: bool = False
+
+    @property
+    def label(self) -> str:
+        parts = [f"{self.inbox} inbox", "hooks on" if self.hooks else "hooks off"]
+        return ", ".join(parts + (["gc tuned"] if self.gc_tuned else []))
+
+
 async def run(
-    chats: int, messages: int, agent: str, data_dir: Path, features: bool, rate: float | None = None
+    chats: int,
+    messages: int,
+    agent: str,
+    data_dir: Path,
+    features: bool,
+    rate: float | None = None,
+    variant: Variant = Variant(),
+    cold: bool = False,
 ) -> dict[str, float]:
-    settings = load_settings(
-        overrides={
-            "data_dir": str(data_dir),
-            "database": {"url": f"sqlite+aiosqlite:///{data_dir / 'bench.db'}"},
-            "bus": {"queue_size": max(1000, chats * 2), "max_concurrent_turns": max(32, chats)},
-            "memory": {"enabled": False},
-            "models": [{"name": "default", "api_key": "unused"}],
-        },
-        env={},
-    )
-    channel = TimedChannel()
+    overrides: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "database": {"url": f"sqlite+aiosqlite:///{data_dir / 'bench.db'}"},
+        "bus": {"queue_size": max(1000, chats * 2)},
+        "models": [{"name": "default", "api_key": "unused"}],
+    }
+    if not variant.hooks:
+        overrides["memory"] = {"enabled": False}
+    settings = load_settings(overrides=overrides, env={})
+    channel = MemoryChannel("bench")
     kwargs: dict[str, Any] = {"channels": {"bench": channel}}
-    if agent == "instant":
-        kwargs["agent"] = InstantAgent()
+    instant = InstantAgent() if agent == "instant" else None
+    if instant is not None:
+        kwargs["agent"] = instant
     else:
         kwargs["chat_models"] = {"default": instant_chat_model()}
-    if not features:
-        kwargs["features"] = []
     service = Service(settings, **kwargs)
+    if not features:
+        service.features = []
+    if instant is not None and variant.hooks:
+        instant.attach(settings, service)
+    clock = DoneClock()
+    if variant.inbox == "memory":
+        service.inbox = timed(MemoryInbox, clock)(max_attempts=settings.bus.max_attempts)
+    else:
+        service.inbox = timed(Inbox, clock)(service.db, max_attempts=settings.bus.max_attempts)
+    service.bus = MessageBus(service.inbox, settings.bus.queue_size)
     await service.start()
+    if variant.gc_tuned:
+        from bot.gc_tuning import tune_gc
+
+        tune_gc()
     latencies: list[float] = []
 
     async def send(index: int, n: int) -> None:
         message = channel.make_message(f"message {n}", chat=f"chat-{index}", message_id=f"{index}-{n}")
         done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        channel.waiters[message.platform_message_id] = done
+        clock.waiters[message.platform_message_id] = done
         start = time.perf_counter()
         await channel.deliver(message)
         latencies.append(await done - start)
 
     async def one_chat(index: int) -> None:
-        if rate is None:  # closed loop: the next message goes when the previous reply is done
+        if rate is None:  # closed loop: the next message goes when the previous one is done
             for n in range(messages):
                 await send(index, n)
             return
@@ -130,22 +215,31 @@ async def run(
             await asyncio.sleep(period)
         await asyncio.gather(*pending)
 
-    # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
-    await asyncio.gather(*(send(i, -1) for i in range(chats)))
-    latencies.clear()
+    assert service.manager is not None
+    if not cold:
+        # Warm up every conversation (thread rows, caches) so first-use costs are not measured.
+        await asyncio.gather(*(send(i, -1) for i in range(chats)))
+        await service.manager.wait_idle()  # and their after-turn hooks (first notes of each thread)
+        latencies.clear()
     profiler = None
     if os.environ.get("BENCH_PROFILE"):
         import cProfile
 
         profiler = cProfile.Profile()
         profiler.enable()
+    collections = sum(s["collections"] for s in gc.get_stats())
     began, cpu_began = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one_chat(i) for i in range(chats)))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(os.environ["BENCH_PROFILE"])
     elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    collections = sum(s["collections"] for s in gc.get_stats()) - collections
+    counts = await service.inbox.counts()
     await service.stop()
+    if variant.gc_tuned:
+        gc.unfreeze()
+        gc.set_threshold(700, 10, 10)
     total = chats * messages
     ordered = sorted(latencies)
     return {
@@ -156,7 +250,16 @@ async def run(
         "p50_ms": statistics.median(ordered) * 1000,
         "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gc_collections": collections,
+        "not_done": sum(n for status, n in counts.items() if status != "done"),
     }
+
+
+VARIANTS = {
+    "tax": [Variant("durable"), Variant("memory")],
+    "hooks": [Variant(hooks=True), Variant(hooks=False)],
+    "gc": [Variant(gc_tuned=True), Variant(gc_tuned=False)],
+}
 
 
 def main() -> None:
@@ -170,25 +273,65 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, help="open loop: total messages/s spread over the chats (default: closed loop)"
     )
+    parser.add_argument(
+        "--compare",
+        choices=sorted(VARIANTS),
+        action="append",
+        help="pairs to interleave: tax (durable vs in-memory inbox), hooks (on vs off), gc (tuned vs not); "
+        "default: tax and hooks",
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="no warm-up: every chat is new (a burst of new conversations)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of each variant")
     args = parser.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(
-            run(args.chats, args.messages, args.agent, Path(tmp), not args.no_features, args.rate)
-        )
+    compare = args.compare or ["tax", "hooks"]
+    variants = list(dict.fromkeys(v for name in compare for v in VARIANTS[name]))
+    results: dict[Variant, list[dict[str, float]]] = {v: [] for v in variants}
+    for _ in range(args.rounds):
+        for variant in variants:
+            with tempfile.TemporaryDirectory() as tmp:
+                results[variant].append(
+                    asyncio.run(
+                        run(
+                            args.chats,
+                            args.messages,
+                            args.agent,
+                            Path(tmp),
+                            not args.no_features,
+                            args.rate,
+                            variant,
+                            args.cold,
+                        )
+                    )
+                )
     print(
         f"agent={args.agent} chats={args.chats} messages/chat={args.messages} "
         f"{'rate=' + format(args.rate, 'g') + '/s' if args.rate else 'closed loop'} cpus={os.cpu_count()} "
-        f"python={sys.version.split()[0]}"
+        f"python={sys.version.split()[0]} rounds={args.rounds} load={os.getloadavg()[0]:.2f}"
     )
-    print(
-        f"{result['messages']} messages in {result['seconds']:.2f}s: {result['messages_per_second']:.0f} msg/s, "
-        f"added latency p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms, "
-        f"peak RSS {result['peak_rss_mib']:.0f} MiB, CPU {result['cpu_ms_per_message']:.2f} ms/message "
-        f"(all threads; {1000 / result['cpu_ms_per_message']:.0f} msg per CPU-second)"
-    )
+    medians: dict[Variant, dict[str, float]] = {}
+    for variant, runs in results.items():
+        medians[variant] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        m = medians[variant]
+        print(
+            f"{variant.label}: {m['messages']:.0f} messages in {m['seconds']:.2f}s: "
+            f"{m['messages_per_second']:.0f} msg/s, latency p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, "
+            f"CPU {m['cpu_ms_per_message']:.2f} ms/message, {m['gc_collections']:.0f} GC collections, "
+            f"{m['not_done']:.0f} not done, "
+            f"peak RSS {m['peak_rss_mib']:.0f} MiB (medians of {len(runs)})"
+        )
+    for name in compare:
+        first, second = (medians[v] for v in VARIANTS[name])
+        print(
+            f"{name}: {VARIANTS[name][0].label} / {VARIANTS[name][1].label}: throughput "
+            f"{first['messages_per_second'] / second['messages_per_second']:.2f}x, "
+            f"p99 {first['p99_ms'] / second['p99_ms']:.2f}x, "
+            f"CPU {first['cpu_ms_per_message'] / second['cpu_ms_per_message']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
 
 from bot import metrics
+from bot.gc_tuning import tune_gc
 from bot.service import VERSION, Service
 from config.schema import Settings
 
@@ -113,6 +114,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.start()
         log_startup_summary(service, config_source)
+        tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
         try:
             yield
         finally:

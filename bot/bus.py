@@ -101,6 +101,24 @@ class MessageBus:
             log.info("retrying %d inbox message(s) an operator queued", queued)
         return queued
 
+    def redeliver_later(self, entry: InboxEntry, delay: float) -> None:
+        """Run a failed entry again after ``delay`` seconds in this process, not only at the next start.
+
+        It counts as unfinished meanwhile (``wait_idle`` waits for it). If the bus closes first, the
+        entry stays failed in the inbox and the next start resumes it.
+        """
+        if self._closed or entry.id in self._in_flight:
+            return
+        self._in_flight.add(entry.id)
+        self._reserve()
+        asyncio.get_running_loop().call_later(delay, self._redeliver, entry)
+
+    def _redeliver(self, entry: InboxEntry) -> None:
+        if self._closed:
+            self.release(entry.id)
+            return
+        self._queue.put_nowait(entry)
+
     async def get(self) -> InboxEntry | None:
         """Next message for the manager; ``None`` once the bus is closed and empty."""
         return await self._queue.get()

@@ -41,18 +41,27 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
 class Database:
     """Engine + session factory, with the dialect facts other parts need (``is_sqlite``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, pool_size: int = 15) -> None:
+        """``pool_size``: connections the event loop may hold at once (the service sizes it from its
+        concurrency limits); beyond it callers wait, they never get "QueuePool limit … reached"."""
         self.url = url
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         kwargs: dict[str, object] = {}
+        pooled = True
         if self.is_sqlite:
             database = parsed.database or ""
-            if database and database != ":memory:" and not database.startswith("file:"):
+            pooled = bool(database) and database != ":memory:"  # an in-memory database has one connection
+            if pooled and not database.startswith("file:"):
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            kwargs["pool_pre_ping"] = True
+        if pooled:
+            # All of it as the pool proper, no overflow: overflow connections are closed on return, and
+            # under a burst that meant a new connection (and aiosqlite thread) per query. Connections
+            # are still opened only when needed.
+            kwargs.update(pool_size=pool_size, max_overflow=0)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)

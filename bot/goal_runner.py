@@ -38,6 +38,8 @@ class GoalRunner:
     # --- after a turn --------------------------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> FollowUp | None:
         thread_id = outcome.conversation.thread_id
+        if not outcome.hidden and not await self.store.has_active(thread_id):
+            return None  # the common case, answered from memory: no goal, so nothing to evaluate or start
         finishing: str | None = None
         if outcome.hidden:  # a goal step just delivered its answer (after_delivery marked it)
             answered = [c for c in await self.store.unfinished(thread_id) if c.status == "answered"]

@@ -24,7 +24,7 @@ from bot import metrics
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
-from bot.inbox import DEAD, Inbox, InboxEntry
+from bot.inbox import DEAD, FAILED, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
@@ -45,6 +45,16 @@ DEAD_LETTER_NOTE = (
     "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
     "and set it aside for the operator (trace {trace})."
 )
+#: Messages routed at once (identity, command, conversation lookup). A burst of 10k new chats waits here
+#: instead of in the connection pool, whose 30 s timeout failed them. Routing holds a connection only
+#: for short reads and shares one per batch of new conversations, so the pool can be smaller than this.
+ROUTE_CONCURRENCY = 64
+#: Connections for routing and background work, on top of one per running turn (bot/service.py).
+ROUTE_CONNECTIONS = 16
+#: In-process retry of a message whose handling failed (e.g. the database briefly unreachable):
+#: after 1, 2, 4 … seconds, up to this, until ``bus.max_attempts`` sets it aside.
+RETRY_MAX_DELAY_SECONDS = 30.0
+
 CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
@@ -154,6 +164,7 @@ class ChannelManager:
         # Per-conversation lock + number of handlers using it, so it is dropped only when nobody waits.
         self._conversation_locks: dict[tuple[str, str, str, str], tuple[asyncio.Lock, int]] = {}
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
+        self._route_slots = asyncio.Semaphore(ROUTE_CONCURRENCY)
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
         self._stopping = False
@@ -212,14 +223,18 @@ class ChannelManager:
         self._conversation_locks[key] = (lock, users + 1)
         try:
             # The lock keeps a conversation's messages in arrival order up to their lane.
-            async with lock:
+            async with lock, self._route_slots:
                 await self._route(entry)
         except asyncio.CancelledError:
             self.bus.release(entry.id)
             raise
         except Exception as exc:
             log.exception("handling message failed")
-            await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
+            status = await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
+            if status == FAILED and not self._stopping:  # transient (a busy database): try again soon
+                delay = min(RETRY_MAX_DELAY_SECONDS, 2.0**entry.attempts)
+                entry.attempts += 1
+                self.bus.redeliver_later(entry, delay)
         finally:
             lock, users = self._conversation_locks[key]
             if users <= 1:
@@ -401,7 +416,13 @@ class ChannelManager:
                 token = trace_id_var.set(turn.trace_id)
                 try:
                     with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
-                        await self._run_turn(turn, lane)
+                        delivered = await self._run_turn(turn, lane)
+                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
+                    # so a message sent right after the reply starts next instead of reading "Queued".
+                    lane.current = None
+                    lane.agent_task = None
+                    if delivered is not None:
+                        await self._finish_turn(turn, *delivered)
                 finally:
                     trace_id_var.reset(token)
                     lane.current = None
@@ -416,10 +437,12 @@ class ChannelManager:
                 del self._lanes[lane.thread_id]
 
     # --- one turn ------------------------------------------------------------------------------------
-    async def _run_turn(self, turn: Turn, lane: Lane) -> None:
+    async def _run_turn(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
+        """Run the turn up to its delivered final reply: ``(text, stopped, failed)``, or None when it
+        did not run or its failure is already recorded. :meth:`_finish_turn` does the rest."""
         channel = self.channels[turn.message.provider]
         if turn.before_start is not None and not await self._may_start(turn, channel):
-            return
+            return None
         try:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
@@ -447,7 +470,7 @@ class ChannelManager:
                             reply_text=final,
                             message=turn.message,
                         )
-                    return
+                    return None
         except asyncio.CancelledError:
             if turn.entry_id:
                 self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
@@ -457,9 +480,17 @@ class ChannelManager:
             metrics.mark_outcome("error")
             if turn.entry_id:
                 await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
-            return
+            return None
+        return final, stopped, failed
+
+    async def _finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
+        """After the reply is delivered and the lane released: mark the entry done, then the hooks."""
         if turn.entry_id:
-            await self._complete(turn.entry_id)
+            try:
+                await self._complete(turn.entry_id)
+            except asyncio.CancelledError:
+                self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
+                raise
         if turn.after_delivery is not None:
             try:
                 await turn.after_delivery(final, stopped, failed)
@@ -630,7 +661,8 @@ class ChannelManager:
 
     async def _fail(
         self, entry_id: str, error: str, reply_text: str | None = None, *, message: InboundMessage
-    ) -> None:
+    ) -> str:
+        """Count the failed attempt; return the entry's new status (``failed`` or ``dead``)."""
         try:
             status = await self.inbox.mark_failed(entry_id, error, reply_text)
         finally:
@@ -645,3 +677,4 @@ class ChannelManager:
                 await self.send_notice(message, note)
             except Exception as exc:  # the platform may be what keeps failing
                 log.warning("could not tell the user their message was set aside: %s", exc)
+        return status

@@ -35,7 +35,7 @@ from bot.features.github import GitHubFeature
 from bot.features.schedules import SchedulesFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
-from bot.manager import ChannelManager
+from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.registry import channel_class
 from bot.threads import ThreadStore
 from channels.base import Channel
@@ -59,7 +59,11 @@ class Service:
     ) -> None:
         self.settings = settings
         # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
-        self.db = Database(settings.database.url)
+        # A connection for every running turn plus some for routing and background work; routing waits
+        # on its own bound (bot/manager.py) and creates new conversations in batches, so a burst of new
+        # chats queues in the process instead of timing out in the pool.
+        pool = settings.bus.max_concurrent_turns + ROUTE_CONNECTIONS
+        self.db = Database(settings.database.url, pool_size=pool)
         self.inbox = Inbox(self.db, max_attempts=settings.bus.max_attempts)
         self.bus = MessageBus(self.inbox, settings.bus.queue_size)
         self.threads = ThreadStore(self.db)

@@ -4,16 +4,22 @@ A conversation is (provider, workspace, chat, topic). Its row names the current 
 who started it and the model chosen with ``/models``. ``/new`` points the conversation at a fresh thread;
 the old thread's history stays in the checkpointer. Rows are cached in memory because every message
 needs one and they change only on ``/new``, ``/models`` or creation.
+
+New conversations are created in batches: a burst of first messages (10k new chats at once) becomes a few
+INSERT … ON CONFLICT DO NOTHING + SELECT transactions on one connection each, instead of one transaction
+and pooled connection per chat, which exhausted the pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
+from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -37,6 +43,7 @@ conversations_table = Table(
 
 ConversationKey = tuple[str, str, str, str]
 CACHE_SIZE = 50_000
+MAX_CREATE_BATCH = 500  # conversations created per transaction (4 bound parameters per key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,9 @@ class ThreadStore:
         self.db = db
         self._cache: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(conversations_table)
+        # Conversations waiting to be created by the next batch: key -> (future, owner, thread id).
+        self._creating: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]] = {}
+        self._creator: asyncio.Task[None] | None = None
 
     def _remember(self, conv: Conversation) -> Conversation:
         self._cache[conv.key] = conv
@@ -74,31 +84,67 @@ class ThreadStore:
         self, key: ConversationKey, owner: str, thread_id: str | None = None
     ) -> Conversation:
         """The conversation's thread; concurrent first messages agree on exactly one new thread."""
-        existing = await self.get(key)
-        if existing is not None:
-            return existing
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        waiting = self._creating.get(key)
+        if waiting is None:
+            future: asyncio.Future[Conversation] = asyncio.get_running_loop().create_future()
+            waiting = self._creating[key] = (future, owner, thread_id)
+            if self._creator is None or self._creator.done():
+                self._creator = asyncio.create_task(self._create_batches(), name="threads-create")
+        return await asyncio.shield(waiting[0])  # one caller's cancellation must not fail the others
+
+    async def _create_batches(self) -> None:
+        """Create every waiting conversation, up to ``MAX_CREATE_BATCH`` per transaction."""
+        await asyncio.sleep(0)  # let the rest of a burst join this batch
+        while self._creating:
+            batch = dict(itertools.islice(self._creating.items(), MAX_CREATE_BATCH))
+            for key in batch:
+                del self._creating[key]
+            try:
+                found = await self._create_many(batch)
+            except Exception as exc:  # every waiter fails the same way; the manager retries its message
+                for future, _owner, _thread in batch.values():
+                    if not future.done():
+                        future.set_exception(exc)
+                        future.exception()  # retrieved here: a waiter that went away must not warn
+                continue
+            for key, (future, _owner, _thread) in batch.items():
+                if not future.done():
+                    future.set_result(self._remember(found[key]))
+
+    async def _create_many(
+        self, batch: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]]
+    ) -> dict[ConversationKey, Conversation]:
         now = time.time()
+        rows = [
+            {
+                "provider": key[0],
+                "workspace": key[1],
+                "chat": key[2],
+                "topic": key[3],
+                "thread_id": thread_id or uuid.uuid4().hex,
+                "owner": owner,
+                "model": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for key, (_future, owner, thread_id) in batch.items()
+        ]
+        c = conversations_table.c
         async with self.db.engine.begin() as conn:
             await conn.execute(
                 self._insert.on_conflict_do_nothing(
                     index_elements=["provider", "workspace", "chat", "topic"]
                 ),
-                [
-                    {
-                        "provider": key[0],
-                        "workspace": key[1],
-                        "chat": key[2],
-                        "topic": key[3],
-                        "thread_id": thread_id or uuid.uuid4().hex,
-                        "owner": owner,
-                        "model": None,
-                        "created_at": now,
-                        "updated_at": now,
-                    }
-                ],
+                rows,
             )
-            row = (await conn.execute(select(conversations_table).where(*self._match(key)))).mappings().one()
-        return self._remember(self._from_row(row))
+            query = select(conversations_table).where(
+                tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
+            )
+            read = (await conn.execute(query)).mappings().all()
+        return {conv.key: conv for conv in map(self._from_row, read)}
 
     async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
         """``/new``: point the conversation at a fresh thread, keeping its model choice."""

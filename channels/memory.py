@@ -63,6 +63,11 @@ class MemoryTransport(ReplyTransport):
         self.channel.calls.append(("send_files", ref, ", ".join(p.name for p in files)))
         self.channel._changed()
 
+    async def finished(self) -> None:
+        """The reply is complete (its final text and files are out): what a user waits for."""
+        self.channel.finished.append(self.message.platform_message_id)
+        self.channel._changed()
+
 
 class MemoryChannel(Channel):
     provider = "memory"
@@ -83,6 +88,8 @@ class MemoryChannel(Channel):
         self.messages: dict[str, VisibleMessage] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.sent_files: list[Path] = []
+        #: Platform ids of the inbound messages whose reply has finished, in order.
+        self.finished: list[str] = []
         self.file_store: dict[str, bytes] = {}
         self._failures: dict[str, list[BaseException]] = {}
         self._ids = itertools.count(1)

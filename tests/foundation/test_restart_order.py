@@ -63,7 +63,10 @@ async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path,
     async with Harness.running(settings, channels={"memory": chat}) as first:
         first.manager.identity = FailsOnce()
         await chat.say("are you there?")
-        await first.idle()
+        for _ in range(500):  # failed, and stopped before its in-process retry (due after 1 s)
+            if await first.service.inbox.counts() == {"failed": 1}:
+                break
+            await asyncio.sleep(0.01)
         assert await first.service.inbox.counts() == {"failed": 1}
     async with Harness.running(settings, channels={"memory": chat}) as second:
         await second.idle()
