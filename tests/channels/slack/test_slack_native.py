@@ -156,3 +156,21 @@ async def test_stop_ends_the_stream_with_the_partial_answer_and_the_stopped_note
     [message] = streamed
     assert message.stream == "stopped" and message.text.startswith("slow")
     assert STOPPED_NOTE in message.text and "slow199" not in message.text
+
+
+async def test_past_the_split_limit_the_stream_is_stopped_and_the_rest_goes_on_the_edit_path(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    lines = [" ".join(f"l{n}w{i}" for i in range(12)) for n in range(120)]  # about 7,000 characters
+    answer = "\n".join(lines)
+    llm.script(Reply(text=answer, chunk_size=200, delay=0.02))
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        slack.mention("C1", "U1", "a long one")
+        await slack.wait_for_text(lines[-1], "C1")
+        await bot.harness.idle(timeout=30)
+    [stop] = slack.calls_to("chat.stopStream")
+    assert stop.error is None
+    messages = slack.channel_messages("C1")
+    assert len(messages) >= 2 and messages[0].stream == "stopped"
+    assert "\n".join(m.text for m in messages).split() == answer.split(), "every word, once, in order"
+    assert all(len(m.text) <= 3500 for m in messages)
