@@ -120,6 +120,10 @@ class SlackStream(NativeStream):
         self.stopped = False
 
     async def begin(self, placeholder: str) -> str | None:
+        if placeholder.strip(" .…"):
+            # A notice ("⏳ Queued …") would stay in an append-only stream for good, and a queued reply
+            # must be a plain message a restart can edit: that reply takes the edit path.
+            raise EditFailed("a notice cannot be taken back from an append-only stream")
         # Outside a DM Slack needs to know whom the stream is for.
         in_dm = self.transport.channel.startswith("D")
         with calling("chat.startStream"):

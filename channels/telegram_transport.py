@@ -120,6 +120,10 @@ class TelegramDraft(NativeStream):
         await transport._with_markup(call, text)
 
     async def begin(self, placeholder: str) -> str | None:
+        if placeholder.strip(" .…"):
+            # A notice ("⏳ Queued …") may wait minutes and must survive a restart as a message the next
+            # run edits into the answer; a lapsing preview cannot. Such a reply takes the edit path.
+            raise errors.EditFailed("a notice is sent as a message, not as a draft")
         await self._draft(placeholder)
         return None  # nothing persisted yet: a resumed run has no message to continue
 

@@ -174,3 +174,21 @@ async def test_past_the_split_limit_the_stream_is_stopped_and_the_rest_goes_on_t
     assert len(messages) >= 2 and messages[0].stream == "stopped"
     assert "\n".join(m.text for m in messages).split() == answer.split(), "every word, once, in order"
     assert all(len(m.text) <= 3500 for m in messages)
+
+
+async def test_a_queued_notice_in_a_thread_is_a_plain_message_that_becomes_the_answer(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    llm.script(
+        Reply(text=" ".join(f"first{i}" for i in range(30)), chunk_size=6, delay=0.05),
+        Reply(text="The second answer.", chunk_size=6, delay=0.01),
+    )
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        root = slack.mention("C1", "U1", "first")["event"]["ts"]
+        await slack.wait_for(lambda: slack.calls_to("chat.startStream"), 30, "the first stream")
+        slack.mention("C1", "U1", "second", thread_ts=root)
+        notice = await slack.wait_for_text("⏳ Queued", "C1", thread_ts=root)
+        await slack.wait_for_text("The second answer.", "C1", thread_ts=root)
+        await bot.harness.idle(timeout=30)
+    assert notice.history[0].startswith("⏳ Queued") and notice.text == "The second answer."
+    assert len(slack.calls_to("chat.startStream")) == 1, "only the first answer streamed"

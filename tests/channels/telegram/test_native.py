@@ -144,3 +144,22 @@ async def test_a_quote_in_an_answer_reaches_telegram_as_a_blockquote(tg: FakeTel
     reply = await tg.wait_for_bot_text(42, "So we did.")
     assert "<blockquote>ship it</blockquote>" in reply.raw[-1]
     assert reply.text == "He said:\nship it\nSo we did."
+
+
+async def test_with_drafts_a_queued_notice_is_still_a_message_that_becomes_the_answer(
+    tg: FakeTelegram, tg_settings, llm
+):
+    channel = TelegramChannel(telegram_config(tg, private_drafts=True), settings=tg_settings)
+    llm.script(
+        Reply(text=" ".join(f"first{i}" for i in range(30)), chunk_size=6, delay=0.05),
+        Reply(text="The second answer.", chunk_size=6, delay=0.01),
+    )
+    async with Harness.running(tg_settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
+        tg.user_message(42, "first")
+        await tg.wait_until(lambda: tg.calls("sendMessageDraft"))
+        tg.user_message(42, "second")
+        notice = await tg.wait_for_bot_text(42, "⏳ Queued")
+        await tg.wait_for_bot_text(42, "The second answer.")
+        await harness.idle()
+    assert notice.history[0].startswith("⏳ Queued") and notice.text == "The second answer."
+    assert sorted(tg.bot_texts(42)) == ["The second answer.", " ".join(f"first{i}" for i in range(30))]
