@@ -76,7 +76,9 @@ def write_config(directory: Path, tg: FakeTelegram, llm: FakeOpenAI, *, queue_si
         "channels:\n"
         f"  telegram: {{enabled: true, bot_token: '{tg.token}', bot_username: {BOT_USERNAME}, "
         f"api_base_url: '{tg.url}', edit_interval_seconds: 0.05, group_edit_interval_seconds: 0.05, "
-        "poll_timeout_seconds: 1}\n"
+        # The edit path: these scenarios see an answer start by its first message in the chat, which a
+        # draft (an ephemeral preview) never is. Queued notices are messages on either path.
+        "poll_timeout_seconds: 1, private_drafts: false}\n"
     )
     return path
 

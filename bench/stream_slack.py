@@ -4,9 +4,12 @@ The whole chain is real except the two ends: FakeSlack (Web API + Socket Mode on
 slack-bolt ↔ SlackChannel ↔ Service/manager/LangGraph ↔ FakeOpenAI streaming a scripted answer of
 ``--tokens`` tokens (about 4 characters each) at ``--rate`` tokens per second.
 
-Per answer it reports the Web API calls the reply made (chat.postMessage + chat.update) and the time
-from the model's first token to the first chat call that shows answer text (not the "…" placeholder).
-Run:  python -m bench.stream_slack --answers 3 --tokens 1000 --rate 50
+Each answer is to a channel mention, so it goes into a thread, where both paths exist: the native
+stream (chat.startStream / appendStream / stopStream, ``native_streaming: true``) and the edit path
+(chat.postMessage + chat.update). Per answer it reports the Web API calls the reply made (those five
+methods plus assistant.threads.setStatus) and the time from the model's first token to the first call
+that shows answer text (not the "…" placeholder).
+Run:  python -m bench.stream_slack --answers 3 --tokens 1000 --rate 50 [--mode native|edit|both]
 """
 
 from __future__ import annotations
@@ -45,7 +48,26 @@ def answer_text(tokens: int) -> str:
     return "\n".join(lines)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+REPLY_METHODS = (
+    "chat.postMessage",
+    "chat.update",
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+    "assistant.threads.setStatus",
+)
+
+
+def shows_text(call: Any) -> bool:
+    """Does this call put answer text on screen (not the placeholder, not an empty stream start)?"""
+    if call.error is not None:
+        return False
+    if call.method in ("chat.postMessage", "chat.update"):
+        return (call.args.get("text") or "…") != "…"
+    return bool(call.args.get("markdown_text"))
+
+
+async def run(args: argparse.Namespace, native: bool) -> dict[str, Any]:
     delay = 1.0 / args.rate
     text = answer_text(args.tokens)
     results: list[dict[str, float]] = []
@@ -63,6 +85,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "app_token": slack.app_token,
                         "api_base_url": slack.api_url,
                         "edit_interval_seconds": args.interval,
+                        "native_streaming": native,
                     }
                 },
             },
@@ -73,11 +96,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await slack.wait_connected()
             for index in range(args.answers + 1):  # the first answer warms imports up and is not counted
                 user = f"UBENCH{index}"
-                dm = f"D{user}"
+                dm = f"CBENCH{index}"  # a channel: the answer goes into the thread under the mention
                 llm.script(Reply(text=text, chunk_size=4, delay=delay))
                 before = len(llm.completions)
                 started = time.time()
-                slack.dm(user, "write me a long answer")
+                slack.mention(dm, user, "write me a long answer")
                 await slack.wait_for(lambda n=before: len(llm.completions) > n, 60, "the model call")
                 await slack.wait_for(
                     lambda dm=dm: any(m.text.endswith(text[-30:]) for m in slack.channel_messages(dm)),
@@ -92,9 +115,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 calls = [
                     c
                     for c in slack.calls
-                    if c.method in ("chat.postMessage", "chat.update") and c.args.get("channel") == dm
+                    if c.method in REPLY_METHODS and (c.args.get("channel") or c.args.get("channel_id")) == dm
                 ]
-                visible = next(c.at for c in calls if (c.args.get("text") or "…") != "…" and c.error is None)
+                visible = next(c.at for c in calls if shows_text(c))
                 if index == 0:
                     continue
                 results.append(
@@ -102,6 +125,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "calls": len(calls),
                         "posts": sum(c.method == "chat.postMessage" for c in calls),
                         "updates": sum(c.method == "chat.update" for c in calls),
+                        "streams": sum(c.method.endswith("Stream") for c in calls),
                         "messages": len(slack.channel_messages(dm)),
                         "first_visible_s": visible - first_token,
                         "total_s": time.time() - started,
@@ -120,22 +144,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=50.0, help="model tokens per second")
     parser.add_argument("--interval", type=float, default=EDIT_INTERVAL, help="edit_interval_seconds")
+    parser.add_argument("--mode", choices=("native", "edit", "both"), default="both")
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    print(
-        f"slack stream: {args.answers} answers × {args.tokens} tokens at {args.rate:g} tok/s, "
-        f"edit interval {args.interval:g}s, text limit {TEXT_LIMIT}"
-    )
-    for i, r in enumerate(report["answers"], 1):
+    modes = ("native", "edit") if args.mode == "both" else (args.mode,)
+    for mode in modes:
+        report = asyncio.run(run(args, mode == "native"))
         print(
-            f"  answer {i}: {r['calls']} API calls ({r['posts']} postMessage + {r['updates']} update) "
-            f"in {r['messages']} message(s); first visible text {r['first_visible_s'] * 1000:.0f} ms "
-            f"after the first token; {r['total_s']:.1f}s total"
+            f"slack stream, {mode} path: {args.answers} answers × {args.tokens} tokens at {args.rate:g} tok/s, "
+            f"interval {args.interval:g}s, text limit {TEXT_LIMIT}"
         )
-    print(
-        f"mean: {report['calls_mean']:.1f} API calls per answer; "
-        f"{report['first_visible_mean_s'] * 1000:.0f} ms first token → first visible text"
-    )
+        for i, r in enumerate(report["answers"], 1):
+            print(
+                f"  answer {i}: {r['calls']} API calls ({r['posts']} postMessage + {r['updates']} update + "
+                f"{r['streams']} stream) in {r['messages']} message(s); first visible text "
+                f"{r['first_visible_s'] * 1000:.0f} ms after the first token; {r['total_s']:.1f}s total"
+            )
+        print(
+            f"mean: {report['calls_mean']:.1f} API calls per answer; "
+            f"{report['first_visible_mean_s'] * 1000:.0f} ms first token → first visible text"
+        )
     return 0
 
 

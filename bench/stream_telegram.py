@@ -5,9 +5,11 @@ TelegramChannel ↔ Service/manager/LangGraph ↔ FakeOpenAI, which streams ``--
 4 characters at ``--rate`` tokens/s. The channel runs with its production pacing (1 s per call in a
 private chat, 3 s in a group) unless ``--private-interval``/``--group-interval`` say otherwise.
 
-For each answer it reports the reply's calls (sendMessage + editMessageText in that chat), the time from
-the model's first token to the first call that carries answer text (not the "…" placeholder), and the
-time from the first token to the final text.
+For each answer it reports the reply's calls (sendMessage, editMessageText, sendMessageDraft and
+sendChatAction in that chat), the time from the model's first token to the first call that carries
+answer text (not the "…" placeholder), and the time from the first token to the final text. Private
+chats run twice: the native path (drafts, then one sendMessage) and the edit path
+(``private_drafts: false``); groups always edit.
 
 Run:  python -m bench.stream_telegram --answers 3 --tokens 1000 --rate 50
 """
@@ -35,7 +37,9 @@ for _name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_pro
     os.environ.pop(_name, None)
 
 PLACEHOLDER = "…"
-REPLY_METHODS = ("sendMessage", "editMessageText")
+REPLY_METHODS = ("sendMessage", "editMessageText", "sendMessageDraft", "sendChatAction")
+#: (label, private_drafts, group)
+MODES = (("private, draft", True, False), ("private, edit", False, False), ("group, edit", True, True))
 
 
 class StampedOpenAI(FakeOpenAI):
@@ -78,11 +82,14 @@ async def one_answer(
         for c in tg.calls()[calls_before:]
         if c["method"] in REPLY_METHODS and c["params"].get("chat_id") == chat_id
     ]
-    visible = [c for c in calls if c["params"].get("text") not in (None, PLACEHOLDER) and c["status"] == 200]
+    visible = [
+        c for c in calls if c["params"].get("text") not in (None, "", PLACEHOLDER) and c["status"] == 200
+    ]
     finished_at = max(c["at"] for c in calls)
     return {
         "calls": float(len(calls)),
         "sends": float(sum(c["method"] == "sendMessage" for c in calls)),
+        "drafts": float(sum(c["method"] == "sendMessageDraft" for c in calls)),
         "first_text_s": visible[0]["at"] - first_token_at,
         "final_s": finished_at - first_token_at,
         "stream_s": llm.stream_ends[-1] - first_token_at,
@@ -92,7 +99,7 @@ async def one_answer(
 async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     delay = 1.0 / args.rate
     text = make_answer(args.tokens)
-    results: dict[str, list[dict[str, float]]] = {"private": [], "group": []}
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in MODES}
     with StampedOpenAI() as llm, FakeTelegram() as tg, tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             overrides={
@@ -103,22 +110,24 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
             },
             env={},
         )
-        config = TelegramConfig(
-            enabled=True,
-            bot_token=tg.token,
-            api_base_url=tg.url,
-            edit_interval_seconds=args.private_interval,
-            group_edit_interval_seconds=args.group_interval,
-            poll_timeout_seconds=5,
-        )
-        channel = TelegramChannel(config, settings=settings)
-        async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
-            for kind in ("private", "group"):
+        for number, (label, drafts, group) in enumerate(MODES):
+            config = TelegramConfig(
+                enabled=True,
+                bot_token=tg.token,
+                api_base_url=tg.url,
+                edit_interval_seconds=args.private_interval,
+                group_edit_interval_seconds=args.group_interval,
+                poll_timeout_seconds=5,
+                private_drafts=drafts,
+            )
+            channel = TelegramChannel(config, settings=settings)
+            async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
                 for index in range(args.answers):
                     llm.script(Reply(text=text, chunk_size=4, delay=delay))
-                    chat_id = 5000 + index if kind == "private" else -5000 - index
-                    result = await one_answer(tg, llm, chat_id, text, delay, kind == "group", tg.bot_username)
-                    results[kind].append(result)
+                    chat_id = 5000 + 100 * number + index
+                    chat_id = -chat_id if group else chat_id
+                    result = await one_answer(tg, llm, chat_id, text, delay, group, tg.bot_username)
+                    results[label].append(result)
                     await harness.idle(timeout=60)
     return results
 
@@ -142,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         first = [r["first_text_s"] for r in rows]
         final = [r["final_s"] for r in rows]
         print(
-            f"  {kind:7s}: API calls per answer median {statistics.median(calls):.0f} "
-            f"(min {min(calls):.0f}, max {max(calls):.0f}; sendMessage {statistics.median(r['sends'] for r in rows):.0f}); "
+            f"  {kind:14s}: API calls per answer median {statistics.median(calls):.0f} "
+            f"(min {min(calls):.0f}, max {max(calls):.0f}; sendMessage {statistics.median(r['sends'] for r in rows):.0f}, "
+            f"sendMessageDraft {statistics.median(r['drafts'] for r in rows):.0f}); "
             f"first token → first visible text median {statistics.median(first):.2f} s "
             f"(max {max(first):.2f} s); first token → final text median {statistics.median(final):.2f} s "
             f"(the model's stream itself took {statistics.median(r['stream_s'] for r in rows):.2f} s)"

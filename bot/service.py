@@ -39,6 +39,7 @@ from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.registry import channel_class
 from bot.threads import ThreadStore
 from channels.base import Channel
+from channels.types import ChatCommand
 from config.schema import Settings
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,8 @@ class Service:
 
     async def _start_channel(self, provider: str, channel: Channel) -> None:
         channel.status.set("starting")
+        if self.manager is not None:  # platforms with a command menu list what the manager answers
+            channel.offer_commands([ChatCommand(c.name, c.help) for c in self.manager.commands.commands])
         try:
             await channel.start(self.bus.publish)
         except Exception as exc:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from channels.errors import FileTooLarge
 from channels.reply import BudgetRegistry, ReplyStream, ReplyTransport
-from channels.types import ChannelStatus, InboundFile, InboundMessage, ReplyLimits
+from channels.types import ChannelStatus, ChatCommand, InboundFile, InboundMessage, ReplyLimits
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,15 @@ class Channel(ABC):
         self.status = ChannelStatus()
         self._budgets = BudgetRegistry(self.limits.min_edit_interval)
         self._sink: InboundSink | None = None
+        #: The service's chat commands, for platforms with a command menu (set before :meth:`start`).
+        self.commands: tuple[ChatCommand, ...] = ()
+
+    def offer_commands(self, commands: Sequence[ChatCommand]) -> None:
+        """Called by the service just before :meth:`start`: the commands the manager answers.
+
+        Channels never import the bot package; this is how a platform's command menu learns the names.
+        """
+        self.commands = tuple(commands)
 
     # --- lifecycle -------------------------------------------------------------------------------
     @abstractmethod

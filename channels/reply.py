@@ -4,6 +4,11 @@ A channel implements only a small :class:`ReplyTransport` (send, edit, send file
 is here, once: the per-chat :class:`RateBudget`, coalescing (only the newest text is ever sent; stale
 intermediate updates are dropped), ``retry_after`` handling, splitting at the platform limit, and the
 guarantee that the final text is delivered — by editing, by retrying, and finally by a new message.
+
+Two optional platform features also live behind the transport, so the manager never learns which
+platform it talks to: a *native stream* (a platform's own primitive for a message that is still being
+written, e.g. Telegram drafts) used instead of the placeholder-and-edit path where the transport offers
+one, and a *typing heartbeat* re-sent while nothing visible changes (the model thinks or a tool runs).
 """
 
 from __future__ import annotations
@@ -51,11 +56,76 @@ class ReplyTransport(ABC):
             names = ", ".join(p.name for p in files)
             await self.send(f"(files could not be attached on this platform: {names})")
 
+    #: Seconds a typing indicator stays visible on this platform, minus a margin; None = no indicator.
+    #: The stream re-sends :meth:`typing` after this long without a visible change.
+    typing_interval: float | None = None
+
     async def typing(self) -> None:  # noqa: B027 - optional hook
         """Show a typing indicator where the platform has one."""
 
+    def native_stream(self) -> NativeStream | None:
+        """The platform's own streaming primitive for this reply, or None for placeholder-and-edit."""
+        return None
+
     async def finished(self) -> None:  # noqa: B027 - optional hook
         """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
+
+
+class NativeStream(ABC):
+    """A platform's own "message being written" primitive for one reply (one instance per reply).
+
+    The stream calls :meth:`begin` once instead of sending a placeholder, :meth:`show` with the whole text
+    so far (one chunk at most; an implementation that appends sends only what is new), and :meth:`close`
+    once with the first chunk of the final text. Every call is paced by the chat's budget. A
+    :class:`~channels.errors.ChannelError` from ``begin``/``show`` makes the stream fall back to the
+    edit path for the rest of the reply; from ``close`` it delivers the final text as new messages.
+    """
+
+    #: False where the live message is only a preview that the next ordinary message replaces (then
+    #: :meth:`close` is never called and the final text is sent as ordinary messages).
+    closes_in_place: bool = True
+    #: Seconds after which a live message that did not change must be shown again to stay visible
+    #: (e.g. a Telegram draft lapses after about 30 s); None = it stays until closed.
+    keepalive: float | None = None
+
+    @abstractmethod
+    async def begin(self, placeholder: str) -> str | None:
+        """Open the live message; returns its reference when the platform created a real message."""
+
+    @abstractmethod
+    async def show(self, text: str) -> None: ...
+
+    @abstractmethod
+    async def close(self, text: str) -> str | None:
+        """End the live message showing ``text``; returns the reference of the persisted message, or None
+        when the platform persists nothing (then ``text`` goes out as an ordinary message)."""
+
+
+async def _counted(provider: str, call: Awaitable[T]) -> T:
+    """Report one platform call (and a rate limit on it) for ``provider``."""
+    observe.emit(provider, observe.CALL)
+    try:
+        return await call
+    except RetryAfter:
+        observe.emit(provider, observe.RATE_LIMITED)
+        raise
+
+
+class _ObservedNative(NativeStream):
+    def __init__(self, inner: NativeStream, provider: str) -> None:
+        self.inner = inner
+        self.provider = provider
+        self.closes_in_place = inner.closes_in_place
+        self.keepalive = inner.keepalive
+
+    async def begin(self, placeholder: str) -> str | None:
+        return await _counted(self.provider, self.inner.begin(placeholder))
+
+    async def show(self, text: str) -> None:
+        await _counted(self.provider, self.inner.show(text))
+
+    async def close(self, text: str) -> str | None:
+        return await _counted(self.provider, self.inner.close(text))
 
 
 class ObservedTransport(ReplyTransport):
@@ -64,14 +134,10 @@ class ObservedTransport(ReplyTransport):
     def __init__(self, inner: ReplyTransport, provider: str) -> None:
         self.inner = inner
         self.provider = provider
+        self.typing_interval = inner.typing_interval
 
     async def _counted(self, call: Awaitable[T]) -> T:
-        observe.emit(self.provider, observe.CALL)
-        try:
-            return await call
-        except RetryAfter:
-            observe.emit(self.provider, observe.RATE_LIMITED)
-            raise
+        return await _counted(self.provider, call)
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
         return await self._counted(self.inner.send(text, fallback=fallback))
@@ -83,7 +149,11 @@ class ObservedTransport(ReplyTransport):
         await self._counted(self.inner.send_files(files))
 
     async def typing(self) -> None:
-        await self.inner.typing()
+        await self._counted(self.inner.typing())
+
+    def native_stream(self) -> NativeStream | None:
+        native = self.inner.native_stream()
+        return None if native is None else _ObservedNative(native, self.provider)
 
     async def finished(self) -> None:
         await self.inner.finished()
@@ -178,15 +248,30 @@ class ReplyStream:
         self._closing = False
         self._pump: asyncio.Task[None] | None = None
         self.finished = False
+        # A resumed reply continues a message that already exists: only the edit path can do that.
+        self._native: NativeStream | None = None if resume_ref else self.transport.native_stream()
+        self._native_open = False
+        self._native_ref: str | None = None
+        self._native_shown = ""
+        self._native_at = 0.0  # when the live message was last shown
+        self._last_visible = time.monotonic()
+        self._typing: asyncio.Task[None] | None = None
 
     @property
     def ref(self) -> str | None:
         """Reference of the first visible message (stored so a resumed run edits it, not a new one)."""
-        return self._sent[0][0] if self._sent else None
+        return self._sent[0][0] if self._sent else self._native_ref
 
     async def start(self, placeholder: str = "…") -> None:
         if not self.limits.supports_edit:
             return  # final-only platforms: nothing to show until finish()
+        if self._native_open:
+            if placeholder != self._native_shown:
+                self.update(placeholder)
+            return
+        if self._native is not None and not self._sent and await self._begin_native(placeholder):
+            self._start_typing()
+            return
         if not self._sent:
             await self.budget.acquire()
             try:
@@ -197,8 +282,72 @@ class ReplyStream:
                 self.budget.penalize(exc.retry_after)
                 raise
             self._sent.append((ref, placeholder))
+            self._last_visible = time.monotonic()
         elif self._sent[0][1] != placeholder:
             self.update(placeholder)
+        self._start_typing()
+
+    async def _begin_native(self, placeholder: str) -> bool:
+        """Open the native live message; False (and the edit path from now on) when the platform refuses."""
+        assert self._native is not None
+        await self.budget.acquire()
+        try:
+            self._native_ref = await self._native.begin(placeholder)
+        except RetryAfter as exc:
+            self.budget.penalize(exc.retry_after)
+            raise
+        except ChannelError as exc:
+            log.info("the platform refused its native live reply (%s); editing a message instead", exc)
+            self._native = None
+            return False
+        self._native_open, self._native_shown = True, placeholder
+        self._last_visible = self._native_at = time.monotonic()
+        return True
+
+    def _start_typing(self) -> None:
+        interval = self.transport.typing_interval
+        if interval and self._typing is None and not self._closing:
+            self._typing = asyncio.get_running_loop().create_task(
+                self._run_typing(interval), name="reply-typing"
+            )
+
+    async def _run_typing(self, interval: float) -> None:
+        """Re-send the typing indicator whenever nothing visible changed for ``interval`` seconds.
+
+        Thinking and tool calls can take minutes with no new text; without this the user sees a "…" that
+        might as well be a hung bot. Each indicator is one call in the chat's budget, like any other.
+        """
+        while not self._closing:
+            wait = self._last_visible + interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            await self.budget.acquire()
+            if self._closing:
+                return
+            try:
+                await self.transport.typing()
+                await self._keep_native_alive()
+            except RetryAfter as exc:
+                self.budget.penalize(exc.retry_after)
+            except ChannelError as exc:
+                log.info("typing indicator failed: %s", exc)
+            except Exception:  # the indicator is decoration; it must never break a reply
+                log.exception("typing indicator crashed")
+            self._last_visible = time.monotonic()
+
+    async def _keep_native_alive(self) -> None:
+        """A live message that lapses when unchanged (a long tool call) is shown again, in the budget."""
+        native = self._native
+        if not self._native_open or native is None or native.keepalive is None:
+            return
+        if time.monotonic() - self._native_at < native.keepalive:
+            return
+        await self.budget.acquire()
+        if self._closing or not self._native_open:
+            return
+        await native.show(self._native_shown)
+        self._native_at = time.monotonic()
 
     def update(self, text: str) -> None:
         if self._closing or not self.limits.supports_edit:
@@ -219,7 +368,11 @@ class ReplyStream:
             if self._closing or text is None:
                 return
             try:
-                await self._sync(self._chunks(text), allow_new=True)
+                if self._native_open:
+                    await self._show_native(self._chunks(text)[-1])
+                else:
+                    await self._sync(self._chunks(text), allow_new=True)
+                self._last_visible = time.monotonic()
             except RetryAfter as exc:
                 self.budget.penalize(exc.retry_after)  # drop this update; newer text goes later
             except MessageNotModified:
@@ -228,6 +381,31 @@ class ReplyStream:
                 log.info("intermediate reply update failed: %s", exc)
             except Exception:  # a bug in a transport must not kill the final delivery
                 log.exception("intermediate reply update crashed")
+
+    async def _show_native(self, chunk: str) -> None:
+        """One native update; a refusal moves the rest of the reply to the edit path.
+
+        The live message shows one chunk at most (the newest); the final text is split as usual.
+        """
+        assert self._native is not None
+        if chunk == self._native_shown:
+            return
+        try:
+            await self._native.show(chunk)
+        except (RetryAfter, MessageNotModified):
+            raise
+        except ChannelError as exc:
+            log.info("native live reply update refused (%s); editing a message instead", exc)
+            self._abandon_native()
+            return
+        self._native_shown = chunk
+        self._native_at = time.monotonic()
+
+    def _abandon_native(self) -> None:
+        """Continue on the edit path: a live message the platform created becomes the message to edit."""
+        if self._native_ref is not None and not self._sent:
+            self._sent.append((self._native_ref, self._native_shown))
+        self._native, self._native_open = None, False
 
     def _chunks(self, text: str) -> list[str]:
         """While streaming, full chunks settle and only the last one keeps being edited."""
@@ -263,6 +441,11 @@ class ReplyStream:
             return
         self._closing = True
         self._wake.set()
+        if self._typing is not None:
+            self._typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._typing
+            self._typing = None
         if self._pump is not None:
             try:
                 await self._pump
@@ -273,6 +456,8 @@ class ReplyStream:
                 if current is not None and current.cancelling():
                     raise
         chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
+        if self._native_open:
+            await self._close_native(chunks[0])
         await self._deliver_final(chunks)
         if files:
             await self.budget.acquire()
@@ -283,6 +468,33 @@ class ReplyStream:
                 raise
         self.finished = True
         await self.transport.finished()
+
+    async def _close_native(self, first: str) -> None:
+        """End the native live message with the final text's first chunk (the rest goes out as usual).
+
+        Platforms whose live message is only a preview (``closes_in_place`` False) skip the call: the
+        ordinary message sent next replaces the preview.
+        """
+        native = self._native
+        assert native is not None
+        if not native.closes_in_place:
+            self._native, self._native_open = None, False
+            return
+        for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
+            await self.budget.acquire()
+            try:
+                ref = await native.close(first)
+            except RetryAfter as exc:
+                self.budget.penalize(exc.retry_after)
+                continue
+            except ChannelError as exc:
+                log.info("closing the native live reply failed (attempt %d): %s", attempt, exc)
+                break
+            if ref is not None:
+                self._sent = [(ref, first)]
+            self._native, self._native_open = None, False
+            return
+        self._abandon_native()
 
     async def _deliver_final(self, chunks: list[str]) -> None:
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):

@@ -301,7 +301,15 @@ class SlackChannel(Channel):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         if self.client is None:
             self.client = self._web_client()
-        return SlackTransport(self.client, message.chat, message.topic)
+        return SlackTransport(
+            self.client,
+            message.chat,
+            message.topic,
+            native=self.config.native_streaming,
+            user=message.sender.id,
+            team=message.workspace,
+            status_interval=self.config.status_interval_seconds,
+        )
 
     # --- files -----------------------------------------------------------------------------------
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:

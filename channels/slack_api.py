@@ -24,7 +24,7 @@ from channels.errors import (
     NetworkError,
     RetryAfter,
 )
-from channels.reply import ReplyTransport
+from channels.reply import NativeStream, ReplyTransport
 from channels.slack_format import to_mrkdwn
 
 #: The message can no longer be edited: the stream falls back to posting a new one.
@@ -49,6 +49,10 @@ FORBIDDEN_ERRORS = frozenset(
 #: Slack's own trouble: worth retrying later.
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 DEFAULT_RETRY_AFTER = 1.0
+#: chat.startStream / appendStream / stopStream take at most 12,000 characters of markdown per call.
+STREAM_TEXT_LIMIT = 12_000
+#: What ``assistant.threads.setStatus`` shows under the thread while the model thinks or a tool runs.
+THINKING_STATUS = "is thinking…"
 
 
 def slack_error(method: str, exc: BaseException) -> ChannelError:
@@ -95,13 +99,131 @@ def calling(method: str) -> Iterator[None]:
         raise slack_error(method, exc) from exc
 
 
+class SlackStream(NativeStream):
+    """Slack's native streaming message: ``chat.startStream``, ``appendStream`` …, ``stopStream``.
+
+    Why: the answer grows in one message as Slack renders it, with no ``chat.update`` per step (Tier 3,
+    about 50/min). Slack's stream only *appends*, so when the newest text is not an extension of what
+    was appended (a progress line the manager replaced, or the answer passing the split limit) the
+    stream is stopped and this reply continues on ``chat.update`` of the same message — the error
+    raised here tells the reply stream to fall back. The text is Markdown (``markdown_text``), not
+    mrkdwn.
+    """
+
+    def __init__(self, transport: SlackTransport, thread_ts: str, user: str, team: str) -> None:
+        self.transport = transport
+        self.thread_ts = thread_ts
+        self.user = user
+        self.team = team
+        self.ts: str | None = None
+        self.appended = ""
+        self.stopped = False
+
+    async def begin(self, placeholder: str) -> str | None:
+        if placeholder.strip(" .…"):
+            # A notice ("⏳ Queued …") would stay in an append-only stream for good, and a queued reply
+            # must be a plain message a restart can edit: that reply takes the edit path.
+            raise EditFailed("a notice cannot be taken back from an append-only stream")
+        # Outside a DM Slack needs to know whom the stream is for.
+        in_dm = self.transport.channel.startswith("D")
+        with calling("chat.startStream"):
+            response = await self.transport.client.chat_startStream(
+                channel=self.transport.channel,
+                thread_ts=self.thread_ts,
+                recipient_user_id=None if in_dm else self.user,
+                recipient_team_id=None if in_dm or not self.team else self.team,
+            )
+        self.ts = str(response["ts"])
+        return self.ts
+
+    def _delta(self, text: str) -> str:
+        if not text.startswith(self.appended):
+            raise EditFailed("the new text does not extend the streamed text")
+        delta = text[len(self.appended) :]
+        if len(delta) > STREAM_TEXT_LIMIT:
+            raise BadRequest(f"more than {STREAM_TEXT_LIMIT} characters in one stream call")
+        return delta
+
+    async def show(self, text: str) -> None:
+        try:
+            delta = self._delta(text)
+        except ChannelError:
+            await self._stop(None)  # the reply continues with chat.update on the same message
+            raise
+        if not delta:
+            return
+        assert self.ts is not None
+        with calling("chat.appendStream"):
+            await self.transport.client.chat_appendStream(
+                channel=self.transport.channel, ts=self.ts, markdown_text=delta
+            )
+        self.appended = text
+
+    async def close(self, text: str) -> str | None:
+        try:
+            delta = self._delta(text)
+        except ChannelError:
+            await self._stop(None)
+            raise
+        await self._stop(delta or None)
+        self.appended = text
+        return self.ts
+
+    async def _stop(self, markdown: str | None) -> None:
+        """``stopStream`` once — also when the reply ends in an error or /stop (the manager finishes it)."""
+        if self.stopped or self.ts is None:
+            return
+        with calling("chat.stopStream"):
+            await self.transport.client.chat_stopStream(
+                channel=self.transport.channel, ts=self.ts, markdown_text=markdown or None
+            )
+        self.stopped = True
+
+
 class SlackTransport(ReplyTransport):
     """Replies in one conversation: a channel, and the thread inside it when there is one."""
 
-    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str | None) -> None:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str | None,
+        *,
+        native: bool = False,
+        user: str = "",
+        team: str = "",
+        status_interval: float | None = None,
+    ) -> None:
         self.client = client
         self.channel = channel
         self.thread_ts = thread_ts
+        self.native = native and thread_ts is not None  # chat.startStream requires a thread_ts
+        self.user = user
+        self.team = team
+        # The assistant status belongs to a thread; a top-level DM has none to show it under.
+        self.typing_interval = status_interval if thread_ts is not None else None
+        self._status_refused = False
+
+    def native_stream(self) -> NativeStream | None:
+        if not self.native or self.thread_ts is None:
+            return None
+        return SlackStream(self, self.thread_ts, self.user, self.team)
+
+    async def typing(self) -> None:
+        """``assistant.threads.setStatus`` ("is thinking…"); Slack clears it when the reply lands.
+
+        Slack refuses it outside assistant threads; after one refusal this reply stops asking.
+        """
+        if self.thread_ts is None or self._status_refused:
+            return
+        try:
+            with calling("assistant.threads.setStatus"):
+                await self.client.assistant_threads_setStatus(
+                    channel_id=self.channel, thread_ts=self.thread_ts, status=THINKING_STATUS
+                )
+        except (BadRequest, Forbidden, EditFailed):
+            self._status_refused = True
+            raise
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
         with calling("chat.postMessage"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import weakref
@@ -31,7 +32,7 @@ from collections import OrderedDict
 from typing import Any
 
 import telegram.error as tg_errors
-from telegram import Bot, Message, MessageEntity, Update
+from telegram import Bot, BotCommand, Message, MessageEntity, Update
 from telegram.constants import ChatType
 from telegram.request import HTTPXRequest
 
@@ -52,6 +53,10 @@ TEXT_LIMIT = 4096
 STOP_STORE_GRACE = 5.0
 #: How long stop() lets replies already being written finish before closing the HTTP client.
 STOP_REPLY_GRACE = 5.0
+#: setMyCommands: names are 1-32 of a-z, 0-9 and _; descriptions 1-256 characters; at most 100 commands.
+COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+COMMAND_DESCRIPTION_LIMIT = 256
+MAX_COMMANDS = 100
 #: Group reply-chain roots remembered per process (message → conversation).
 MAX_CHAIN_ENTRIES = 20_000
 
@@ -78,6 +83,7 @@ class TelegramChannel(Channel):
         self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
         self._chain_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
         self._transports: weakref.WeakSet[TelegramTransport] = weakref.WeakSet()
+        self._draft_ids = itertools.count(1)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -132,6 +138,7 @@ class TelegramChannel(Channel):
                 actual,
             )
         self.bot_username = actual or self.bot_username
+        await self._register_commands(bot)
         self._poller = UpdatePoller(
             bot,
             self._store_update,
@@ -141,6 +148,30 @@ class TelegramChannel(Channel):
         )
         self.status.set("connected", f"@{self.bot_username}, long polling")
         self._poller.start()
+
+    async def _register_commands(self, bot: Bot) -> None:
+        """``setMyCommands``: the "/" menu in every client lists what the service answers.
+
+        A refusal is logged, not fatal: the commands work typed out either way.
+        """
+        menu: list[BotCommand] = []
+        for command in self.commands:
+            name = command.name.lower()
+            if not COMMAND_NAME.match(name):
+                log.info("/%s cannot be listed in Telegram's command menu (names are a-z, 0-9, _)", name)
+                continue
+            description = command.description.strip() or name
+            menu.append(BotCommand(name, description[:COMMAND_DESCRIPTION_LIMIT]))
+        if not menu:
+            return
+        try:
+            await bot.set_my_commands(menu[:MAX_COMMANDS])
+        except tg_errors.TelegramError as exc:
+            log.warning("Telegram refused the command menu (setMyCommands): %s", map_error(exc))
+
+    def next_draft_id(self) -> int:
+        """A fresh non-zero draft id: each reply animates its own draft."""
+        return next(self._draft_ids)
 
     async def pause(self) -> None:
         """Stop polling: what was fetched is stored, then confirmed; replies keep working until stop()."""

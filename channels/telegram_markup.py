@@ -4,7 +4,8 @@ Why HTML and not MarkdownV2: MarkdownV2 demands escaping of a dozen punctuation 
 the whole message when one is missed, which happens constantly with model output. HTML needs only
 ``<``, ``>`` and ``&`` escaped. The converter is deliberately conservative:
 
-* it only emits ``b``, ``i``, ``s``, ``code``, ``pre`` and ``a`` and always nests them properly;
+* it only emits ``b``, ``i``, ``s``, ``code``, ``pre``, ``a`` and ``blockquote`` and always nests them
+  properly (consecutive ``> quoted`` lines become one ``<blockquote>``);
 * an unclosed code fence (common while a reply is still streaming) is closed in the HTML;
 * anything it does not recognise stays literal text, escaped.
 
@@ -20,6 +21,7 @@ _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+#.\-]*)")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(?=\S)")
 _HRULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+_QUOTE = re.compile(r"^\s{0,3}>\s?")
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 _LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg|mailto):[^\s)]+)\)")
@@ -59,6 +61,7 @@ def _inline(text: str) -> str:
 def markdown_to_html(text: str) -> str:
     """Render ``text`` for ``parse_mode=HTML``. Always returns well-formed markup."""
     out: list[str] = []
+    quote: list[str] | None = None  # rendered lines of the open blockquote
     code: list[str] | None = None  # lines of the open fenced block
     fence_marker = ""
     language = ""
@@ -71,6 +74,15 @@ def markdown_to_html(text: str) -> str:
             else:
                 code.append(line)
             continue
+        quoted = _QUOTE.match(line)
+        if quoted:
+            if quote is None:
+                quote = []
+            quote.append(_inline(line[quoted.end() :]))
+            continue
+        if quote is not None:
+            out.append(_blockquote(quote))
+            quote = None
         fence = _FENCE.match(line)
         if fence:
             code, fence_marker, language = [], fence.group(1), fence.group(2)
@@ -86,9 +98,15 @@ def markdown_to_html(text: str) -> str:
         if bullet:
             line = f"{bullet.group(1)}• {line[bullet.end() :]}"
         out.append(_inline(line))
+    if quote is not None:
+        out.append(_blockquote(quote))
     if code is not None:  # still streaming inside a fence: show it as code anyway
         out.append(_pre(code, language))
     return "\n".join(out)
+
+
+def _blockquote(lines: list[str]) -> str:
+    return "<blockquote>" + "\n".join(lines) + "</blockquote>"
 
 
 def _pre(lines: list[str], language: str) -> str:

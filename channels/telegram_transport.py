@@ -21,7 +21,7 @@ from telegram import LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 
 from channels import errors
-from channels.reply import RateBudget, ReplyTransport
+from channels.reply import NativeStream, RateBudget, ReplyTransport
 from channels.telegram_markup import markdown_to_html
 from channels.types import InboundMessage
 
@@ -40,6 +40,8 @@ T = TypeVar("T")
 UPLOAD_LIMIT = 50 * 1024 * 1024
 PHOTO_LIMIT = 10 * 1024 * 1024
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif"}
+#: A draft is a preview that lapses after about 30 s without an update; an unchanged one is re-sent.
+DRAFT_KEEPALIVE = 20.0
 #: Longest wait honoured inside a file upload (text pacing is the ReplyStream's job).
 MAX_FILE_RETRY_WAIT = 30.0
 
@@ -90,6 +92,48 @@ async def _call(action: Callable[[], Awaitable[T]]) -> T:
         raise map_error(exc) from exc
 
 
+class TelegramDraft(NativeStream):
+    """A private chat's live reply as a ``sendMessageDraft`` preview (Bot API 9.3+, PTB ≥ 22.7).
+
+    Why: an edited message flickers and is re-notified; a draft animates in the user's input area and
+    costs no message. A draft is only a preview (it lapses after about 30 s without an update, and
+    Telegram accepts drafts only in private chats), so the final text is still sent with
+    ``sendMessage`` — which is why :attr:`closes_in_place` is False.
+    """
+
+    closes_in_place = False
+    keepalive = DRAFT_KEEPALIVE
+
+    def __init__(self, transport: TelegramTransport, draft_id: int) -> None:
+        self.transport = transport
+        self.draft_id = draft_id
+
+    async def _draft(self, text: str) -> None:
+        transport = self.transport
+        kwargs = {"message_thread_id": transport.thread_id} if transport.thread_id is not None else {}
+
+        async def call(body: str, mode: str | None) -> Any:
+            return await transport.bot.send_message_draft(
+                chat_id=transport.chat_id, draft_id=self.draft_id, text=body, parse_mode=mode, **kwargs
+            )
+
+        await transport._with_markup(call, text)
+
+    async def begin(self, placeholder: str) -> str | None:
+        if placeholder.strip(" .…"):
+            # A notice ("⏳ Queued …") may wait minutes and must survive a restart as a message the next
+            # run edits into the answer; a lapsing preview cannot. Such a reply takes the edit path.
+            raise errors.EditFailed("a notice is sent as a message, not as a draft")
+        await self._draft(placeholder)
+        return None  # nothing persisted yet: a resumed run has no message to continue
+
+    async def show(self, text: str) -> None:
+        await self._draft(text)
+
+    async def close(self, text: str) -> str | None:  # never called (closes_in_place is False)
+        return None
+
+
 class TelegramTransport(ReplyTransport):
     """Answers one inbound message in its chat, topic or reply chain."""
 
@@ -101,6 +145,7 @@ class TelegramTransport(ReplyTransport):
         self.thread_id: int | None = context.get("thread_id")
         self.reply_to: int | None = context.get("reply_to")
         self.done = False
+        self.typing_interval = channel.config.typing_interval_seconds
         #: The chat's budget (set by the channel when it opens the reply): files are paced by it too.
         self.budget: RateBudget | None = None
 
@@ -206,6 +251,12 @@ class TelegramTransport(ReplyTransport):
                 raise map_error(exc) from exc
             self.channel.remember_reply(self.chat_id, sent.message_id, self.message.topic)
             return
+
+    def native_stream(self) -> NativeStream | None:
+        """Drafts in private chats (where Telegram allows them); groups keep the edited message."""
+        if not self.message.is_private or not self.channel.config.private_drafts:
+            return None
+        return TelegramDraft(self, self.channel.next_draft_id())
 
     async def typing(self) -> None:
         kwargs = {"message_thread_id": self.thread_id} if self.thread_id is not None else {}

@@ -30,6 +30,14 @@ class InboundFile:
     mime: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChatCommand:
+    """A chat command as a platform's command menu lists it (``name`` without the slash)."""
+
+    name: str
+    description: str
+
+
 @dataclass(slots=True)
 class InboundMessage:
     """One message from a platform, normalised.

@@ -22,6 +22,12 @@ class SlackConfig(ChannelSection):
     thread_follow_ups: bool = True
     #: Spacing of reply calls (post/update) per channel. chat.update is Tier 3 (about 50/min).
     edit_interval_seconds: float = Field(1.2, ge=0, le=60)
+    #: Stream answers in threads (channel threads and DM threads) with chat.startStream / appendStream /
+    #: stopStream instead of chat.update; a top-level DM message has no thread and keeps chat.update.
+    native_streaming: bool = True
+    #: While nothing visible changes in a thread, "is thinking…" (assistant.threads.setStatus) is set
+    #: again after this many seconds.
+    status_interval_seconds: float = Field(5.0, gt=0, le=120)
     #: Socket Mode keep-alive ping; a connection silent for 4 pings is considered dead.
     ping_interval_seconds: float = Field(10, gt=0, le=300)
     #: Longest wait between reconnect attempts (exponential backoff from 1 s up to this).

@@ -25,6 +25,12 @@ class TelegramConfig(ChannelSection):
     edit_interval_seconds: float = Field(1.0, ge=0, le=60)
     #: Spacing of reply calls in groups (Telegram allows about 20 messages per minute per group).
     group_edit_interval_seconds: float = Field(3.0, ge=0, le=60)
+    #: Stream answers in private chats as a native draft (``sendMessageDraft``) and send the final text
+    #: as one new message, instead of editing a placeholder. Groups always edit (drafts are DM-only).
+    private_drafts: bool = True
+    #: While nothing visible changes (the model thinks, a tool runs) "typing…" is re-sent this often.
+    #: Telegram shows it for 5 s or until the bot's next message, so keep it a little under 5.
+    typing_interval_seconds: float = Field(4.5, gt=0, le=5)
     #: Long-poll duration of one ``getUpdates`` call.
     poll_timeout_seconds: int = Field(25, ge=0, le=50)
 

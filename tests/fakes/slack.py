@@ -45,6 +45,8 @@ from aiohttp import WSMsgType, web
 from tests.fakes.server import ThreadedServer
 
 TEAM_ID = "T0FAKE"
+#: chat.startStream / appendStream / stopStream: ``markdown_text`` is limited to 12,000 characters.
+STREAM_TEXT_LIMIT = 12_000
 BOT_USER_ID = "U0BOT"
 BOT_ID = "B0BOT"
 APP_ID = "A0APP"
@@ -75,6 +77,8 @@ class FakeMessage:
     thread_ts: str | None = None
     history: list[str] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
+    #: "streaming" between chat.startStream and chat.stopStream, "stopped" after; None for a plain post.
+    stream: str | None = None
 
     @property
     def text(self) -> str:
@@ -122,6 +126,12 @@ class FakeSlack(ThreadedServer):
         self._failures: dict[str, list[Failure]] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
+        #: (channel, ts) of every message people wrote, so thread_ts can be checked like Slack does.
+        self.user_messages: set[tuple[str, str]] = set()
+        #: Channels the bot is not a member of (chat.startStream answers ``not_in_channel``).
+        self.not_joined: set[str] = set()
+        #: Every assistant.threads.setStatus, as (channel_id, thread_ts, status).
+        self.statuses: list[tuple[str, str, str]] = []
 
     # --- addresses -------------------------------------------------------------------------------
     @property
@@ -211,6 +221,83 @@ class FakeSlack(ThreadedServer):
                 return {"ok": False, "error": "cant_update_message"}
             message.history.append(str(args.get("text") or ""))
         return {"ok": True, "channel": channel, "ts": ts, "text": message.text}
+
+    # Streaming (docs.slack.dev/reference/methods/chat.startStream, appendStream, stopStream) ----------
+    def _thread_exists(self, channel: str, thread_ts: str) -> bool:
+        return (channel, thread_ts) in self.user_messages or thread_ts in self.messages.get(channel, {})
+
+    def _m_chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``channel`` and ``thread_ts`` required; outside a DM also ``recipient_user_id`` and
+        ``recipient_team_id``; ``markdown_text`` at most 12,000 characters."""
+        channel, thread_ts = str(args.get("channel") or ""), str(args.get("thread_ts") or "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if channel in self.not_joined:
+            return {"ok": False, "error": "not_in_channel"}
+        if not thread_ts or not self._thread_exists(channel, thread_ts):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        if not channel.startswith("D") and not (
+            args.get("recipient_user_id") and args.get("recipient_team_id")
+        ):
+            return {"ok": False, "error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "")
+        if len(text) > STREAM_TEXT_LIMIT:
+            return {"ok": False, "error": "msg_too_long"}
+        ts = self._next_ts()
+        message = FakeMessage(channel, ts, self.bot_user_id, thread_ts, [text], stream="streaming")
+        with self._lock:
+            self.messages.setdefault(channel, {})[ts] = message
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _streaming(self, args: dict[str, Any]) -> tuple[FakeMessage | None, str | None]:
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        message = self.messages.get(channel, {}).get(ts)
+        if message is None:
+            return None, "message_not_found"
+        if message.user != self.bot_user_id:
+            return None, "message_not_owned_by_app"
+        if message.stream != "streaming":
+            return None, "message_not_in_streaming_state"
+        return message, None
+
+    def _m_chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``channel``, ``ts`` and ``markdown_text`` required; the message must still be streaming."""
+        text = str(args.get("markdown_text") or "")
+        with self._lock:
+            message, error = self._streaming(args)
+            if message is None:
+                return {"ok": False, "error": error}
+            if not text:
+                return {"ok": False, "error": "invalid_arguments"}
+            if len(text) > STREAM_TEXT_LIMIT:
+                return {"ok": False, "error": "msg_too_long"}
+            message.history.append(message.text + text)
+        return {"ok": True, "channel": message.channel, "ts": message.ts}
+
+    def _m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Ends the stream (optionally appending a last ``markdown_text``); the message then stays."""
+        text = str(args.get("markdown_text") or "")
+        with self._lock:
+            message, error = self._streaming(args)
+            if message is None:
+                return {"ok": False, "error": error}
+            if len(text) > STREAM_TEXT_LIMIT:
+                return {"ok": False, "error": "msg_too_long"}
+            if text:
+                message.history.append(message.text + text)
+            message.stream = "stopped"
+        return {"ok": True, "channel": message.channel, "ts": message.ts, "message": {"text": message.text}}
+
+    def _m_assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``channel_id``, ``thread_ts`` and ``status`` required (an empty status clears it)."""
+        channel, thread_ts = str(args.get("channel_id") or ""), str(args.get("thread_ts") or "")
+        if not channel or "status" not in args:
+            return {"ok": False, "error": "invalid_arguments"}
+        if not thread_ts or not self._thread_exists(channel, thread_ts):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        with self._lock:
+            self.statuses.append((channel, thread_ts, str(args["status"])))
+        return {"ok": True}
 
     def _m_conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = str(args.get("channel") or "")
@@ -400,6 +487,8 @@ class FakeSlack(ThreadedServer):
         files: list[dict[str, Any]] | None,
     ) -> dict[str, Any]:
         ts = self._next_ts()
+        with self._lock:
+            self.user_messages.add((channel, ts))
         event: dict[str, Any] = {
             "type": event_type,
             "user": user,

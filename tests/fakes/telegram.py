@@ -3,7 +3,8 @@
 Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot"``,
 ``base_file_url=f"{fake.url}/file/bot"``). It implements the methods a chat bot needs — ``getMe``,
 ``deleteWebhook``, ``getUpdates`` (long polling with offsets), ``sendMessage``, ``editMessageText``,
-``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands`` … — and the file
+``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
+(private chats only) … — and the file
 download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
 or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
 "message is not modified" for an identical edit.
@@ -68,6 +69,15 @@ DEFAULT_DESCRIPTIONS = {
 TERMINATED_BY_OTHER = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
 )
+#: setMyCommands limits (Bot API: BotCommand).
+MAX_COMMANDS = 100
+COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+COMMAND_DESCRIPTION_LIMIT = 256
+#: sendChatAction's documented actions.
+CHAT_ACTIONS = {
+    "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
+    "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
+}  # fmt: skip
 #: getUpdates accepts limit 1-100.
 MAX_UPDATES_PER_CALL = 100
 NOT_MODIFIED = (
@@ -189,6 +199,10 @@ class FakeTelegram(ThreadedServer):
         self.confirmed: list[int] = []
         #: Updates handed out by getUpdates, counting redeliveries.
         self.delivered = 0
+        #: The last command menu set with setMyCommands, as (command, description).
+        self.my_commands: list[tuple[str, str]] = []
+        #: Every text each draft showed, oldest first, by (chat_id, draft_id).
+        self.drafts: dict[tuple[int, int], list[str]] = {}
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -284,9 +298,50 @@ class FakeTelegram(ThreadedServer):
         return True
 
     def _m_setMyCommands(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API: ``commands`` is required, at most 100; each ``command`` 1-32 characters of lowercase
+        letters, digits and underscores, each ``description`` 1-256 characters."""
+        commands = params.get("commands")
+        if not isinstance(commands, list):
+            raise _ApiError(400, 'Bad Request: parameter "commands" is required')
+        if len(commands) > MAX_COMMANDS:
+            raise _ApiError(400, "Bad Request: too many commands specified")
+        for item in commands:
+            name = str(item.get("command", "")) if isinstance(item, dict) else ""
+            description = str(item.get("description", "")) if isinstance(item, dict) else ""
+            if not COMMAND_NAME.match(name):
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not 1 <= len(description) <= COMMAND_DESCRIPTION_LIMIT:
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+        with self._state:
+            self.my_commands = [(str(c["command"]), str(c["description"])) for c in commands]
         return True
 
     def _m_sendChatAction(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API: ``chat_id`` and ``action`` (one of the documented kinds) are required."""
+        if not params.get("chat_id"):
+            raise _ApiError(400, "Bad Request: chat not found")
+        if params.get("action") not in CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        return True
+
+    def _m_sendMessageDraft(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API 9.3: a partial message streamed to a *private* chat; ``draft_id`` must be non-zero and
+        ``text`` is 0-4096 characters after entity parsing (empty shows "Thinking…"). The draft is an
+        ephemeral preview: it persists nothing, so the chat's messages do not change."""
+        chat_id = int(params.get("chat_id") or 0)
+        if not chat_id:
+            raise _ApiError(400, "Bad Request: chat not found")
+        if self._chat(chat_id)["type"] != "private":
+            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        try:
+            draft_id = int(params.get("draft_id") or 0)
+        except (TypeError, ValueError):
+            draft_id = 0
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        shown = self._render(params.get("text") or "", params.get("parse_mode"), TEXT_LIMIT, allow_empty=True)
+        with self._state:
+            self.drafts.setdefault((chat_id, draft_id), []).append(shown)
         return True
 
     def _m_getWebhookInfo(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:

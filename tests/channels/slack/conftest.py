@@ -50,6 +50,8 @@ def slack_section(slack: FakeSlack, **overrides: Any) -> dict[str, Any]:
         "app_token": slack.app_token,
         "api_base_url": slack.api_url,
         **TEST_SLACK_KEYS,
+        # The scenarios written for chat.update keep it; test_slack_native.py turns streaming on.
+        "native_streaming": False,
         **overrides,
     }
 
