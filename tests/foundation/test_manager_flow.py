@@ -27,14 +27,15 @@ async def test_a_second_message_waits_behind_the_running_one_shows_queued_and_is
 async def test_one_slow_model_call_does_not_hold_up_another_chat(harness, llm):
     def reply(body):  # type: ignore[no-untyped-def]
         if last_user_text(body) == "slow":
-            return Reply(text="s" * 60, chunk_size=1, delay=0.1)
+            # 15 s of streaming: room for chat b's whole turn even on a machine loaded by other suites.
+            return Reply(text="s" * 60, chunk_size=1, delay=0.25)
         return echo_reply(body)
 
     llm.default_reply = reply
     await harness.chat.say("slow", chat="a")
-    await harness.chat.wait_for(lambda ch: any(m.text.startswith("s") for m in ch.in_chat("a")))
+    await harness.chat.wait_for(lambda ch: any(m.text.startswith("s") for m in ch.in_chat("a")), timeout=30)
     await harness.chat.say("fast", chat="b")
-    await harness.chat.wait_for_text("echo: fast", chat="b")
+    await harness.chat.wait_for_text("echo: fast", chat="b", timeout=30)
     assert harness.chat.in_chat("a")[0].text != "s" * 60, "chat b was answered while chat a still streamed"
     await harness.idle(timeout=30)
 
