@@ -62,7 +62,7 @@ from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
 from agent.usage import UsageStore
-from agent.web import WebFetcher
+from agent.web import WebFetcher, WebSearcher
 from config.schema import ModelConfig, Settings
 from config.secrets import known_secrets
 
@@ -167,9 +167,11 @@ class AgentRuntime:
         #: Tools from MCP servers, known once start() has connected to them.
         self.extra_tools: dict[str, ToolSpec] = {}
         self.web = WebFetcher(settings.web) if settings.web.fetch else None
-        self.disabled_tools: frozenset[str] = frozenset({"web_fetch"} if self.web is None else set()) | {
-            "load_skill"
-        }  # offered once start() has found skills
+        self.search = WebSearcher(settings.web) if settings.web.search_url else None
+        off = {"load_skill"}  # offered once start() has found skills
+        off |= {"web_fetch"} if self.web is None else set()
+        off |= {"web_search"} if self.search is None else set()
+        self.disabled_tools: frozenset[str] = frozenset(off)
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[str, Any] = {}
         self._runs: dict[str, _Run] = {}
@@ -652,6 +654,7 @@ class AgentRuntime:
                 command_timeout=self.settings.sandbox.command_timeout_seconds,
                 max_output=self.settings.sandbox.max_output_chars,
                 web=self.web,
+                search=self.search,
                 skills=self.skills,
                 scheduler=request.scheduler,
             ),

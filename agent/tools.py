@@ -20,7 +20,7 @@ from agent.mcp_tools import McpCallFailed, McpHub, McpTool
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
 from agent.skills import Skill
-from agent.web import FetchRefused, WebFetcher
+from agent.web import FetchRefused, WebFetcher, WebSearcher
 
 SUMMARY_CHARS = 60
 MAX_LIST_ENTRIES = 500
@@ -38,6 +38,7 @@ class ToolContext:
     max_output: int
     files: list[Path] = field(default_factory=list)
     web: WebFetcher | None = None
+    search: WebSearcher | None = None
     skills: Mapping[str, Skill] = field(default_factory=dict)
     scheduler: TaskScheduler | None = None
 
@@ -95,6 +96,10 @@ class NoArgs(BaseModel):
 
 class LoadSkillArgs(BaseModel):
     name: str = Field(description="The skill's name, from the list of skills.")
+
+
+class WebSearchArgs(BaseModel):
+    query: str = Field(description="What to search the web for.")
 
 
 class WebFetchArgs(BaseModel):
@@ -257,6 +262,18 @@ async def load_skill(ctx: ToolContext, args: LoadSkillArgs) -> str:
     return skill.prompt()
 
 
+async def web_search(ctx: ToolContext, args: WebSearchArgs) -> str:
+    if ctx.search is None:
+        raise SandboxError("web_search is not set up on this server (web.search_url)")
+    try:
+        results = await ctx.search.search(args.query)
+    except FetchRefused as exc:
+        raise SandboxError(str(exc)) from None
+    if not results:
+        return f"No results for {args.query!r}."
+    return "\n\n".join(f"{n}. {r.title}\n{r.url}\n{r.snippet}" for n, r in enumerate(results, 1))
+
+
 async def web_fetch(ctx: ToolContext, args: WebFetchArgs) -> str:
     if ctx.web is None:
         raise SandboxError("web_fetch is turned off on this server (web.fetch: false)")
@@ -346,6 +363,13 @@ TOOLS: dict[str, ToolSpec] = {
             LoadSkillArgs,
             load_skill,
             lambda a, m: f"reading skill {short(m(a.name), SUMMARY_CHARS - 14)}",
+        ),
+        ToolSpec(
+            "web_search",
+            "Search the web; returns titles, URLs and snippets. Read a result with web_fetch.",
+            WebSearchArgs,
+            web_search,
+            lambda a, m: f"searching {short(m(a.query), SUMMARY_CHARS - 10)}",
         ),
         ToolSpec(
             "web_fetch",

@@ -96,6 +96,54 @@ def readable(body: str, content_type: str, url: str) -> str:
     return str(fallback or "")
 
 
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    title: str
+    url: str
+    snippet: str
+
+
+class WebSearcher:
+    """``web_search`` through the operator's SearXNG instance (its JSON API, ``format=json``).
+
+    The instance is the operator's choice — often on the local network — so it is not put behind the
+    SSRF guard; the result URLs it returns are only text until ``web_fetch`` (guarded) opens one.
+    """
+
+    def __init__(self, config: WebConfig) -> None:
+        assert config.search_url is not None
+        self.config = config
+        self.endpoint = config.search_url.rstrip("/") + "/search"
+
+    async def search(self, query: str) -> list[SearchResult]:
+        params = {"q": query, "format": "json"}
+        headers = {"User-Agent": self.config.user_agent, "Accept": "application/json"}
+        try:
+            async with httpx.AsyncClient(timeout=self.config.timeout_seconds, trust_env=False) as client:
+                response = await client.get(self.endpoint, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            raise FetchRefused(f"the search service did not answer ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            raise FetchRefused(f"the search service answered HTTP {response.status_code}")
+        try:
+            results = response.json().get("results", [])
+        except ValueError:
+            raise FetchRefused(
+                "the search service did not answer with JSON (is format=json enabled?)"
+            ) from None
+        found = []
+        for item in results[: self.config.search_results]:
+            if isinstance(item, dict) and item.get("url"):
+                found.append(
+                    SearchResult(
+                        title=" ".join(str(item.get("title") or "").split())[:200],
+                        url=str(item["url"]),
+                        snippet=" ".join(str(item.get("content") or "").split())[:400],
+                    )
+                )
+        return found
+
+
 class WebFetcher:
     """Fetches pages for the ``web_fetch`` tool under the SSRF guard, the size bound and the timeout."""
 

@@ -94,6 +94,9 @@ class WebConfig(Section):
     max_bytes: int = Field(2_000_000, gt=0)
     timeout_seconds: float = Field(20, gt=0)
     user_agent: str = "Switchboard/0.1 (web_fetch)"
+    #: A SearXNG instance (its base URL) for the ``web_search`` tool; None = no web_search.
+    search_url: str | None = None
+    search_results: int = Field(8, gt=0, le=50)
 
 
 class McpServerConfig(Section):

@@ -132,3 +132,41 @@ async def test_web_fetch_can_be_turned_off(tmp_path, llm):
         await h.ask("hello")
     offered = [t["function"]["name"] for t in llm.completions[0]["tools"]]
     assert "web_fetch" not in offered and "bash" in offered
+
+
+class SearXNG(ThreadedServer):
+    """SearXNG's JSON search API as its docs describe it: GET /search?q=…&format=json → results[]."""
+
+    def setup_routes(self, app: web.Application) -> None:
+        async def search(request: web.Request) -> web.Response:
+            self.record({"q": request.query.get("q"), "format": request.query.get("format")})
+            if request.query.get("format") != "json":
+                return web.Response(status=403, text="format not allowed")  # SearXNG's default for non-html
+            results = [
+                {
+                    "title": f"Result {n} for {request.query['q']}",
+                    "url": f"https://example.org/{n}",
+                    "content": f"snippet {n}",
+                }
+                for n in range(1, 13)
+            ]
+            return web.json_response({"query": request.query["q"], "results": results})
+
+        app.router.add_get("/search", search)
+
+
+async def test_web_search_is_off_by_default_and_uses_the_configured_searxng(tmp_path, llm):
+    async with Harness.running(fetch_settings(tmp_path / "off", llm)) as h:
+        await h.ask("hello")
+    assert "web_search" not in [t["function"]["name"] for t in llm.completions[0]["tools"]]
+    with SearXNG() as searx:
+        settings = fetch_settings(tmp_path / "on", llm, search_url=searx.url, search_results=3)
+        llm.script(
+            Reply(tool_calls=[ToolCall("web_search", {"query": "bubblewrap sandbox"})]), Reply(text="Found.")
+        )
+        async with Harness.running(settings) as h:
+            await h.ask("search for it")
+    [result] = all_tool_results(llm)[-1:]
+    assert result.startswith("1. Result 1 for bubblewrap sandbox\nhttps://example.org/1\nsnippet 1")
+    assert "3. Result 3" in result and "4. Result 4" not in result
+    assert searx.requests == [{"q": "bubblewrap sandbox", "format": "json"}]
