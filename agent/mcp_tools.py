@@ -29,8 +29,10 @@ from config.schema import McpServerConfig, SandboxConfig
 log = logging.getLogger(__name__)
 
 SEPARATOR = "__"
-#: Top-level directories the sandbox already has (bound read-only or made by us); never re-created.
-SYSTEM_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "tmp"})
+#: Top-level directories bound read-only from the host (nothing can be made inside them).
+SYSTEM_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev"})
+#: Made by us with their own modes (a 1777 tmpfs): their subdirectories are made, they are not.
+OWN_TOP = frozenset({"/tmp", "/home"})
 MAX_RESULT_CHARS = 100_000
 
 
@@ -101,7 +103,7 @@ def _parents(path: str, made: set[str]) -> list[str]:
     parts = PurePosixPath(path).parts[1:-1]
     for depth in range(1, len(parts) + 1):
         ancestor = "/" + "/".join(parts[:depth])
-        if ancestor in made or parts[0] in SYSTEM_TOP:
+        if ancestor in made or ancestor in OWN_TOP or parts[0] in SYSTEM_TOP:
             continue
         made.add(ancestor)
         args += ["--perms", "0755", "--dir", ancestor]
