@@ -301,7 +301,12 @@ class ChannelManager:
 
     async def _run_command(self, entry: InboxEntry, identity: Identity, command, args: str) -> None:  # type: ignore[no-untyped-def]
         ctx = CommandContext(
-            manager=self, message=entry.message, identity=identity, args=args, entry_id=entry.id
+            manager=self,
+            message=entry.message,
+            identity=identity,
+            args=args,
+            entry_id=entry.id,
+            private=command.private,
         )
         await command.handler(ctx)
         if ctx.entry_id is not None:  # the command did not hand the entry to a turn
@@ -651,9 +656,12 @@ class ChannelManager:
                 )
 
     # --- outbound helpers -----------------------------------------------------------------------------
-    async def send_notice(self, message: InboundMessage, text: str) -> None:
-        """A one-off answer (command output, gate messages): one message, no placeholder."""
-        await self.channels[message.provider].open_reply(message).finish(text)
+    async def send_notice(self, message: InboundMessage, text: str, *, private: bool = False) -> None:
+        """A one-off answer (command output, gate messages): one message, no placeholder.
+
+        ``private`` asks for an answer only the sender sees where the platform has one.
+        """
+        await self.channels[message.provider].open_reply(message, private=private).finish(text)
 
     async def _complete(self, entry_id: str) -> None:
         await self.inbox.mark_done(entry_id)

@@ -65,14 +65,26 @@ class Channel(ABC):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         """The low-level transport that answers ``message`` in its conversation."""
 
+    def private_transport(self, message: InboundMessage) -> ReplyTransport | None:
+        """A transport whose messages only ``message``'s sender sees (Slack/Discord ephemeral), or None.
+
+        Used for command answers about the sender (``/status``, ``/memory``). None (the default) means
+        the platform has no such message here and the answer goes to the conversation as usual.
+        """
+        return None
+
     def budget_key(self, message: InboundMessage) -> str:
         """The unit the platform rate-limits by; the chat by default."""
         return f"{message.workspace}/{message.chat}"
 
-    def open_reply(self, message: InboundMessage, *, resume_ref: str | None = None) -> ReplyStream:
-        """A paced, editable reply to ``message``. ``resume_ref`` continues a message sent before a restart."""
+    def open_reply(
+        self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
+    ) -> ReplyStream:
+        """A paced, editable reply to ``message``. ``resume_ref`` continues a message sent before a restart;
+        ``private`` asks for a reply only the sender sees, where :meth:`private_transport` offers one."""
+        transport = self.private_transport(message) if private else None
         return ReplyStream(
-            self.reply_transport(message),
+            transport or self.reply_transport(message),
             self._budgets.for_chat(self.budget_key(message)),
             self.limits,
             resume_ref=resume_ref,

@@ -358,8 +358,13 @@ class TelegramChannel(Channel):
         self._transports.add(transport)
         return transport
 
-    def open_reply(self, message: InboundMessage, *, resume_ref: str | None = None) -> ReplyStream:
-        """Same as the base, but groups draw on a slower budget (Telegram: about 20 messages/min)."""
+    def open_reply(
+        self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
+    ) -> ReplyStream:
+        """Same as the base, but groups draw on a slower budget (Telegram: about 20 messages/min).
+
+        Telegram has no message only one member of a group sees, so ``private`` changes nothing.
+        """
         budgets = self._budgets if message.is_private else self._group_budgets
         budget = budgets.for_chat(self.budget_key(message))
         transport = self.reply_transport(message)

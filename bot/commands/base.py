@@ -52,6 +52,8 @@ class CommandContext:
     args: str
     entry_id: str | None = None
     replies: list[str] = field(default_factory=list)
+    #: Answer only the person who asked, where the platform can (see :attr:`Command.private`).
+    private: bool = False
 
     @property
     def connections(self) -> ConnectionStore | None:
@@ -78,7 +80,7 @@ class CommandContext:
 
     async def reply(self, text: str) -> None:
         """Answer in the conversation with one message."""
-        await self.manager.send_notice(self.message, text)
+        await self.manager.send_notice(self.message, text, private=self.private)
         self.replies.append(text)
 
     async def start_turn(self, text: str, *, hidden: bool = False, system_prompt: str | None = None) -> None:
@@ -106,3 +108,6 @@ class Command:
     aliases: tuple[str, ...] = ()
     #: Runs before the identity gate and allow-lists (only /connect and /start need this).
     before_gate: bool = False
+    #: The answer is about the person who asked (their usage, their memory): where the platform can show
+    #: a message to one person only (Slack and Discord ephemeral answers), only they see it.
+    private: bool = False

@@ -54,4 +54,5 @@ COMMAND = Command(
     usage="[clear]",
     help="show what I remember about you, or forget it",
     handler=memory,
+    private=True,
 )

@@ -28,4 +28,5 @@ COMMAND = Command(
     name="status",
     help="show this conversation's thread, model, run state, token usage and goal",
     handler=show_status,
+    private=True,
 )
