@@ -68,6 +68,9 @@ from config.secrets import known_secrets
 
 log = logging.getLogger(__name__)
 
+#: PostgreSQL advisory lock around the checkpointer's migrations (bot/db.py has the service's own).
+CHECKPOINT_SCHEMA_LOCK_KEY = 0x5357_4244_0002
+
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 CANCELLED_TOOL_RESULT = "(not finished: the user stopped this turn before the tool completed)"
@@ -95,6 +98,19 @@ def without_images(message: BaseMessage) -> BaseMessage:
         return message
     text = message_text(message)
     return message.model_copy(update={"content": f"{text}\n[image omitted]".strip()})
+
+
+async def _take_session_lock(conn: Any, key: int) -> None:
+    """Take a PostgreSQL session advisory lock by polling ``pg_try_advisory_lock`` (see the caller).
+
+    ``conn`` is the checkpointer's psycopg connection, whose rows are dicts.
+    """
+    while True:
+        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (key,))
+        row = await cursor.fetchone()
+        if row is not None and row["taken"]:
+            return
+        await asyncio.sleep(0.05)
 
 
 class ThreadState(MessagesState, total=False):
@@ -253,7 +269,19 @@ class AgentRuntime:
                 pg_saver = await self._stack.enter_async_context(
                     AsyncPostgresSaver.from_conn_string(conninfo)
                 )
-                await pg_saver.setup()
+                # Instances starting together would race the saver's CREATE TABLEs; its migrations
+                # run under a session advisory lock on the saver's own connection (released after).
+                # Polled, not waited on: the migrations include CREATE INDEX CONCURRENTLY, which waits
+                # for every open transaction, and a blocked lock call is one (a deadlock, seen here).
+                from psycopg import AsyncConnection as PgConnection
+
+                conn = pg_saver.conn
+                assert isinstance(conn, PgConnection)  # from_conn_string: one connection, not a pool
+                await _take_session_lock(conn, CHECKPOINT_SCHEMA_LOCK_KEY)
+                try:
+                    await pg_saver.setup()
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (CHECKPOINT_SCHEMA_LOCK_KEY,))
                 return pg_saver
         return InMemorySaver()
 

@@ -54,6 +54,17 @@ def preflight_sandbox(settings: Settings) -> None:
         raise SystemExit(EXIT_CONFIG) from None
 
 
+def preflight_database(settings: Settings) -> None:
+    """A second instance on one SQLite file is refused in one line, before the web server starts."""
+    from bot.db import DatabaseInUse, check_sqlite_free
+
+    try:
+        check_sqlite_free(settings.database.url)
+    except DatabaseInUse as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
 def load_or_exit(path: str | None) -> Settings:
     try:
         return load_settings(path)
@@ -87,6 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
     preflight_extras(settings)
     preflight_sandbox(settings)
+    preflight_database(settings)
     source = find_config_file(args.config)
     app = create_app(settings, config_source=str(source) if source else None)
     uvicorn.run(
@@ -124,6 +136,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.log_file:
         add_file_handler(args.log_file, args.log_format or "json")
     preflight_sandbox(settings)
+    preflight_database(settings)
     terminal_holder: list[TerminalChannel] = []
 
     async def main() -> None:

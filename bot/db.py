@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +20,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 log = logging.getLogger(__name__)
+
+#: Any 64-bit number, the same in every instance: schema creation and upgrades run under this
+#: PostgreSQL advisory lock, so instances starting together wait for each other instead of racing
+#: ``CREATE TABLE`` ("duplicate key value violates unique constraint pg_type_typname_nsp_index").
+SCHEMA_LOCK_KEY = 0x5357_4244_0001  # "SWBD" + 1
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SAFETY_NET_CHECKPOINT_PAGES = 20_000  # ~80 MB of WAL
@@ -36,6 +43,62 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.execute(f"PRAGMA wal_autocheckpoint={SAFETY_NET_CHECKPOINT_PAGES}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+class DatabaseInUse(RuntimeError):
+    """Another running instance holds this SQLite database; the message says what to do instead."""
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL; None for PostgreSQL and in-memory SQLite."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database
+    return Path(database) if database and database != ":memory:" else None
+
+
+def _lockable(path: Path | None) -> Path | None:
+    """A plain file path to lock (a ``file:`` URI with options is left alone: tests' shared memory)."""
+    return None if path is None or str(path).startswith("file:") else path
+
+
+def _instance_lock_path(database: Path) -> Path:
+    return database.with_name(database.name + ".instance-lock")
+
+
+def _try_instance_lock(database: Path) -> int:
+    """An open, exclusively locked descriptor on the database's lock file, or :class:`DatabaseInUse`.
+
+    ``flock`` is released by the kernel when the process dies, so a kill -9 never leaves the file
+    locked; the pid written into it is only for the message.
+    """
+    path = _instance_lock_path(database)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DatabaseInUse(
+            f"another Switchboard instance (pid {holder}) is already running on the SQLite database "
+            f"{database}. SQLite serves one instance only: stop the other one, give this one its own "
+            "database.url, or run several instances on PostgreSQL (docs/scale-out.md)."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_sqlite_free(url: str) -> None:
+    """Raise :class:`DatabaseInUse` if a running instance holds the SQLite database at ``url``.
+
+    For ``serve``'s preflight, so the refusal is one clear line before the web server starts; the
+    lock that counts is the one :meth:`Database.claim_instance` holds for the service's lifetime.
+    """
+    path = _lockable(sqlite_file(url))
+    if path is not None and path.parent.exists():
+        os.close(_try_instance_lock(path))
 
 
 class Database:
@@ -73,6 +136,18 @@ class Database:
         self._maintenance: asyncio.Task[None] | None = None
         self._stop_maintenance = asyncio.Event()
         self._checkpoint_conn: sqlite3.Connection | None = None
+        self._instance_lock: int | None = None
+
+    def claim_instance(self) -> None:
+        """Hold this SQLite database for this process until :meth:`close` (a no-op on PostgreSQL).
+
+        Two services on one SQLite file would each run the other's inbox entries and answer messages
+        twice; several instances are PostgreSQL's job. Raises :class:`DatabaseInUse`.
+        """
+        path = _lockable(self.sqlite_path)
+        if path is not None and self._instance_lock is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._instance_lock = _try_instance_lock(path)
 
     @property
     def sync_engine(self) -> Engine:
@@ -97,15 +172,17 @@ class Database:
     @property
     def sqlite_path(self) -> Path | None:
         """The database file, for SQLite (the agent's checkpointer keeps its own file beside it)."""
-        if not self.is_sqlite:
-            return None
-        database = make_url(self.url).database
-        return Path(database) if database and database != ":memory:" else None
+        return sqlite_file(self.url)
 
     async def create_schema(self, metadatas: Iterable[MetaData]) -> None:
         from bot.migrations import upgrade
 
         async with self.engine.begin() as conn:
+            if not self.is_sqlite:
+                # Held until this transaction ends: the next instance sees the finished schema.
+                from sqlalchemy import text
+
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             for metadata in metadatas:
                 await conn.run_sync(metadata.create_all)
             await upgrade(conn)
@@ -171,3 +248,6 @@ class Database:
         if self._sync_engine is not None:
             self._sync_engine.dispose()
         await self.engine.dispose()
+        if self._instance_lock is not None:
+            os.close(self._instance_lock)  # closing the descriptor releases the flock
+            self._instance_lock = None

@@ -223,18 +223,20 @@ class Inbox:
             rows = (await conn.execute(query)).mappings().all()
         return [self._entry(row) for row in rows]
 
-    async def request_retry(self, entry_id: str) -> InboxEntry | None:
+    async def request_retry(self, entry_id: str) -> bool:
         """Queue a failed or dead entry for the service to run again, with its attempts reset.
 
         One conditional UPDATE (no read-then-write), so it cannot deadlock against the service's writer.
+        True when this call queued it. Decided by the UPDATE itself, not by reading the entry back: a
+        running service may claim it (``retry`` → ``pending``) before any read-back.
         """
         async with self.db.engine.begin() as conn:
-            await conn.execute(
+            result = await conn.execute(
                 update(inbox_table)
                 .where(inbox_table.c.id == entry_id, inbox_table.c.status.in_((FAILED, DEAD)))
                 .values(status=RETRY, attempts=0, updated_at=time.time())
             )
-        return await self.get(entry_id)
+        return bool(result.rowcount)
 
     # --- writer ------------------------------------------------------------------------------------
     async def _submit(self, kind: OpKind, **args: Any) -> Any:

@@ -132,6 +132,7 @@ class Service:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.db.claim_instance()  # SQLite: one instance per database file (PostgreSQL: any number)
         await self.db.create_schema(self.tables())
         self.db.start_maintenance()
         await self.inbox.start()

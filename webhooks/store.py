@@ -285,19 +285,20 @@ class DeliveryStore:
             rows = (await conn.execute(query)).mappings().all()
         return [self._from_row(r) for r in rows]
 
-    async def request_retry(self, delivery_id: str) -> Delivery | None:
-        """Queue a failed (or stuck) delivery for the service to re-run. None if it is unknown.
+    async def request_retry(self, delivery_id: str) -> bool:
+        """Queue a failed (or stuck) delivery for the service to re-run; True when this call queued it.
 
-        Update first, read after: a read-then-write transaction could deadlock against the service's
-        writer on SQLite; a single conditional UPDATE cannot.
+        One conditional UPDATE: a read-then-write transaction could deadlock against the service's
+        writer on SQLite. Its row count decides, not a read-back, which a running service may already
+        have overtaken by picking the delivery up.
         """
         async with self.engine.begin() as conn:
-            await conn.execute(
+            result = await conn.execute(
                 update(deliveries_table)
                 .where(deliveries_table.c.delivery_id == delivery_id, self._retryable_clause())
                 .values(status=RETRY, updated_at=time.time())
             )
-        return await self.get(delivery_id)
+        return bool(result.rowcount)
 
     @staticmethod
     def _retryable_clause() -> Any:

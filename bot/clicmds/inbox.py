@@ -66,7 +66,7 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
 
 
 async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
-    from bot.inbox import DEAD, DONE, FAILED, RETRY
+    from bot.inbox import DEAD, DONE, FAILED
 
     db, inbox = await _open_inbox(settings)
     try:
@@ -74,9 +74,9 @@ async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
         if before is None:
             print(f"unknown inbox entry {entry_id}")
             return EXIT_FAILED
-        queued = await inbox.request_retry(entry_id)
-        if queued is None or queued.status != RETRY:
-            state = queued.status if queued else "unknown"
+        if not await inbox.request_retry(entry_id):
+            now = await inbox.get(entry_id)
+            state = now.status if now else "unknown"
             print(f"inbox entry {entry_id} is {state}; only failed or dead-lettered messages can be retried")
             return EXIT_FAILED
         print(f"queued {entry_id} ({_where(before)}) for retry")

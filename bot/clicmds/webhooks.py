@@ -72,9 +72,9 @@ async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
         if before is None:
             print(f"unknown delivery {delivery_id}")
             return EXIT_FAILED
-        queued = await store.request_retry(delivery_id)
-        if queued is None or queued.status != RETRY:
-            state = queued.status if queued else "unknown"
+        if not await store.request_retry(delivery_id):
+            now = await store.get(delivery_id)
+            state = now.status if now else "unknown"
             print(f"delivery {delivery_id} is {state}; only failed or stuck deliveries can be retried")
             return EXIT_FAILED
         print(f"queued {delivery_id} ({before.event}) for retry")
