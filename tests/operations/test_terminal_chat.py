@@ -132,3 +132,43 @@ def test_piped_long_line_help_lists_quit_and_all_failed_exits_nonzero(
     assert bad.returncode == 1
     assert bad.stdout.count("⚠️") == 2
     assert "every reply failed" in bad.stderr
+
+
+def test_stop_typed_or_ctrl_c_while_a_reply_streams_stops_it_and_the_chat_goes_on(
+    tmp_path: Path, llm: FakeOpenAI
+) -> None:
+    story = " ".join(f"word{i}" for i in range(400))  # ~40 s at this pace: it cannot finish by itself
+    llm.script(Reply(text=story, chunk_size=10, delay=0.1), Reply(text=story, chunk_size=10, delay=0.1))
+    env = cli_env(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    term = Terminal(
+        [sys.executable, "-m", "bot", "chat", "--config", str(config_for(tmp_path, llm.base_url))], env
+    )
+    try:
+        term.wait_for(lambda: b"you>" in term.output, "the prompt")
+        term.type("tell me a story\r")
+        term.wait_for(lambda: b"word20 " in term.output, "the reply streaming")
+        term.type("/stop\r")
+        term.wait_for(lambda: "⏹ Stopped.".encode() in term.output, "the reply to stop")
+        first = term.output.decode(errors="replace")
+        assert "word399" not in first
+        term.wait_for(lambda: b"you>" in term.output.split("⏹ Stopped.".encode(), 1)[1], "the next prompt")
+
+        term.type("another one\r")
+        term.wait_for(lambda: term.output.count(b"word20 ") >= 2, "the second reply streaming")
+        term.type("after")  # typed during the stream, no Enter: kept for the next line
+        term.type("\x03")  # Ctrl-C stops this reply, not the chat
+        term.wait_for(lambda: term.output.count("⏹ Stopped.".encode()) >= 2, "Ctrl-C to stop the reply")
+        assert term.proc.poll() is None
+        term.wait_for(lambda: b"you>" in term.output.rsplit("⏹ Stopped.".encode(), 1)[1], "the prompt again")
+        term.type("\r")
+        term.wait_for(lambda: user_messages(llm)[-1:] == ["after"], "the typed-ahead line sent")
+        assert "word399" not in term.output.decode(errors="replace")
+
+        term.type("/quit\r")
+        term.proc.wait(60)
+        assert term.proc.returncode == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.proc.wait(10)
+        os.close(term.master)
