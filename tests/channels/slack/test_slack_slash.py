@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channels.errors import EditFailed
+from channels.slack_api import SlackTransport
+from channels.slack_respond import ResponseUrls, SlackResponseTransport
+from channels.types import InboundMessage, Sender
 from tests.channels.slack.conftest import running_bot
 from tests.fakes.openai_server import Reply
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, ResponseUrl
 
 
 def web_posts(slack: FakeSlack, channel: str) -> list[str]:
@@ -156,3 +163,34 @@ async def test_when_nothing_can_post_the_log_says_the_bot_is_not_in_the_channel(
     warning = next(r.getMessage() for r in caplog.records if "not a member" in r.getMessage())
     assert "C9" in warning and "not_in_channel" in warning and "/switchboard" in warning
     assert not any(secret in r.getMessage() for r in caplog.records)  # the response_url is never logged
+
+
+async def test_an_edit_through_the_response_url_replaces_the_newest_answer_and_spends_a_use(slack):
+    """The transport on its own, through the real AsyncWebhookClient, against the fake's response_url."""
+    slack.response_urls["k1"] = ResponseUrl("k1", "C1", "U1", "/switchboard")
+    message = InboundMessage(
+        provider="slack",
+        workspace="T0FAKE",
+        chat="C1",
+        sender=Sender("U1"),
+        text="/new",
+        platform_message_id="cmd-1",
+        context={"response_url": f"{slack.url}/response/k1"},
+    )
+    state = ResponseUrls().for_message(message)
+    assert state is not None
+    web = SlackTransport(AsyncWebClient(token=slack.bot_token, base_url=slack.api_url), "C1", None)
+    transport = SlackResponseTransport(state, "in_channel", web, channel="C1")
+    first = await transport.send("draft")
+    await transport.edit(first, "final")
+    (shown,) = slack.channel_messages("C1")
+    assert shown.history == ["draft", "final"]
+    assert slack.response_urls["k1"].uses == 2
+    assert [r.replace_original for r in slack.response_urls["k1"].requests] == [False, True]
+    newest = ""
+    for n in range(3):
+        newest = await transport.send(f"more {n}")
+    with pytest.raises(EditFailed):  # all five responses spent: the stream posts anew instead
+        await transport.edit(newest, "too late")
+    assert slack.response_urls["k1"].uses == 5
+    assert len(slack.response_urls["k1"].requests) == 5  # no sixth request was even tried
