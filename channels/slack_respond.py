@@ -93,7 +93,11 @@ class ResponseUrl:
 
 
 class ResponseUrls:
-    """The channel's response_urls by slash command, so a public and a private answer share the count."""
+    """The channel's response_urls by slash command, so a public and a private answer share the count.
+
+    Kept in memory: after a restart a command's count starts at zero again, and should Slack then
+    refuse a response, that answer simply moves to the Web API.
+    """
 
     def __init__(self, max_urls: int = MAX_TRACKED_URLS) -> None:
         self.max_urls = max_urls
@@ -172,7 +176,7 @@ class SlackEphemeralTransport(ReplyTransport):
             self._refused = True
             log.warning(
                 "slack: chat.postEphemeral refused in %s (%s); this private answer goes to the "
-                "conversation instead — invite the bot to the channel to keep such answers private",
+                "conversation instead (the bot or the asker is not a member of it)",
                 self.channel,
                 str(exc).rsplit(": ", 1)[-1],
             )
@@ -233,7 +237,7 @@ class SlackResponseTransport(ReplyTransport):
                 unfurl_links=False,
                 unfurl_media=False,
             )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except Exception as exc:  # any failure: the text of some would carry the URL, so only the type
             state.dead = True
             log.info(
                 "slack: the response_url of %s failed (%s); answering with the Web API",

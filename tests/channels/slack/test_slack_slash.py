@@ -80,6 +80,19 @@ async def test_status_asked_with_a_mention_is_an_ephemeral_in_the_channel(tmp_pa
     assert slack.channel_messages("C1") == []
 
 
+async def test_where_slack_refuses_the_ephemeral_the_answer_goes_to_the_thread(tmp_path, llm, slack, caplog):
+    slack.members["C1"] = {"U2"}  # the asker is not a member: chat.postEphemeral → user_not_in_channel
+    async with running_bot(tmp_path, llm, slack) as bot:
+        with caplog.at_level(logging.WARNING, logger="channels.slack_respond"):
+            mention = slack.mention("C1", "U1", "/status")
+            answer = await slack.wait_for_text("Thread:", "C1")
+            await bot.harness.idle(timeout=30)
+    assert [c.error for c in slack.calls_to("chat.postEphemeral")] == ["user_not_in_channel"]
+    assert answer.thread_ts == mention["event"]["ts"]
+    assert slack.ephemerals == []
+    assert any("user_not_in_channel" in r.getMessage() for r in caplog.records)
+
+
 async def test_switchboard_new_starts_a_fresh_conversation_like_typing_new(tmp_path, llm, slack):
     async with running_bot(tmp_path, llm, slack) as bot:
         slack.dm("U1", "remember the word pelican")
