@@ -3,8 +3,10 @@
 What it listens to: ``app_mention`` in channels (the thread under the mention is the conversation, and
 later replies in that thread need no new mention when ``message.channels`` is subscribed) and every
 ``message`` in a DM (one conversation per DM, or per thread when the user replies in a thread).
-Slash commands that reach the app (``/connect CODE`` …) are treated as the same text typed in chat,
-because Slack's client swallows a message starting with ``/`` before the bot can see it.
+Slash commands that reach the app (``/switchboard status``, or ``/connect CODE`` from an older manifest)
+are treated as the same text typed in chat, because Slack's client swallows a message starting with
+``/`` before the bot can see it; they are answered through their ``response_url``
+(:mod:`channels.slack_respond`), which works where the bot is not a member.
 
 Delivery is at-least-once on Slack's side: an envelope is acknowledged only after the bus has stored the
 message (bolt's ``process_before_response``: the ack is sent when the listener returns, and not at all
@@ -39,6 +41,12 @@ from channels.base import Channel, InboundSink
 from channels.errors import Backpressure, BadRequest, Forbidden, NetworkError
 from channels.reply import ReplyTransport
 from channels.slack_api import SlackTransport, calling, slack_error
+from channels.slack_respond import (
+    REDACT_RESPONSE_URLS,
+    ResponseUrls,
+    SlackEphemeralTransport,
+    SlackResponseTransport,
+)
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.slack import SlackConfig
 
@@ -86,6 +94,7 @@ class SlackChannel(Channel):
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self._followed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._response_urls = ResponseUrls()
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
@@ -93,10 +102,13 @@ class SlackChannel(Channel):
         self._sink = sink
         self._stopping = False
         self.client = self._web_client()
+        app_log = logging.getLogger("slack_bolt.switchboard")
+        if REDACT_RESPONSE_URLS not in app_log.filters:
+            app_log.addFilter(REDACT_RESPONSE_URLS)  # Socket Mode logs whole envelopes at DEBUG
         self.app = AsyncApp(
             client=self.client,
             process_before_response=True,  # store the message *before* acking the envelope
-            logger=logging.getLogger("slack_bolt.switchboard"),
+            logger=app_log,
         )
         self.app.event("app_mention")(self._on_mention)
         self.app.event("message")(self._on_message)
@@ -217,12 +229,21 @@ class SlackChannel(Channel):
         """Any other subscribed event: acknowledged (so Slack does not retry it) and ignored."""
 
     async def _on_slash_command(self, ack: Any, command: dict[str, Any]) -> None:
+        """A slash command becomes the same text typed in chat, answered through its ``response_url``.
+
+        ``/switchboard status`` (the manifest's one command, ``slash_command``) is ``/status``; any other
+        command of the app (``/connect CODE`` from an older manifest) is taken as typed.
+        """
         channel = str(command.get("channel_id") or "")
         user = str(command.get("user_id") or "")
         if not channel or not user:
             await ack()
             return
-        text = f"{command.get('command', '')} {command.get('text', '')}".strip()
+        name = str(command.get("command") or "")
+        text = self._command_text(name, str(command.get("text") or ""))
+        context: dict[str, Any] = {"command": name}
+        if command.get("response_url"):
+            context["response_url"] = str(command["response_url"])  # a secret: never logged
         message = InboundMessage(
             provider=self.provider,
             workspace=str(command.get("team_id") or self.team_id or ""),
@@ -233,9 +254,28 @@ class SlackChannel(Channel):
             platform_message_id=f"cmd-{command.get('trigger_id') or text}",
             mentioned=True,
             is_private=channel.startswith("D") or command.get("channel_name") == "directmessage",
+            context=context,
         )
         await self._publish(message)  # Backpressure propagates: no ack, Slack shows a failure
         await ack()
+
+    def _command_text(self, name: str, args: str) -> str:
+        """``/switchboard`` → ``/help``; ``/switchboard new`` → ``/new``; other commands as typed.
+
+        After ``/switchboard`` a known command name (or anything starting with ``/``, e.g. a skill)
+        is the command; other text is a question for the agent, like a DM.
+        """
+        args = args.strip()
+        if name.lower() != self.config.slash_command.lower():
+            return f"{name} {args}".strip()
+        if not args:
+            return "/help"
+        if args.startswith("/"):
+            return args
+        first = args.split(maxsplit=1)[0].lower()
+        if first in {c.name.lower() for c in self.commands}:
+            return f"/{args}"
+        return args
 
     async def _on_error(self, error: Exception) -> None:
         if isinstance(error, Backpressure):
@@ -299,10 +339,46 @@ class SlackChannel(Channel):
         return not self.allowed_users or message.sender.id in self.allowed_users
 
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        """The thread's transport; for a slash command its ``response_url`` first (no membership needed)."""
+        transport = self._web_transport(message)
+        response_url = self._response_urls.for_message(message)
+        if response_url is None:
+            return transport
+        return SlackResponseTransport(
+            response_url, "in_channel", transport, channel=message.chat, command=self._command_name(message)
+        )
+
+    def private_transport(self, message: InboundMessage) -> ReplyTransport | None:
+        """What only the sender sees: an ephemeral response to a slash command, else ``chat.postEphemeral``.
+
+        A DM with the bot is private already (None: the usual transport). Where Slack refuses the
+        ephemeral (the bot or the user is not in the channel), the answer falls back to the conversation.
+        """
+        response_url = self._response_urls.for_message(message)
+        if response_url is None and message.is_private:
+            return None
+        public = self.reply_transport(message)
+        client = self._client()
+        # An ephemeral message in a thread is shown only if the thread already has replies: use the
+        # thread only when the question itself was written inside one.
+        thread = message.context.get("thread_ts") if message.topic else None
+        ephemeral = SlackEphemeralTransport(
+            client, message.chat, message.sender.id, str(thread) if thread else None, public
+        )
+        if response_url is None:
+            return ephemeral
+        return SlackResponseTransport(
+            response_url, "ephemeral", ephemeral, channel=message.chat, command=self._command_name(message)
+        )
+
+    def _client(self) -> AsyncWebClient:
         if self.client is None:
             self.client = self._web_client()
+        return self.client
+
+    def _web_transport(self, message: InboundMessage) -> SlackTransport:
         return SlackTransport(
-            self.client,
+            self._client(),
             message.chat,
             message.topic,
             native=self.config.native_streaming,
@@ -310,6 +386,10 @@ class SlackChannel(Channel):
             team=message.workspace,
             status_interval=self.config.status_interval_seconds,
         )
+
+    @staticmethod
+    def _command_name(message: InboundMessage) -> str:
+        return str(message.context.get("command") or "a slash command")
 
     # --- files -----------------------------------------------------------------------------------
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:

@@ -34,6 +34,7 @@ FORBIDDEN_ERRORS = frozenset(
     {
         "not_in_channel",
         "channel_not_found",
+        "user_not_in_channel",
         "missing_scope",
         "invalid_auth",
         "not_authed",

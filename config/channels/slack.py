@@ -28,6 +28,9 @@ class SlackConfig(ChannelSection):
     #: While nothing visible changes in a thread, "is thinking…" (assistant.threads.setStatus) is set
     #: again after this many seconds.
     status_interval_seconds: float = Field(5.0, gt=0, le=120)
+    #: The app's one slash command (see deploy/slack-manifest.yaml): ``/switchboard status`` runs
+    #: ``/status``. Any other slash command of the app still arrives as the same text typed in chat.
+    slash_command: str = Field("/switchboard", pattern=r"^/[a-z0-9_-]{1,31}$")
     #: Socket Mode keep-alive ping; a connection silent for 4 pings is considered dead.
     ping_interval_seconds: float = Field(10, gt=0, le=300)
     #: Longest wait between reconnect attempts (exponential backoff from 1 s up to this).

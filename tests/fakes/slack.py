@@ -8,12 +8,15 @@ Point the real slack-sdk / slack-bolt at it and drive it from a test (or by hand
         await slack.wait_connected()
         slack.dm("U1", "hello")                      # a DM event, delivered over Socket Mode
         slack.mention("C1", "U1", "what's up?")      # an app_mention in a channel
+        slack.slash_command("/switchboard", "status", user="U1", channel="C9")  # answered via response_url
         slack.fail_next("chat.update", "ratelimited", retry_after=1)
         slack.drop_socket()                          # server-side close: the bot must reconnect
         slack.channel_messages("D…")                  # what a user sees, with each edit's history
 
 Every Web API call is kept in ``calls`` (method, arguments, token); every envelope sent in
-``envelopes`` and every acknowledgement in ``acks``.
+``envelopes`` and every acknowledgement in ``acks``. Messages only one person sees (``chat.postEphemeral``
+and ephemeral ``response_url`` responses) are kept apart in ``ephemerals``, never in ``messages``;
+each slash command's ``response_url`` counts its uses and expires like Slack's (5 responses, 30 minutes).
 
 Redelivery, as Slack does it: an ``events_api`` envelope that is not acknowledged within ``ack_timeout``
 (Slack: 3 s) is sent again with the same payload and a new ``envelope_id``, carrying ``retry_attempt``
@@ -50,6 +53,9 @@ STREAM_TEXT_LIMIT = 12_000
 BOT_USER_ID = "U0BOT"
 BOT_ID = "B0BOT"
 APP_ID = "A0APP"
+#: A slash command's response_url takes at most 5 responses, within 30 minutes of the command.
+RESPONSE_URL_USES = 5
+RESPONSE_URL_TTL = 30 * 60
 #: Slack wants an envelope acknowledged within 3 seconds, else it counts the delivery as failed.
 ACK_TIMEOUT = 3.0
 #: Pause before each of Slack's three retries (right away, after about 1 minute, after about 5 minutes).
@@ -96,6 +102,46 @@ class Failure:
     status: int
 
 
+@dataclass
+class Ephemeral:
+    """A message only ``user`` sees (``chat.postEphemeral``, or an ephemeral ``response_url`` response)."""
+
+    channel: str
+    user: str
+    via: str  # "chat.postEphemeral" | "response_url"
+    thread_ts: str | None = None
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.history[-1] if self.history else ""
+
+
+@dataclass
+class SlashResponse:
+    """One request to a response_url, as received (also the refused ones: ``error`` is set)."""
+
+    text: str
+    response_type: str
+    replace_original: bool
+    error: str | None = None
+
+
+@dataclass
+class ResponseUrl:
+    """A slash command's response_url: who may see what it posts, how often it was used, its age."""
+
+    key: str
+    channel: str
+    user: str
+    command: str
+    created: float = field(default_factory=time.time)
+    uses: int = 0
+    requests: list[SlashResponse] = field(default_factory=list)
+    #: The newest message posted through it (what ``replace_original`` replaces).
+    last: FakeMessage | Ephemeral | None = None
+
+
 class FakeSlack(ThreadedServer):
     def __init__(
         self,
@@ -104,8 +150,10 @@ class FakeSlack(ThreadedServer):
         app_token: str = "xapp-1-fake-app",
         ack_timeout: float = ACK_TIMEOUT,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        response_url_ttl: float = RESPONSE_URL_TTL,
     ) -> None:
         super().__init__()
+        self.response_url_ttl = response_url_ttl
         self.ack_timeout = ack_timeout
         self.retry_delays = retry_delays
         #: event ids whose every delivery went unacknowledged (Slack stops retrying them).
@@ -128,8 +176,18 @@ class FakeSlack(ThreadedServer):
         self._ids = itertools.count(1)
         #: (channel, ts) of every message people wrote, so thread_ts can be checked like Slack does.
         self.user_messages: set[tuple[str, str]] = set()
-        #: Channels the bot is not a member of (chat.startStream answers ``not_in_channel``).
+        #: Channels the bot is not a member of: chat.postMessage, chat.postEphemeral and chat.startStream
+        #: answer ``not_in_channel`` (a slash command's response_url still works there).
         self.not_joined: set[str] = set()
+        #: DMs between people (not with the bot): the bot's token cannot see them (``channel_not_found``).
+        self.foreign_dms: set[str] = set()
+        #: Known members per channel; chat.postEphemeral to anyone else is ``user_not_in_channel``.
+        self.members: dict[str, set[str]] = {}
+        #: Every message only one person sees, oldest first.
+        self.ephemerals: list[Ephemeral] = []
+        #: Every slash command's response_url by its key (the last path segment).
+        self.response_urls: dict[str, ResponseUrl] = {}
+        self._response_url_by_envelope: dict[str, str] = {}
         #: Every assistant.threads.setStatus, as (channel_id, thread_ts, status).
         self.statuses: list[tuple[str, str, str]] = []
 
@@ -149,6 +207,7 @@ class FakeSlack(ThreadedServer):
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files/{file_id}/{name}", self._download)
         app.router.add_get("/socket", self._socket)
+        app.router.add_route("*", "/response/{key}", self._response)
 
     def _next_ts(self) -> str:
         n = next(self._ts)
@@ -200,8 +259,10 @@ class FakeSlack(ThreadedServer):
 
     def _m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = str(args.get("channel") or "")
-        if not channel:
+        if not channel or channel in self.foreign_dms:
             return {"ok": False, "error": "channel_not_found"}
+        if channel in self.not_joined:
+            return {"ok": False, "error": "not_in_channel"}
         text = str(args.get("text") or "")
         if not text and not args.get("blocks"):
             return {"ok": False, "error": "no_text"}
@@ -210,6 +271,27 @@ class FakeSlack(ThreadedServer):
         with self._lock:
             self.messages.setdefault(channel, {})[ts] = message
         return {"ok": True, "channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
+
+    def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``channel``, ``user`` and ``text`` (or ``blocks``) required; the bot and the user must both be
+        in the channel. Answers ``message_ts`` (an ephemeral message cannot be updated later)."""
+        channel, user = str(args.get("channel") or ""), str(args.get("user") or "")
+        if not channel or channel in self.foreign_dms:
+            return {"ok": False, "error": "channel_not_found"}
+        if not user:
+            return {"ok": False, "error": "invalid_arguments"}
+        if channel in self.not_joined:
+            return {"ok": False, "error": "not_in_channel"}
+        members = self.members.get(channel)
+        if members is not None and user not in members:
+            return {"ok": False, "error": "user_not_in_channel"}
+        text = str(args.get("text") or "")
+        if not text and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        ephemeral = Ephemeral(channel, user, "chat.postEphemeral", args.get("thread_ts") or None, [text])
+        with self._lock:
+            self.ephemerals.append(ephemeral)
+        return {"ok": True, "message_ts": self._next_ts()}
 
     def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
@@ -339,6 +421,59 @@ class FakeSlack(ThreadedServer):
                 shared = FakeMessage(str(channel), ts, self.bot_user_id, args.get("thread_ts"), [""], out)
                 self.messages.setdefault(str(channel), {})[ts] = shared
         return {"ok": True, "files": out}
+
+    async def _response(self, request: web.Request) -> web.Response:
+        """A POST to a slash command's response_url (JSON: ``text``, ``response_type``, ``replace_original``).
+
+        As Slack documents it: no token, at most 5 responses within 30 minutes of the command;
+        ``response_type`` ``"ephemeral"`` (the default) shows only the invoking user the message,
+        ``"in_channel"`` everyone — also where the bot is not a member. ``replace_original: true``
+        replaces the newest message this URL posted (keeping who can see it). Slack does not document
+        the body it answers past a limit; the fake answers HTTP 404 ``used_url`` / ``expired_url``.
+        """
+        key = request.match_info["key"]
+        with self._lock:
+            state = self.response_urls.get(key)
+        if request.method != "POST" or state is None:
+            return web.Response(status=404, text="invalid_url")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return web.Response(status=400, text="invalid_payload")
+        text = str(body.get("text") or "")
+        response_type = str(body.get("response_type") or "ephemeral")
+        replace = bool(body.get("replace_original"))
+        request_record = SlashResponse(text, response_type, replace)
+        self.record({"response_url": key, "response_type": response_type, "replace_original": replace})
+        with self._lock:
+            state.requests.append(request_record)
+            if time.time() - state.created > self.response_url_ttl:
+                request_record.error = "expired_url"
+                return web.Response(status=404, text="expired_url")
+            if state.uses >= RESPONSE_URL_USES:
+                request_record.error = "used_url"
+                return web.Response(status=404, text="used_url")
+            if response_type not in ("in_channel", "ephemeral"):
+                request_record.error = "invalid_payload"
+                return web.Response(status=400, text="invalid_payload")
+            if not text and not body.get("blocks"):
+                request_record.error = "no_text"
+                return web.Response(status=400, text="no_text")
+            state.uses += 1
+            if replace and state.last is not None:
+                state.last.history.append(text)
+            elif response_type == "in_channel":
+                ts = self._next_ts()
+                message = FakeMessage(state.channel, ts, self.bot_user_id, None, [text])
+                self.messages.setdefault(state.channel, {})[ts] = message
+                state.last = message
+            else:
+                ephemeral = Ephemeral(state.channel, state.user, "response_url", None, [text])
+                self.ephemerals.append(ephemeral)
+                state.last = ephemeral
+        return web.json_response({"ok": True})
 
     async def _upload(self, request: web.Request) -> web.Response:
         file_id = request.match_info["file_id"]
@@ -553,7 +688,14 @@ class FakeSlack(ThreadedServer):
         return self.send_event(event)
 
     def slash_command(self, command: str, text: str, *, user: str, channel: str) -> str:
-        """A slash command (``/connect CODE``) invoked in ``channel``; returns the envelope id."""
+        """A slash command (``/switchboard status``) invoked in ``channel``; returns the envelope id.
+
+        Slash commands work in any conversation, also one the bot is not in; the payload carries a
+        fresh ``response_url`` (see :meth:`response_url`).
+        """
+        key = uuid.uuid4().hex
+        with self._lock:
+            self.response_urls[key] = ResponseUrl(key, channel, user, command)
         payload = {
             "token": "verification-token",
             "team_id": self.team_id,
@@ -564,10 +706,28 @@ class FakeSlack(ThreadedServer):
             "command": command,
             "text": text,
             "api_app_id": APP_ID,
-            "response_url": f"{self.url}/response/{uuid.uuid4().hex}",
+            "response_url": f"{self.url}/response/{key}",
             "trigger_id": f"{next(self._ids)}.{uuid.uuid4().hex[:8]}",
         }
-        return self.send_envelope("slash_commands", payload)
+        envelope_id = self.send_envelope("slash_commands", payload)
+        with self._lock:
+            self._response_url_by_envelope[envelope_id] = key
+        return envelope_id
+
+    def response_url(self, envelope_id: str) -> ResponseUrl:
+        """The response_url of the slash command sent in ``envelope_id``."""
+        with self._lock:
+            return self.response_urls[self._response_url_by_envelope[envelope_id]]
+
+    def age_response_url(self, envelope_id: str, seconds: float) -> None:
+        """Make a slash command ``seconds`` older (past 30 minutes its response_url is expired)."""
+        with self._lock:
+            self.response_urls[self._response_url_by_envelope[envelope_id]].created -= seconds
+
+    def ephemerals_for(self, user: str, channel: str | None = None) -> list[Ephemeral]:
+        """Messages only ``user`` saw (optionally in one channel), oldest first."""
+        with self._lock:
+            return [e for e in self.ephemerals if e.user == user and channel in (None, e.channel)]
 
     def host_file(self, name: str, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
         """Make a private file available for download; returns the ``files[]`` item for an event."""
@@ -757,7 +917,16 @@ def main() -> None:
         server.stop()
 
 
-__all__ = ["BOT_USER_ID", "TEAM_ID", "ApiCall", "FakeMessage", "FakeSlack"]
+__all__ = [
+    "BOT_USER_ID",
+    "TEAM_ID",
+    "ApiCall",
+    "Ephemeral",
+    "FakeMessage",
+    "FakeSlack",
+    "ResponseUrl",
+    "SlashResponse",
+]
 
 if __name__ == "__main__":
     main()

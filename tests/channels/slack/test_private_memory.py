@@ -1,4 +1,7 @@
-"""Issue 12: /memory asked in a Slack channel posts no remembered fact into the channel."""
+"""Issue 12: /memory asked in a Slack channel posts no remembered fact into the channel.
+
+/memory is a private command: in a channel its answer is an ephemeral only the asker sees (issue 15).
+"""
 
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ async def test_memory_in_a_slack_channel_posts_no_fact_and_the_dm_still_shows_it
                 break
             await asyncio.sleep(0.1)
         bot.slack.mention("C1", "U1", "/memory")
-        answer = await bot.slack.wait_for_text("private chat", "C1")
+        await bot.slack.wait_for(lambda: bot.slack.ephemerals_for("U1", "C1"), what="the /memory answer")
         await bot.harness.idle(timeout=30)
     assert "Grows kiwis" in shown
+    (answer,) = bot.slack.ephemerals_for("U1", "C1")
     assert answer.text.startswith("Ask me in a private chat")
+    assert "kiwi" not in answer.text.lower()
     assert not any("kiwi" in m.text.lower() for m in bot.slack.channel_messages("C1"))

@@ -75,7 +75,7 @@ async def test_when_slack_refuses_the_stream_the_answer_is_posted_and_updated(
     tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
 ):
     llm.script(Reply(text=WORDS, chunk_size=8, delay=0.03))
-    slack.not_joined.add("C1")
+    slack.fail_next("chat.startStream", "not_in_channel")
     async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
         slack.mention("C1", "U1", "talk")
         await slack.wait_for_text("word39", "C1")
