@@ -496,9 +496,16 @@ class DiscordChannel(Channel):
         return DiscordTransport(self, message)
 
     def private_transport(self, message: InboundMessage) -> ReplyTransport | None:
-        """An ephemeral answer, which Discord only has for interactions (slash commands) still live."""
+        """Ephemeral, which Discord only has for interactions (slash commands); a typed command gets None.
+
+        For a slash command whose interaction is over, the sender's DMs instead (never the channel).
+        """
+        if not message.context.get("interaction"):
+            return None
         live = self.interactions.live(message)
-        return InteractionTransport(self, message, live, private=True) if live is not None else None
+        if live is None and message.is_private:
+            return None  # the conversation already is the sender's DM
+        return InteractionTransport(self, message, live, private=True)
 
     def budget_key(self, message: InboundMessage) -> str:
         """Discord paces messages per channel (a thread is its own channel); an interaction's messages

@@ -112,7 +112,7 @@ class LiveInteraction:
     async def defer(self) -> None:
         """Acknowledge with "thinking…" if nothing answered yet (the 3-second rule)."""
         async with self.lock:
-            if self.state != "open":
+            if self.state != "open" or self.expired() or not self._in_ack_window():
                 return
             try:
                 await self.interaction.response.defer(thinking=True)
@@ -195,10 +195,19 @@ class LiveInteraction:
 
 
 class InteractionTransport(ReplyTransport):
-    """Answers an interaction's message through the interaction; falls back once the token is gone."""
+    """Answers an interaction's message through the interaction; falls back once the token is gone.
+
+    ``live`` is None for an interaction this process can no longer answer through (expired, or received
+    before a restart): then every message takes the fallback at once.
+    """
 
     def __init__(
-        self, channel: DiscordChannel, message: InboundMessage, live: LiveInteraction, *, private: bool
+        self,
+        channel: DiscordChannel,
+        message: InboundMessage,
+        live: LiveInteraction | None,
+        *,
+        private: bool,
     ) -> None:
         self.channel = channel
         self.message = message
@@ -218,7 +227,7 @@ class InteractionTransport(ReplyTransport):
         return self._fallback
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
-        if self._fallback is None:
+        if self._fallback is None and self.live is not None:
             try:
                 return await self.live.send(text, private=self.private)
             except _Gone:
@@ -230,6 +239,8 @@ class InteractionTransport(ReplyTransport):
             # A channel message: sent after the fallback, or (after a restart) before it.
             await (await self._fallen_back()).edit(ref, text)
             return
+        if self.live is None:
+            raise EditFailed("the Discord interaction can no longer be answered through")
         await self.live.edit(ref, text)
 
     async def send_files(self, files: Sequence[Path]) -> None:
@@ -240,7 +251,7 @@ class InteractionTransport(ReplyTransport):
             batch = fitting[start : start + MAX_FILES_PER_MESSAGE]
             uploads = [discord.File(path, filename=path.name) for path in batch]
             try:
-                if self._fallback is None:
+                if self._fallback is None and self.live is not None:
                     try:
                         await self.live.send_files(uploads, private=self.private)
                         continue

@@ -43,7 +43,8 @@ What it does, and why each piece is here:
 
 Route names for :meth:`fail_next` and ``calls``: ``me``, ``application``, ``gateway``, ``send``, ``edit``,
 ``thread``, ``typing``, ``attachment``, ``history``, ``channel``, ``commands`` (GET), ``commands_put``,
-``callback``, ``original`` (GET/PATCH/DELETE of @original), ``followup`` (POST), ``followup_edit``.
+``callback``, ``original`` (GET/PATCH/DELETE of @original), ``followup`` (POST), ``followup_edit``,
+``dm`` (Create DM).
 """
 
 from __future__ import annotations
@@ -557,6 +558,7 @@ class FakeDiscord(ThreadedServer):
         app.router.add_post(f"{api}/channels/{{cid}}/messages/{{mid}}/threads", self._create_thread)
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
+        app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_get(f"{api}/applications/{{app}}/commands", self._get_commands)
         app.router.add_put(f"{api}/applications/{{app}}/commands", self._put_commands)
         app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._callback)
@@ -796,6 +798,21 @@ class FakeDiscord(ThreadedServer):
             return web.Response(status=404, text="not found")
         _, data, mime = stored
         return web.Response(body=data, content_type=mime or "application/octet-stream")
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        """Create DM: the DM channel with ``recipient_id`` (the same one every time)."""
+        failure, (body, _) = await self._begin(request, "dm")
+        if failure is not None:
+            return failure
+        recipient = str((body or {}).get("recipient_id") or "")
+        if not recipient:
+            return self._form_error({"recipient_id": "BASE_TYPE_REQUIRED"})
+        with self._state_lock:
+            channel_id = next((c for c, u in self.dms.items() if u == recipient), None)
+            if channel_id is None:
+                channel_id = self.new_id()
+                self.dms[channel_id] = recipient
+        return _json(self._channel_json(channel_id))
 
     # --- application commands and interactions ---------------------------------------------------------
     @staticmethod

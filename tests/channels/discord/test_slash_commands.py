@@ -6,6 +6,7 @@ and one later than 3 s (10062) as Discord does, so an accepted callback is the p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -133,6 +134,25 @@ async def test_slash_status_in_a_server_channel_is_seen_only_by_the_sender(slash
     await slash.idle()
 
 
+async def test_a_slash_command_in_the_bots_thread_belongs_to_that_threads_conversation(slash, discord_fake):
+    bot = discord_fake.bot_id
+    asked = discord_fake.message_create(
+        discord_fake.channel_id, USER_ID, f"<@{bot}> how do I deploy?", mentions=[bot]
+    )
+    thread_id = asked["id"]
+    await eventually(lambda: any("echo:" in m.text for m in discord_fake.in_channel(thread_id)))
+    await slash.idle()
+    discord_fake.message_create(thread_id, USER_ID, "/status")  # typed in the thread: public
+    typed = await eventually(
+        lambda: next((m for m in discord_fake.in_channel(thread_id) if "Thread:" in m.text), None)
+    )
+    interaction = discord_fake.interaction_create(thread_id, USER_ID, "status")
+    slashed = await answer(discord_fake, interaction, "Thread:")
+    assert slashed.channel_id == thread_id and slashed.ephemeral
+    assert slashed.text.splitlines()[0] == typed.text.splitlines()[0], "the same conversation's thread"
+    await slash.idle()
+
+
 async def test_the_args_option_reaches_the_command_like_typed_text(slash, discord_fake):
     interaction = discord_fake.interaction_create(discord_fake.new_id(), USER_ID, "connect", "not-a-code")
     await answer(discord_fake, interaction, "invalid or expired")
@@ -154,6 +174,24 @@ async def test_a_slow_command_is_deferred_in_time_and_its_answer_replaces_thinki
     assert discord_fake.interaction_messages(interaction.id) == [reply]  # the "thinking" message itself
     assert [c["route"] for c in discord_fake.calls_to("callback")] == ["callback"]
     assert discord_fake.calls_to("original")[-1]["method"] == "PATCH"
+    await slash.idle()
+
+
+async def test_a_private_answer_after_a_public_deferral_is_an_ephemeral_followup(slash, discord_fake, llm):
+    dm = discord_fake.new_id()
+    for text in ("first question", "second question"):
+        discord_fake.message_create(dm, USER_ID, text)
+        await eventually(lambda t=text: any(f"echo: {t}" in m.text for m in discord_fake.in_channel(dm)))
+        await slash.idle()
+    llm.script(Reply(text="a short summary", delay=2.5))
+    discord_fake.interaction_create(dm, USER_ID, "compact")
+    # /status waits for the conversation that /compact holds, so it is deferred ("thinking…", public).
+    status = discord_fake.interaction_create(dm, USER_ID, "status")
+    private = await answer(discord_fake, status, "Thread:")
+    original, followup = discord_fake.interaction_messages(status.id)
+    assert status.callback_type == 5 and not status.ephemeral
+    assert original.text == "🔒 Answered privately." and not original.ephemeral
+    assert followup is private and private.ephemeral
     await slash.idle()
 
 
@@ -193,9 +231,34 @@ async def test_once_the_interaction_token_expired_the_answer_is_an_ordinary_mess
         what="the answer in the DM",
     )
     assert reply.interaction is None
+    await slash.idle()
+    await asyncio.sleep(1.5)  # past defer_after_seconds: an interaction this old is not acknowledged either
     assert discord_fake.calls_to("callback") == []
     assert interaction.callback_type is None
+
+
+async def test_a_private_answer_after_the_interaction_expired_goes_to_the_senders_dms(slash, discord_fake):
+    channel = discord_fake.channel_id
+    discord_fake.interaction_create(channel, USER_ID, "status", age=16 * 60)
+    dm = await eventually(
+        lambda: next((c for c, u in discord_fake.dms.items() if u == USER_ID), None), what="a DM channel"
+    )
+    reply = await eventually(
+        lambda: next((m for m in discord_fake.in_channel(dm) if "Thread:" in m.text), None)
+    )
+    assert not reply.ephemeral
+    assert discord_fake.in_channel(channel) == [], "nothing about the sender lands in the channel"
     await slash.idle()
+
+
+async def test_with_slash_commands_off_nothing_is_registered(settings, discord_fake):
+    channel = DiscordChannel(discord_config(discord_fake, slash_commands=False), settings=settings)
+    async with Harness.running(settings, channels={"discord": channel}) as harness:  # type: ignore[dict-item]
+        dm = discord_fake.new_id()
+        discord_fake.message_create(dm, USER_ID, "/help")  # typed: still answered
+        await eventually(lambda: any("/status" in m.text for m in discord_fake.in_channel(dm)))
+        await harness.idle()
+    assert discord_fake.calls_to("commands") == [] and discord_fake.calls_to("commands_put") == []
 
 
 # --- the fake's interaction endpoints ------------------------------------------------------------------
