@@ -10,7 +10,7 @@ token usable for 15 minutes for edits and followup messages. So for each INTERAC
 2. The manager's answer normally arrives within milliseconds and becomes the callback itself (type 4,
    ``CHANNEL_MESSAGE_WITH_SOURCE``), ephemeral (flag 64) when the manager asked for a private answer.
 3. If nothing was answered ``defer_after_seconds`` after the interaction arrived (and the store is done,
-   or 2.5 s passed), it is deferred (type 5: "<bot> is thinking…"); the answer then edits the original
+   or 2 s passed), it is deferred (type 5: "<bot> is thinking…"); the answer then edits the original
    response, and further messages of the same reply are followups on the interaction webhook.
    Ephemerality is fixed by that deferral (public): a private answer after it replaces the "thinking"
    message with a short public note and goes out as an ephemeral followup.
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 #: Discord's window for the first callback, and how much of it we dare use for one.
 ACK_WINDOW_SECONDS = 3.0
-ACK_DEADLINE_SECONDS = 2.5
+ACK_DEADLINE_SECONDS = 2.0
 #: An interaction token works this long; stop using it a little before.
 TOKEN_LIFETIME = timedelta(minutes=15)
 TOKEN_MARGIN = timedelta(seconds=30)
@@ -71,6 +71,7 @@ BUSY_ANSWER = (
 )
 FAILED_ANSWER = "I could not take that command just now — please run it again in a minute."
 NOT_HERE_ANSWER = "I'm not enabled in this server."
+RESTARTING_ANSWER = "I'm restarting — please run that command again in a minute."
 PRIVATE_NOTE = "🔒 Answered privately."
 
 State = Literal["open", "deferred", "answered", "dead"]
@@ -304,6 +305,9 @@ class Interactions:
         inbound = self.normalise(interaction)
         if inbound.workspace and not self.channel._guild_allowed(inbound.workspace):
             await live.refuse(NOT_HERE_ANSWER)
+            return
+        if self.channel._paused:  # stopping: no backfill can bring an interaction back, so say so
+            await live.refuse(RESTARTING_ANSWER)
             return
         live.timer = asyncio.create_task(self._acknowledge_in_time(live), name="discord-interaction-ack")
         sink = self.channel._sink

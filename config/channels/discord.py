@@ -31,8 +31,8 @@ class DiscordConfig(ChannelSection):
     #: they changed) and answer them as interactions. Typed commands work either way.
     slash_commands: bool = True
     #: A slash command not answered this many seconds after it arrived is deferred ("thinking…");
-    #: Discord needs the first callback within 3 s, so at most 2.5.
-    defer_after_seconds: float = Field(default=1.0, ge=0, le=2.5)
+    #: Discord needs the first callback within 3 s, so at most 2 (a margin for a loaded event loop).
+    defer_after_seconds: float = Field(default=1.0, ge=0, le=2.0)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}
