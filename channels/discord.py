@@ -11,6 +11,10 @@ resume) reads those channels' history after that id — at most ``backfill_minut
 same path as live messages. The inbox dedupes what it already holds, so each message is answered once.
 A resumed session needs none of this: Discord replays the missed events itself.
 
+Slash commands: the service's commands are registered as global application commands
+(:mod:`channels.discord_commands`) and answered as interactions (:mod:`channels.discord_interactions`),
+inside Discord's 3-second window and, where the manager asks for a private answer, ephemeral.
+
 discord.py keeps its REST base (``discord.http.Route.BASE``) and gateway URL
 (``DiscordWebSocket.DEFAULT_GATEWAY``) as process-wide globals. :meth:`DiscordChannel.start` sets both
 from config, so **one process talks to one Discord API base** (tests point it at a local fake).

@@ -184,7 +184,9 @@ async def test_a_private_answer_after_a_public_deferral_is_an_ephemeral_followup
         await eventually(lambda t=text: any(f"echo: {t}" in m.text for m in discord_fake.in_channel(dm)))
         await slash.idle()
     llm.script(Reply(text="a short summary", delay=2.5))
+    asked = len(llm.completions)
     discord_fake.interaction_create(dm, USER_ID, "compact")
+    await eventually(lambda: len(llm.completions) > asked, what="the summariser to be called")
     # /status waits for the conversation that /compact holds, so it is deferred ("thinking…", public).
     status = discord_fake.interaction_create(dm, USER_ID, "status")
     private = await answer(discord_fake, status, "Thread:")
