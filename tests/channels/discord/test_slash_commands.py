@@ -225,6 +225,18 @@ async def test_a_full_inbox_answers_busy_to_the_sender_only(tmp_path, llm, disco
         assert await harness.service.inbox.counts() == {"done": 1}, "the refused command was not stored"
 
 
+async def test_a_server_outside_allowed_guilds_is_told_privately_and_nothing_is_stored(
+    settings, discord_fake
+):
+    channel = DiscordChannel(discord_config(discord_fake, allowed_guilds=["1"]), settings=settings)
+    async with Harness.running(settings, channels={"discord": channel}) as harness:  # type: ignore[dict-item]
+        await _registered(discord_fake)
+        interaction = discord_fake.interaction_create(discord_fake.channel_id, USER_ID, "help")
+        reply = await answer(discord_fake, interaction, "not enabled in this server")
+        assert reply.ephemeral
+        assert await harness.service.inbox.counts() == {}
+
+
 async def test_once_the_interaction_token_expired_the_answer_is_an_ordinary_message(slash, discord_fake):
     dm = discord_fake.new_id()
     interaction = discord_fake.interaction_create(dm, USER_ID, "help", age=16 * 60)
