@@ -11,6 +11,10 @@ resume) reads those channels' history after that id — at most ``backfill_minut
 same path as live messages. The inbox dedupes what it already holds, so each message is answered once.
 A resumed session needs none of this: Discord replays the missed events itself.
 
+Slash commands: the service's commands are registered as global application commands
+(:mod:`channels.discord_commands`) and answered as interactions (:mod:`channels.discord_interactions`),
+inside Discord's 3-second window and, where the manager asks for a private answer, ephemeral.
+
 discord.py keeps its REST base (``discord.http.Route.BASE``) and gateway URL
 (``DiscordWebSocket.DEFAULT_GATEWAY``) as process-wide globals. :meth:`DiscordChannel.start` sets both
 from config, so **one process talks to one Discord API base** (tests point it at a local fake).
@@ -33,6 +37,8 @@ from discord.gateway import DiscordWebSocket
 
 from channels.base import Channel, InboundSink
 from channels.discord_backfill import Cursors, CursorStore
+from channels.discord_commands import sync_commands
+from channels.discord_interactions import Interactions, InteractionTransport
 from channels.discord_transport import DiscordTransport, discord_errors, map_discord_error
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
@@ -102,6 +108,12 @@ class _Client(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self.owner._on_message(message)
 
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        try:
+            await self.owner.interactions.handle(interaction)
+        except Exception:  # one bad event must never take the gateway listener down
+            log.exception("handling a Discord interaction failed")
+
 
 class DiscordChannel(Channel):
     provider = "discord"
@@ -127,6 +139,9 @@ class DiscordChannel(Channel):
         self._paused = False
         self._backfill_task: asyncio.Task[None] | None = None
         self.backfilled = 0  # messages read back from history and handed to the inbox path
+        self.interactions = Interactions(self)
+        self._commands_task: asyncio.Task[None] | None = None
+        self.commands_synced = False  # the slash commands were checked (and overwritten if they differed)
 
     @property
     def backfilling(self) -> bool:
@@ -146,6 +161,7 @@ class DiscordChannel(Channel):
             raise ChannelError("channels.discord.bot_token is not set")
         self._sink = sink
         self._stopping = self._paused = False
+        self.commands_synced = False
         self._ready.clear()
         await self.cursors.start()
         point_discord_at(self.config)
@@ -219,6 +235,11 @@ class DiscordChannel(Channel):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._backfill_task
             self._backfill_task = None
+        if self._commands_task is not None:
+            self._commands_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._commands_task
+            self._commands_task = None
         await self._close_client()
         if self._runner is not None:
             self._runner.cancel()
@@ -241,12 +262,19 @@ class DiscordChannel(Channel):
         user = self.client.user
         self.status.set("connected", f"as {user}" if user else None)
         self._ready.set()
+        if fresh_session and self.config.slash_commands and self._commands_task is None:
+            self._commands_task = asyncio.create_task(self._sync_commands(), name="discord-commands")
         if not fresh_session or self.config.backfill_minutes <= 0:
             self.cursors.release_all()  # a resumed session replays what it missed itself
         elif not self._paused:
             if self._backfill_task is not None:
                 self._backfill_task.cancel()
             self._backfill_task = asyncio.create_task(self._backfill(), name="discord-backfill")
+
+    async def _sync_commands(self) -> None:
+        """Once per start: the service's commands as slash commands (see channels.discord_commands)."""
+        await sync_commands(self.client, self.commands)
+        self.commands_synced = True
 
     def _on_disconnect(self) -> None:
         self.cursors.hold_all()  # whatever arrives before the next session's backfill waits for it
@@ -466,7 +494,30 @@ class DiscordChannel(Channel):
 
     # --- replies and files -----------------------------------------------------------------------
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
+        live = self.interactions.live(message)
+        if live is not None:
+            return InteractionTransport(self, message, live, private=False)
         return DiscordTransport(self, message)
+
+    def private_transport(self, message: InboundMessage) -> ReplyTransport | None:
+        """Ephemeral, which Discord only has for interactions (slash commands); a typed command gets None.
+
+        For a slash command whose interaction is over, the sender's DMs instead (never the channel).
+        """
+        if not message.context.get("interaction"):
+            return None
+        live = self.interactions.live(message)
+        if live is None and message.is_private:
+            return None  # the conversation already is the sender's DM
+        return InteractionTransport(self, message, live, private=True)
+
+    def budget_key(self, message: InboundMessage) -> str:
+        """Discord paces messages per channel (a thread is its own channel); an interaction's messages
+        go through its own webhook, which Discord limits apart from the channel."""
+        live = self.interactions.live(message)
+        if live is not None:
+            return f"interaction/{live.id}"
+        return f"channel/{message.context.get('reply_channel') or message.chat}"
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         """Fetch an attachment over discord.py's own HTTP session (same proxy and connector settings)."""

@@ -122,6 +122,8 @@ class DiscordTransport(ReplyTransport):
         return str(sent.id)
 
     async def edit(self, ref: str, text: str) -> None:
+        if not ref.isdigit():  # an interaction's message, whose token this process no longer holds
+            raise EditFailed(f"cannot edit {ref!r} as a channel message")
         with discord_errors():
             await (
                 self._target().get_partial_message(int(ref)).edit(content=text, allowed_mentions=NO_MENTIONS)

@@ -27,5 +27,12 @@ class DiscordConfig(ChannelSection):
     #: channels, threads and DMs the bot follows, at most this many minutes old; 0 turns backfill off.
     backfill_minutes: int = Field(default=60, ge=0, le=7 * 24 * 60)
 
+    #: Register the service's commands as Discord slash commands (one bulk overwrite at start, only when
+    #: they changed) and answer them as interactions. Typed commands work either way.
+    slash_commands: bool = True
+    #: A slash command not answered this many seconds after it arrived is deferred ("thinking…");
+    #: Discord needs the first callback within 3 s, so at most 2 (a margin for a loaded event loop).
+    defer_after_seconds: float = Field(default=1.0, ge=0, le=2.0)
+
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}

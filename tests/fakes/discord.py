@@ -1,4 +1,4 @@
-"""A fake Discord: REST under ``/api/v10``, a gateway websocket and an attachment CDN, on 127.0.0.1.
+r"""A fake Discord: REST under ``/api/v10``, a gateway websocket and an attachment CDN, on 127.0.0.1.
 
 The real discord.py client talks to it unchanged once pointed at it::
 
@@ -28,19 +28,36 @@ What it does, and why each piece is here:
 * Ids are real snowflakes (milliseconds since the Discord epoch in the top bits), so time-bounded
   reads work; :meth:`id_at` makes one for a moment in the past.
 
+* Slash commands, from Discord's interaction docs: ``GET``/``PUT /applications/{id}/commands`` (the bulk
+  overwrite validates as Discord does — names ``^[-_'\p{L}\p{N}\p{sc=Deva}\p{sc=Thai}]{1,32}$`` in
+  lowercase, descriptions 1-100 characters, at most 25 options with required ones first, at most 100
+  commands, unique names — and answers 400 code 50035 "Invalid Form Body" otherwise).
+  :meth:`interaction_create` dispatches INTERACTION_CREATE (type 2) for a registered command.
+  ``POST /interactions/{id}/{token}/callback`` accepts exactly one callback within 3 s of the dispatch
+  (a second: 400 code 40060 "Interaction has already been acknowledged"; a late one: 404 code 10062
+  "Unknown interaction"), types 4 (message; ``data.flags`` 64 = ephemeral) and 5 (deferred, "thinking").
+  The interaction webhook (``/webhooks/{application_id}/{token}``, no bot token) edits the original
+  response (``messages/@original``) and sends/edits followups for 15 minutes (then 401 code 50027
+  "Invalid Webhook Token"); the first followup after a deferral fills the "thinking" original and keeps
+  the deferral's ephemerality. :meth:`age_interaction` moves an interaction into the past.
+
 Route names for :meth:`fail_next` and ``calls``: ``me``, ``application``, ``gateway``, ``send``, ``edit``,
-``thread``, ``typing``, ``attachment``, ``history``, ``channel``.
+``thread``, ``typing``, ``attachment``, ``history``, ``channel``, ``commands`` (GET), ``commands_put``,
+``callback``, ``original`` (GET/PATCH/DELETE of @original), ``followup`` (POST), ``followup_edit``,
+``dm`` (Create DM).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import secrets
 import threading
 import time
+import unicodedata
 import zlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -60,6 +77,22 @@ MESSAGE_CONTENT_INTENT = 1 << 15  # gateway intent bit the client asks for in ID
 MESSAGE_CONTENT_INTENT_FLAG = 1 << 18  # application flag GATEWAY_MESSAGE_CONTENT
 DISCORD_EPOCH_MS = 1_420_070_400_000
 HISTORY_MAX_LIMIT, HISTORY_DEFAULT_LIMIT = 100, 50
+# Application commands and interactions (https://discord.com/developers/docs/interactions/…)
+#: Scripts the naming regex allows besides letters and numbers: Devanagari and Thai (their marks too).
+_DEVA_THAI = ((0x0900, 0x097F), (0xA8E0, 0xA8FF), (0x0E00, 0x0E7F))
+COMMAND_DESCRIPTION_MAX, COMMAND_OPTIONS_MAX, GLOBAL_COMMANDS_MAX = 100, 25, 100
+OPTION_TYPES = range(1, 12)  # SUB_COMMAND … ATTACHMENT
+CALLBACK_MESSAGE, CALLBACK_DEFERRED = (
+    4,
+    5,
+)  # CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+EPHEMERAL = 1 << 6
+#: Message flags an interaction response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL,
+#: SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
+RESPONSE_FLAGS = (1 << 2) | EPHEMERAL | (1 << 12) | (1 << 15)
+MESSAGE_CONTENT_MAX = 2000
+ACK_WINDOW_SECONDS = 3.0
+TOKEN_LIFETIME_SECONDS = 15 * 60
 
 
 def _now() -> str:
@@ -84,10 +117,39 @@ class FakeMessage:
     files: dict[str, bytes] = field(default_factory=dict)
     reference: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
+    flags: int = 0
+    #: The interaction whose response or followup this is (None for an ordinary message).
+    interaction: str | None = None
+    #: An interaction's deferred original still showing "<bot> is thinking…".
+    loading: bool = False
 
     @property
     def text(self) -> str:
         return self.history[-1] if self.history else ""
+
+    @property
+    def ephemeral(self) -> bool:
+        """Only the person who ran the command sees it."""
+        return bool(self.flags & EPHEMERAL)
+
+
+@dataclass
+class FakeInteraction:
+    """One slash command a user ran, and what the bot did with it."""
+
+    id: str
+    token: str
+    channel_id: str
+    user_id: str
+    name: str
+    args: str | None
+    guild_id: str | None
+    dispatched_at: float  # time.monotonic() of the INTERACTION_CREATE
+    callback_type: int | None = None
+    callback_after: float | None = None  # seconds from dispatch to the accepted callback
+    ephemeral: bool = False  # set by the callback (type 4 or 5)
+    original: str | None = None  # message id of the original response
+    followups: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -144,6 +206,9 @@ class FakeDiscord(ThreadedServer):
         self.gateway_queries: list[dict[str, str]] = []
         self._attachments: dict[str, tuple[str, bytes, str | None]] = {}  # id → (name, data, mime)
         self._failures: dict[str, list[_Failure]] = {}
+        #: The application's global commands, as the last bulk overwrite left them.
+        self.app_commands: list[dict[str, Any]] = []
+        self.interactions: dict[str, FakeInteraction] = {}
         self._connections: list[_Connection] = []
         self._state_lock = threading.Lock()
 
@@ -333,6 +398,100 @@ class FakeDiscord(ThreadedServer):
         self.call(lambda: self._dispatch("MESSAGE_CREATE", payload))
         return payload
 
+    def interaction_create(
+        self,
+        channel_id: str,
+        author: str,
+        name: str,
+        args: str | None = None,
+        *,
+        guild_id: str | None = None,
+        age: float = 0.0,
+    ) -> FakeInteraction:
+        """A user runs ``/name args`` in ``channel_id``: dispatch INTERACTION_CREATE (application command).
+
+        As in Discord, only a registered command can be run (a test that forgets to wait for the bot's
+        registration gets a ValueError here, not a silent pass). ``age`` makes it an interaction created
+        that many seconds ago (its id and its deadlines), as if it reached the bot that late.
+        """
+        with self._state_lock:
+            command = next((c for c in self.app_commands if c["name"] == name), None)
+        if command is None:
+            raise ValueError(f"/{name} is not a registered application command")
+        guild_id = guild_id or self._guild_of(channel_id)
+        user = self.user(author)
+        created = datetime.now(UTC) - timedelta(seconds=age)
+        interaction = FakeInteraction(
+            id=self.id_at(created) if age else self.new_id(),
+            token=f"aW50ZXJhY3Rpb246{secrets.token_urlsafe(48)}",
+            channel_id=channel_id,
+            user_id=author,
+            name=name,
+            args=args,
+            guild_id=guild_id,
+            dispatched_at=time.monotonic() - age,
+        )
+        data: dict[str, Any] = {"id": command["id"], "name": name, "type": 1}
+        if args is not None:
+            data["options"] = [{"name": "args", "type": 3, "value": args}]
+        payload: dict[str, Any] = {
+            "id": interaction.id,
+            "application_id": self.bot_id,
+            "type": 2,
+            "data": data,
+            "channel_id": channel_id,
+            "token": interaction.token,
+            "version": 1,
+            "app_permissions": "2248473465835073",
+            "locale": "en-US",
+            "entitlements": [],
+            "attachment_size_limit": 10 * 1024 * 1024,
+        }
+        if guild_id is not None:
+            channel = self._channel_json(channel_id) or self._channel_object(guild_id, channel_id, 0)
+            payload.update(
+                guild_id=guild_id,
+                guild={"id": guild_id, "locale": "en-US", "features": []},
+                guild_locale="en-US",
+                channel=channel,
+                member={
+                    "user": user,
+                    "roles": [],
+                    "joined_at": _now(),
+                    "deaf": False,
+                    "mute": False,
+                    "flags": 0,
+                    "pending": False,
+                    "permissions": "2248473465835073",
+                },
+                authorizing_integration_owners={"0": guild_id},
+                context=0,  # GUILD
+            )
+        else:
+            with self._state_lock:
+                self.dms.setdefault(channel_id, author)
+            payload.update(
+                user=user,
+                channel={"id": channel_id, "type": 1, "last_message_id": None, "recipients": [user]},
+                authorizing_integration_owners={"0": "0"},
+                context=1,  # BOT_DM
+            )
+        with self._state_lock:
+            self.interactions[interaction.id] = interaction
+        self.call(lambda: self._dispatch("INTERACTION_CREATE", payload))
+        return interaction
+
+    def age_interaction(self, interaction_id: str, seconds: float) -> None:
+        """Pretend ``interaction_id`` was dispatched ``seconds`` earlier (past its 3 s or 15 min limits)."""
+        with self._state_lock:
+            self.interactions[interaction_id].dispatched_at -= seconds
+
+    def interaction_messages(self, interaction_id: str) -> list[FakeMessage]:
+        """The original response (first) and the followups of one interaction."""
+        with self._state_lock:
+            found = [m for m in self.messages.values() if m.interaction == interaction_id]
+        return sorted(found, key=lambda m: int(m.id))
+
     def fail_next(
         self,
         route: str,
@@ -399,6 +558,16 @@ class FakeDiscord(ThreadedServer):
         app.router.add_post(f"{api}/channels/{{cid}}/messages/{{mid}}/threads", self._create_thread)
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
+        app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
+        app.router.add_get(f"{api}/applications/{{app}}/commands", self._get_commands)
+        app.router.add_put(f"{api}/applications/{{app}}/commands", self._put_commands)
+        app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._callback)
+        hook = f"{api}/webhooks/{{app}}/{{token}}"
+        app.router.add_post(hook, self._followup)
+        app.router.add_get(f"{hook}/messages/@original", self._original)
+        app.router.add_patch(f"{hook}/messages/@original", self._original)
+        app.router.add_delete(f"{hook}/messages/@original", self._original)
+        app.router.add_patch(f"{hook}/messages/{{mid}}", self._followup_edit)
 
     def _take_failure(self, route: str) -> web.Response | None:
         with self._state_lock:
@@ -420,8 +589,12 @@ class FakeDiscord(ThreadedServer):
         code = failure.code or {403: 50013, 404: 10008, 400: 50035}.get(failure.status, 0)
         return _json({"message": messages.get(failure.status, "Server error"), "code": code}, failure.status)
 
-    async def _begin(self, request: web.Request, route: str) -> tuple[web.Response | None, Any]:
-        """Authenticate, read the body, record the call and apply any injected failure."""
+    async def _begin(
+        self, request: web.Request, route: str, *, bot_auth: bool = True
+    ) -> tuple[web.Response | None, Any]:
+        """Authenticate, read the body, record the call and apply any injected failure.
+
+        Interaction callbacks and webhooks carry their token in the path (``bot_auth=False``)."""
         body: Any = None
         files: dict[str, bytes] = {}
         if request.content_type == "application/json":
@@ -442,6 +615,8 @@ class FakeDiscord(ThreadedServer):
             "auth_ok": request.headers.get("Authorization") == f"Bot {self.token}",
             "at": time.monotonic(),
         }
+        if not bot_auth:
+            entry["auth_ok"] = True
         failure = None if entry["auth_ok"] else _json({"message": "401: Unauthorized", "code": 0}, 401)
         failure = failure or self._take_failure(route)
         entry["status"] = failure.status if failure is not None else 200
@@ -624,6 +799,299 @@ class FakeDiscord(ThreadedServer):
         _, data, mime = stored
         return web.Response(body=data, content_type=mime or "application/octet-stream")
 
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        """Create DM: the DM channel with ``recipient_id`` (the same one every time)."""
+        failure, (body, _) = await self._begin(request, "dm")
+        if failure is not None:
+            return failure
+        recipient = str((body or {}).get("recipient_id") or "")
+        if not recipient:
+            return self._form_error({"recipient_id": "BASE_TYPE_REQUIRED"})
+        with self._state_lock:
+            channel_id = next((c for c, u in self.dms.items() if u == recipient), None)
+            if channel_id is None:
+                channel_id = self.new_id()
+                self.dms[channel_id] = recipient
+        return _json(self._channel_json(channel_id))
+
+    # --- application commands and interactions ---------------------------------------------------------
+    @staticmethod
+    def _valid_command_name(name: object) -> bool:
+        """``^[-_'\\p{L}\\p{N}\\p{sc=Deva}\\p{sc=Thai}]{1,32}$``, and lowercase where a letter has a case."""
+        if not isinstance(name, str) or not 1 <= len(name) <= 32 or name != name.lower():
+            return False
+        return all(
+            ch in "-_'"
+            or unicodedata.category(ch)[0] in "LN"
+            or any(lo <= ord(ch) <= hi for lo, hi in _DEVA_THAI)
+            for ch in name
+        )
+
+    @staticmethod
+    def _form_error(errors: dict[str, Any]) -> web.Response:
+        return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    @staticmethod
+    def _command_problems(command: Any) -> dict[str, str]:
+        """What Discord's docs say a CHAT_INPUT command must satisfy, as field → problem."""
+        if not isinstance(command, dict):
+            return {"_": "must be an object"}
+        problems: dict[str, str] = {}
+        name, description = command.get("name"), command.get("description")
+        if command.get("type", 1) == 1:
+            if not FakeDiscord._valid_command_name(name):
+                problems["name"] = "APPLICATION_COMMAND_INVALID_NAME"
+            if not isinstance(description, str) or not 1 <= len(description) <= COMMAND_DESCRIPTION_MAX:
+                problems["description"] = "BASE_TYPE_BAD_LENGTH (1-100)"
+        options = command.get("options") or []
+        if not isinstance(options, list) or len(options) > COMMAND_OPTIONS_MAX:
+            problems["options"] = "BASE_TYPE_MAX_LENGTH (25)"
+            return problems
+        seen_optional = False
+        for i, option in enumerate(options):
+            if not isinstance(option, dict) or option.get("type") not in OPTION_TYPES:
+                problems[f"options.{i}.type"] = "BASE_TYPE_CHOICES"
+                continue
+            opt_name, opt_description = option.get("name"), option.get("description")
+            if not FakeDiscord._valid_command_name(opt_name):
+                problems[f"options.{i}.name"] = "APPLICATION_COMMAND_INVALID_NAME"
+            if (
+                not isinstance(opt_description, str)
+                or not 1 <= len(opt_description) <= COMMAND_DESCRIPTION_MAX
+            ):
+                problems[f"options.{i}.description"] = "BASE_TYPE_BAD_LENGTH (1-100)"
+            if option.get("required"):
+                if seen_optional:
+                    problems[f"options.{i}.required"] = "APPLICATION_COMMAND_OPTIONS_REQUIRED_INVALID"
+            else:
+                seen_optional = True
+        return problems
+
+    async def _get_commands(self, request: web.Request) -> web.Response:
+        failure, _ = await self._begin(request, "commands")
+        if failure is not None:
+            return failure
+        if request.match_info["app"] != self.bot_id:
+            return _json({"message": "Unknown Application", "code": 10002}, 404)
+        with self._state_lock:
+            return _json(list(self.app_commands))
+
+    async def _put_commands(self, request: web.Request) -> web.Response:
+        """Bulk Overwrite Global Application Commands: the body replaces every global command."""
+        failure, (body, _) = await self._begin(request, "commands_put")
+        if failure is not None:
+            return failure
+        if request.match_info["app"] != self.bot_id:
+            return _json({"message": "Unknown Application", "code": 10002}, 404)
+        if not isinstance(body, list):
+            return self._form_error({"_": "BASE_TYPE_ARRAY"})
+        if len(body) > GLOBAL_COMMANDS_MAX:
+            return self._form_error({"_": "BASE_TYPE_MAX_LENGTH (100)"})
+        errors = {f"{i}.{k}": v for i, c in enumerate(body) for k, v in self._command_problems(c).items()}
+        names = [c.get("name") for c in body if isinstance(c, dict)]
+        if len(names) != len(set(names)):
+            errors["_"] = "APPLICATION_COMMANDS_DUPLICATE_NAME"
+        if errors:
+            return self._form_error(errors)
+        with self._state_lock:
+            old_ids = {c["name"]: c["id"] for c in self.app_commands}
+            self.app_commands = [
+                {
+                    "id": old_ids.get(c["name"]) or self.new_id(),
+                    "application_id": self.bot_id,
+                    "version": self.new_id(),
+                    "type": c.get("type", 1),
+                    "name": c["name"],
+                    "description": c.get("description", ""),
+                    # Discord leaves ``required: false`` out of what it serves back.
+                    "options": [
+                        {k: v for k, v in o.items() if not (k == "required" and v is False)}
+                        for o in c.get("options") or []
+                    ],
+                    "default_member_permissions": c.get("default_member_permissions"),
+                    "nsfw": False,
+                    "integration_types": [0],
+                    "contexts": None,
+                }
+                for c in body
+            ]
+            return _json(list(self.app_commands))
+
+    def _interaction_for_token(self, app: str, token: str) -> FakeInteraction | None:
+        if app != self.bot_id:
+            return None
+        return next((i for i in self.interactions.values() if i.token == token), None)
+
+    def _response_message(
+        self, interaction: FakeInteraction, body: dict[str, Any], flags: int
+    ) -> FakeMessage:
+        message = FakeMessage(
+            self.new_id(),
+            interaction.channel_id,
+            self.bot_id,
+            [body.get("content") or ""],
+            flags=flags,
+            interaction=interaction.id,
+        )
+        message.allowed_mentions.append(body.get("allowed_mentions"))
+        self.messages[message.id] = message
+        return message
+
+    @staticmethod
+    def _content_problem(body: dict[str, Any]) -> str | None:
+        content = body.get("content")
+        if content is not None and len(content) > MESSAGE_CONTENT_MAX:
+            return "BASE_TYPE_MAX_LENGTH (2000)"
+        if int(body.get("flags") or 0) & ~RESPONSE_FLAGS:
+            return "MESSAGE_FLAGS_INVALID"
+        return None
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        """Create Interaction Response: once, within 3 s of the dispatch."""
+        failure, (body, _) = await self._begin(request, "callback", bot_auth=False)
+        if failure is not None:
+            return failure
+        unknown = _json({"message": "Unknown interaction", "code": 10062}, 404)
+        with self._state_lock:
+            interaction = self.interactions.get(request.match_info["iid"])
+            if interaction is None or interaction.token != request.match_info["token"]:
+                return unknown
+            if interaction.callback_type is not None:
+                return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)
+            age = time.monotonic() - interaction.dispatched_at
+            if age > ACK_WINDOW_SECONDS:
+                return unknown
+            body = body if isinstance(body, dict) else {}
+            kind, data = body.get("type"), body.get("data") or {}
+            if kind not in (CALLBACK_MESSAGE, CALLBACK_DEFERRED):
+                return self._form_error({"type": "INTERACTION_CALLBACK_TYPE_INVALID"})
+            problem = self._content_problem(data)
+            if problem is not None:
+                return self._form_error({"data": problem})
+            if kind == CALLBACK_MESSAGE and not (data.get("content") or data.get("embeds")):
+                return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+            flags = int(data.get("flags") or 0) & EPHEMERAL
+            message = self._response_message(interaction, data, flags)
+            message.loading = kind == CALLBACK_DEFERRED
+            if message.loading:
+                message.history = []
+            interaction.callback_type, interaction.callback_after = kind, age
+            interaction.ephemeral, interaction.original = bool(flags), message.id
+        if request.query.get("with_response") not in ("1", "true", "True"):
+            return web.Response(status=204)
+        result = {
+            "interaction": {
+                "id": interaction.id,
+                "type": 2,
+                "response_message_id": message.id,
+                "response_message_loading": message.loading,
+                "response_message_ephemeral": message.ephemeral,
+            },
+            "resource": {"type": kind, "message": self._webhook_message(message)},
+        }
+        return _json(result)
+
+    def _webhook_message(self, message: FakeMessage) -> dict[str, Any]:
+        body = self._message_object(message, {"flags": message.flags | (1 << 7 if message.loading else 0)})
+        body["webhook_id"] = self.bot_id
+        body["application_id"] = self.bot_id
+        body["type"] = 20  # CHAT_INPUT_COMMAND
+        return body
+
+    def _webhook_problem(self, interaction: FakeInteraction | None) -> web.Response | None:
+        if interaction is None:
+            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+        if time.monotonic() - interaction.dispatched_at > TOKEN_LIFETIME_SECONDS:
+            return _json({"message": "Invalid Webhook Token", "code": 50027}, 401)
+        if interaction.callback_type is None:  # nothing to follow up on before the first callback
+            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+        return None
+
+    async def _original(self, request: web.Request) -> web.Response:
+        """Get / Edit / Delete Original Interaction Response."""
+        failure, (body, _) = await self._begin(request, "original", bot_auth=False)
+        if failure is not None:
+            return failure
+        with self._state_lock:
+            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
+            problem = self._webhook_problem(interaction)
+            if problem is not None:
+                return problem
+            assert interaction is not None
+            message = self.messages.get(interaction.original or "")
+            if message is None:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            if request.method == "DELETE":
+                del self.messages[message.id]
+                interaction.original = None
+                return web.Response(status=204)
+            if request.method == "PATCH":
+                body = body if isinstance(body, dict) else {}
+                problem_text = self._content_problem({k: v for k, v in body.items() if k != "flags"})
+                if problem_text is not None:
+                    return self._form_error({"content": problem_text})
+                if "content" in body:
+                    message.history.append(body["content"] or "")
+                    message.loading = False
+                message.allowed_mentions.append(body.get("allowed_mentions"))
+            return _json(self._webhook_message(message))
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        """Create Followup Message; after a deferral the first one fills the "thinking" original."""
+        failure, (body, files) = await self._begin(request, "followup", bot_auth=False)
+        if failure is not None:
+            return failure
+        with self._state_lock:
+            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
+            problem = self._webhook_problem(interaction)
+            if problem is not None:
+                return problem
+            assert interaction is not None
+            body = body if isinstance(body, dict) else {}
+            problem_text = self._content_problem(body)
+            if problem_text is not None:
+                return self._form_error({"content": problem_text})
+            if not (body.get("content") or body.get("embeds") or files):
+                return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+            original = self.messages.get(interaction.original or "")
+            if original is not None and original.loading:
+                original.history.append(body.get("content") or "")
+                original.allowed_mentions.append(body.get("allowed_mentions"))
+                original.loading = False
+                original.files.update(files)
+                message = original
+            else:
+                message = self._response_message(interaction, body, int(body.get("flags") or 0) & EPHEMERAL)
+                message.files = files
+                interaction.followups.append(message.id)
+        if request.query.get("wait") not in ("1", "true", "True"):
+            return web.Response(status=204)
+        return _json(self._webhook_message(message))
+
+    async def _followup_edit(self, request: web.Request) -> web.Response:
+        """Edit Followup Message (also the original, by its id)."""
+        failure, (body, _) = await self._begin(request, "followup_edit", bot_auth=False)
+        if failure is not None:
+            return failure
+        with self._state_lock:
+            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
+            problem = self._webhook_problem(interaction)
+            if problem is not None:
+                return problem
+            assert interaction is not None
+            message = self.messages.get(request.match_info["mid"])
+            if message is None or message.interaction != interaction.id:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            body = body if isinstance(body, dict) else {}
+            problem_text = self._content_problem({k: v for k, v in body.items() if k != "flags"})
+            if problem_text is not None:
+                return self._form_error({"content": problem_text})
+            if "content" in body:
+                message.history.append(body["content"] or "")
+                message.loading = False
+            message.allowed_mentions.append(body.get("allowed_mentions"))
+            return _json(self._webhook_message(message))
+
     # --- gateway ----------------------------------------------------------------------------------
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         if self.gateway_down:
@@ -717,4 +1185,4 @@ class FakeDiscord(ThreadedServer):
             await conn.ws.send_str(raw.decode())
 
 
-__all__ = ["FakeDiscord", "FakeMessage"]
+__all__ = ["FakeDiscord", "FakeInteraction", "FakeMessage"]

@@ -1,0 +1,365 @@
+"""Slash commands arriving as interactions: store, answer within 3 s, then reply through the interaction.
+
+Discord shows "The application did not respond" unless an interaction gets its first callback within
+3 seconds, accepts exactly one such callback (a second is refused, code 40060), and keeps the interaction
+token usable for 15 minutes for edits and followup messages. So for each INTERACTION_CREATE:
+
+1. The command becomes an :class:`InboundMessage` with text ``/name args`` and is stored through the sink,
+   like a typed command. A full inbox (``Backpressure``) or a failed store is answered at once with a
+   short message only the sender sees; Discord never sends an interaction again, so it must say so.
+2. The manager's answer normally arrives within milliseconds and becomes the callback itself (type 4,
+   ``CHANNEL_MESSAGE_WITH_SOURCE``), ephemeral (flag 64) when the manager asked for a private answer.
+3. If nothing was answered ``defer_after_seconds`` after the interaction arrived (and the store is done,
+   or 2 s passed), it is deferred (type 5: "<bot> is thinking…"); the answer then edits the original
+   response, and further messages of the same reply are followups on the interaction webhook.
+   Ephemerality is fixed by that deferral (public): a private answer after it replaces the "thinking"
+   message with a short public note and goes out as an ephemeral followup.
+4. Once the token has expired (or the interaction is unknown to this process, e.g. after a restart), a
+   public answer goes to the channel as an ordinary message and a private one to the sender's DMs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import discord
+
+from channels.discord_commands import ARGS_OPTION
+from channels.discord_transport import (
+    MAX_FILES_PER_MESSAGE,
+    NO_MENTIONS,
+    DiscordTransport,
+    discord_errors,
+    map_discord_error,
+)
+from channels.errors import Backpressure, ChannelError, EditFailed
+from channels.reply import ReplyTransport
+from channels.types import InboundMessage, Sender
+
+if TYPE_CHECKING:
+    from channels.discord import DiscordChannel
+
+log = logging.getLogger(__name__)
+
+#: Discord's window for the first callback, and how much of it we dare use for one.
+ACK_WINDOW_SECONDS = 3.0
+ACK_DEADLINE_SECONDS = 2.0
+#: An interaction token works this long; stop using it a little before.
+TOKEN_LIFETIME = timedelta(minutes=15)
+TOKEN_MARGIN = timedelta(seconds=30)
+#: JSON error codes: "Interaction has already been acknowledged", "Unknown interaction".
+ALREADY_ACKNOWLEDGED = 40060
+UNKNOWN_INTERACTION = 10062
+#: The reference of the interaction's original response among a reply's message references.
+ORIGINAL = "@original"
+#: Followup message references carry this prefix, so an edit knows which webhook (or channel) to use.
+FOLLOWUP_PREFIX = "i:"
+EPHEMERAL_FLAG = 64
+_REMEMBERED = 1_000
+
+BUSY_ANSWER = (
+    "I'm overloaded right now and could not take that command — please run it again in a minute. "
+    "(Discord does not resend slash commands.)"
+)
+FAILED_ANSWER = "I could not take that command just now — please run it again in a minute."
+NOT_HERE_ANSWER = "I'm not enabled in this server."
+RESTARTING_ANSWER = "I'm restarting — please run that command again in a minute."
+PRIVATE_NOTE = "🔒 Answered privately."
+
+State = Literal["open", "deferred", "answered", "dead"]
+
+
+class _Gone(Exception):
+    """The interaction can no longer carry messages (expired, unknown, or never acknowledged in time)."""
+
+
+class LiveInteraction:
+    """One interaction this process received: the discord.py object and how far its response got."""
+
+    def __init__(self, interaction: discord.Interaction, received: float) -> None:
+        self.interaction = interaction
+        self.received = received  # event-loop time of arrival
+        self.lock = asyncio.Lock()
+        self.state: State = "open"
+        self.original_filled = False  # the original response shows a real answer (not "thinking…")
+        self.stored = asyncio.Event()
+        self.timer: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> str:
+        return str(self.interaction.id)
+
+    def expired(self) -> bool:
+        deadline = self.interaction.created_at + TOKEN_LIFETIME - TOKEN_MARGIN
+        return self.state == "dead" or discord.utils.utcnow() >= deadline
+
+    def _in_ack_window(self) -> bool:
+        return asyncio.get_running_loop().time() - self.received < ACK_WINDOW_SECONDS
+
+    def _note_refusal(self, exc: discord.HTTPException) -> None:
+        if exc.code == ALREADY_ACKNOWLEDGED:
+            self.state = "deferred"
+        elif exc.code == UNKNOWN_INTERACTION:
+            self.state = "dead"
+
+    async def defer(self) -> None:
+        """Acknowledge with "thinking…" if nothing answered yet (the 3-second rule)."""
+        async with self.lock:
+            if self.state != "open" or self.expired() or not self._in_ack_window():
+                return
+            try:
+                await self.interaction.response.defer(thinking=True)
+            except discord.InteractionResponded:
+                self.state = "deferred"
+            except discord.HTTPException as exc:
+                self._note_refusal(exc)
+                log.warning("could not defer a Discord interaction: %s", map_discord_error(exc))
+            except (TimeoutError, OSError, discord.DiscordException) as exc:
+                log.warning("could not defer a Discord interaction: %s", map_discord_error(exc))
+            else:
+                self.state = "deferred"
+
+    async def send(self, text: str, *, private: bool) -> str:
+        """Put ``text`` in the first free place: the callback, the deferred original, else a followup."""
+        async with self.lock:
+            if self.expired():
+                raise _Gone
+            if self.state == "open":
+                if not self._in_ack_window():
+                    self.state = "dead"
+                    raise _Gone
+                try:
+                    with discord_errors():
+                        await self.interaction.response.send_message(
+                            text, ephemeral=private, allowed_mentions=NO_MENTIONS
+                        )
+                except ChannelError as exc:
+                    if isinstance(exc.__cause__, discord.HTTPException):
+                        self._note_refusal(exc.__cause__)
+                    if self.state == "dead":
+                        raise _Gone from exc
+                    if self.state == "open":
+                        raise
+                else:
+                    self.state, self.original_filled = "answered", True
+                    return ORIGINAL
+            if not self.original_filled:
+                # Deferred publicly: the answer replaces "thinking…", or, if private, a note does.
+                with discord_errors():
+                    await self.interaction.edit_original_response(
+                        content=PRIVATE_NOTE if private else text, allowed_mentions=NO_MENTIONS
+                    )
+                self.state, self.original_filled = "answered", True
+                if not private:
+                    return ORIGINAL
+            with discord_errors():
+                sent = await self.interaction.followup.send(
+                    text, ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS
+                )
+            return f"{FOLLOWUP_PREFIX}{sent.id}"
+
+    async def edit(self, ref: str, text: str) -> None:
+        if self.expired():
+            raise EditFailed("the Discord interaction token expired")
+        with discord_errors():
+            if ref == ORIGINAL:
+                await self.interaction.edit_original_response(content=text, allowed_mentions=NO_MENTIONS)
+            else:
+                await self.interaction.followup.edit_message(
+                    int(ref.removeprefix(FOLLOWUP_PREFIX)), content=text, allowed_mentions=NO_MENTIONS
+                )
+
+    async def send_files(self, files: Sequence[discord.File], *, private: bool) -> None:
+        async with self.lock:
+            if self.expired() or self.state in ("open", "dead"):
+                raise _Gone
+            with discord_errors():
+                await self.interaction.followup.send(
+                    files=list(files), ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS
+                )
+            self.state, self.original_filled = "answered", True
+
+    async def refuse(self, text: str) -> None:
+        """Tell only the sender that the command was not taken (busy, failed, not allowed here)."""
+        try:
+            await self.send(text, private=True)
+        except (ChannelError, _Gone) as exc:
+            log.warning("could not tell the sender a Discord command was refused: %s", exc)
+
+
+class InteractionTransport(ReplyTransport):
+    """Answers an interaction's message through the interaction; falls back once the token is gone.
+
+    ``live`` is None for an interaction this process can no longer answer through (expired, or received
+    before a restart): then every message takes the fallback at once.
+    """
+
+    def __init__(
+        self,
+        channel: DiscordChannel,
+        message: InboundMessage,
+        live: LiveInteraction | None,
+        *,
+        private: bool,
+    ) -> None:
+        self.channel = channel
+        self.message = message
+        self.live = live
+        self.private = private
+        self._fallback: DiscordTransport | None = None
+
+    async def _fallen_back(self) -> DiscordTransport:
+        """The channel (public) or the sender's DMs (private) as an ordinary bot message."""
+        if self._fallback is None:
+            message = self.message
+            if self.private and not message.is_private:
+                with discord_errors():
+                    dm = await self.channel.client.create_dm(discord.Object(int(message.sender.id)))
+                message = dataclasses.replace(message, context={"reply_channel": str(dm.id)})
+            self._fallback = DiscordTransport(self.channel, message)
+        return self._fallback
+
+    async def send(self, text: str, *, fallback: bool = False) -> str:
+        if self._fallback is None and self.live is not None:
+            try:
+                return await self.live.send(text, private=self.private)
+            except _Gone:
+                log.info("Discord interaction %s is over; answering with an ordinary message", self.live.id)
+        return await (await self._fallen_back()).send(text, fallback=fallback)
+
+    async def edit(self, ref: str, text: str) -> None:
+        if ref != ORIGINAL and not ref.startswith(FOLLOWUP_PREFIX):
+            # A channel message: sent after the fallback, or (after a restart) before it.
+            await (await self._fallen_back()).edit(ref, text)
+            return
+        if self.live is None:
+            raise EditFailed("the Discord interaction can no longer be answered through")
+        await self.live.edit(ref, text)
+
+    async def send_files(self, files: Sequence[Path]) -> None:
+        limit = self.channel.config.max_file_bytes
+        fitting = [p for p in files if p.stat().st_size <= limit]
+        too_big = [p.name for p in files if p.stat().st_size > limit]
+        for start in range(0, len(fitting), MAX_FILES_PER_MESSAGE):
+            batch = fitting[start : start + MAX_FILES_PER_MESSAGE]
+            uploads = [discord.File(path, filename=path.name) for path in batch]
+            try:
+                if self._fallback is None and self.live is not None:
+                    try:
+                        await self.live.send_files(uploads, private=self.private)
+                        continue
+                    except _Gone:
+                        pass
+                await (await self._fallen_back()).send_files(batch)
+            finally:
+                for upload in uploads:
+                    upload.close()
+        if too_big:
+            mib = limit // (1024 * 1024)
+            await self.send(f"(not attached, larger than {mib} MiB: {', '.join(too_big)})")
+
+    async def typing(self) -> None:
+        """While the interaction is live its "thinking…" or answer already shows that work goes on."""
+        if self._fallback is not None:
+            await self._fallback.typing()
+
+    async def finished(self) -> None:
+        if self._fallback is not None:
+            await self._fallback.finished()
+
+
+class Interactions:
+    """The channel's interactions: receipt, the acknowledgement timer and the live ones by id."""
+
+    def __init__(self, channel: DiscordChannel) -> None:
+        self.channel = channel
+        self._live: OrderedDict[str, LiveInteraction] = OrderedDict()
+        self.received = 0
+
+    def live(self, message: InboundMessage) -> LiveInteraction | None:
+        """The live interaction ``message`` came from, if it came from one this process still can use."""
+        interaction_id = message.context.get("interaction")
+        live = self._live.get(str(interaction_id)) if interaction_id else None
+        return live if live is not None and not live.expired() else None
+
+    def _remember(self, live: LiveInteraction) -> None:
+        self._live[live.id] = live
+        while len(self._live) > _REMEMBERED or (self._live and next(iter(self._live.values())).expired()):
+            self._live.popitem(last=False)
+
+    async def handle(self, interaction: discord.Interaction) -> None:
+        """Store the command, then make sure Discord hears back in time (see the module doc)."""
+        if interaction.type is not discord.InteractionType.application_command:
+            return
+        self.received += 1
+        live = LiveInteraction(interaction, asyncio.get_running_loop().time())
+        self._remember(live)
+        inbound = self.normalise(interaction)
+        if inbound.workspace and not self.channel._guild_allowed(inbound.workspace):
+            await live.refuse(NOT_HERE_ANSWER)
+            return
+        if self.channel._paused:  # stopping: no backfill can bring an interaction back, so say so
+            await live.refuse(RESTARTING_ANSWER)
+            return
+        live.timer = asyncio.create_task(self._acknowledge_in_time(live), name="discord-interaction-ack")
+        sink = self.channel._sink
+        try:
+            if sink is None:
+                raise Backpressure("the Discord channel is not started")
+            await sink(inbound)
+        except Backpressure:
+            await live.refuse(BUSY_ANSWER)
+        except Exception as exc:
+            log.warning("storing Discord interaction %s failed: %s", live.id, exc)
+            await live.refuse(FAILED_ANSWER)
+        finally:
+            live.stored.set()
+
+    async def _acknowledge_in_time(self, live: LiveInteraction) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, self.channel.config.defer_after_seconds - (loop.time() - live.received)))
+        remaining = ACK_DEADLINE_SECONDS - (loop.time() - live.received)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.stored.wait(), max(0.0, remaining))
+        await live.defer()
+
+    def normalise(self, interaction: discord.Interaction) -> InboundMessage:
+        """``/name args`` in the same conversation a typed command in that place would have."""
+        data: dict[str, Any] = dict(interaction.data or {})
+        name = str(data.get("name") or "")
+        args = next(
+            (str(o.get("value") or "") for o in data.get("options") or [] if o.get("name") == ARGS_OPTION), ""
+        )
+        channel = interaction.channel
+        channel_id = interaction.channel_id or 0
+        guild_id = interaction.guild_id
+        topic: str | None = None
+        if guild_id is None:
+            workspace, chat = "", str(channel_id)
+        else:
+            workspace, chat = str(guild_id), str(channel_id)
+            if isinstance(channel, discord.Thread) and channel.parent_id:
+                chat, topic = str(channel.parent_id), str(channel.id)
+            elif channel_id in self.channel._bot_threads:
+                chat, topic = str(self.channel._bot_threads[channel_id]), str(channel_id)
+        user = interaction.user
+        return InboundMessage(
+            provider=self.channel.provider,
+            workspace=workspace,
+            chat=chat,
+            topic=topic,
+            sender=Sender(id=str(user.id), name=user.display_name, is_bot=user.bot),
+            text=f"/{name} {args.strip()}".strip(),
+            platform_message_id=str(interaction.id),
+            mentioned=True,  # a slash command is addressed to the bot by definition
+            is_private=guild_id is None,
+            context={"reply_channel": str(channel_id), "interaction": str(interaction.id)},
+        )
