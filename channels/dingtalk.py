@@ -128,10 +128,12 @@ class DingTalkChannel(Channel):
                 supports_edit=True,
             )
         else:
+            # Markdown cannot be edited; "supports_edit" here means the reply is live (its progress
+            # notice runs), which is all the no-template path can show before the final text.
             self.limits = ReplyLimits(  # type: ignore[misc]
                 text_limit=TEXT_LIMIT,
                 min_edit_interval=WEBHOOK_SEND_INTERVAL if interval is None else interval,
-                supports_edit=False,
+                supports_edit=config.progress_notice_after_seconds is not None,
             )
         super().__init__()
         self.api = DingTalkApi(
@@ -352,7 +354,7 @@ class DingTalkChannel(Channel):
             return CardTransport(
                 self.api, target, self.config.card_template_id or "", self.config.card_content_key
             )
-        return WebhookTransport(self.api, target)
+        return WebhookTransport(self.api, target, self.config.progress_notice_after_seconds)
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         limit = min(max_bytes, self.config.max_file_bytes)

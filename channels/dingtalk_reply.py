@@ -1,28 +1,42 @@
 """The two ways Switchboard answers on DingTalk, as :class:`ReplyTransport` implementations.
 
-* :class:`WebhookTransport` — final-only: each chunk is one markdown message POSTed to the session
-  webhook that came with the user's message. Markdown messages cannot be edited, so the channel runs
-  it with ``supports_edit=False`` and the user sees the answer once it is complete.
+* :class:`WebhookTransport` — no card template: each chunk is one markdown message POSTed to the session
+  webhook that came with the user's message. Markdown messages cannot be edited, so nothing can stream;
+  instead :class:`ProgressNotice` (its native stream) posts one "working on it" message when a reply is
+  still running after ``progress_notice_after_seconds``, so a long turn is not silence until the end.
 * :class:`CardTransport` — an AI card created and delivered through the OpenAPI, then streamed in place
-  (``PUT /v1.0/card/streaming``, full content each time) and finalised when the reply is finished. A card
-  that cannot be created or updated raises :class:`EditFailed`, so the shared ReplyStream falls back to
-  a markdown message through the session webhook (``send(..., fallback=True)``).
+  (``PUT /v1.0/card/streaming``, full content each time), driven through the card's ``flowStatus`` the
+  way dingtalk-stream's ``AICardReplier`` does: PROCESSING when created, INPUTING (``PUT
+  /v1.0/card/instances``) before the first streamed text, FINISHED when the reply is done, FAILED when
+  the card broke and the answer went out as markdown instead. A card that cannot be created or updated
+  raises :class:`EditFailed`, so the shared ReplyStream falls back to a markdown message through the
+  session webhook (``send(..., fallback=True)``).
+
+We send those calls ourselves rather than through ``AICardReplier``: its methods log and swallow every
+failure (a refused template, a 429 and a success all return the same), so the reply could neither fall
+back to markdown nor honour a rate limit; it reads its URL from the module constant
+``DINGTALK_OPENAPI_ENDPOINT`` fixed at import (one root per process, not per channel); and even its
+``async_*`` methods fetch the token with blocking ``requests`` on the caller's loop. The status values
+are the SDK's own (:class:`AICardStatus`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dingtalk_stream.card_replier import AICardStatus
+
 from channels.dingtalk_api import DingTalkApi, as_edit_failure
 from channels.dingtalk_markdown import title_for, to_dingtalk_markdown
 from channels.errors import ChannelError, EditFailed, RetryAfter
-from channels.reply import ReplyTransport
+from channels.reply import NativeStream, ReplyTransport
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +45,10 @@ FILE_UPLOAD_LIMIT = 20 * 1024 * 1024
 MAX_FILE_RETRY_WAIT = 10.0
 CARD_PREFIX = "card:"
 MARKDOWN_PREFIX = "md:"
+#: What the no-template path posts when a reply is still running (the placeholder "…" says nothing).
+PROGRESS_TEXT = "⏳ Working on it…"
+PROCESSING, INPUTING = AICardStatus.PROCESSING.value, AICardStatus.INPUTING.value
+FINISHED, FAILED = AICardStatus.FINISHED.value, AICardStatus.FAILED.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +92,77 @@ class ReplyTarget:
         return {
             "openSpaceId": f"dtv1.card//IM_ROBOT.{self.sender_staff_id}",
             "imRobotOpenDeliverModel": {"spaceType": "IM_ROBOT"},
-            "userIdType": 1,
         }
 
 
-class WebhookTransport(ReplyTransport):
-    """Markdown messages through the session webhook; cannot edit."""
+def _has_words(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
 
-    def __init__(self, api: DingTalkApi, target: ReplyTarget) -> None:
+
+class ProgressNotice(NativeStream):
+    """The live part of a reply that cannot be edited: at most one progress message, never the text.
+
+    ``begin`` posts a placeholder that says something (e.g. "⏳ Queued — …") at once; a bare "…" is kept
+    back, and :data:`PROGRESS_TEXT` goes out only once the reply has run for ``after`` seconds, so a
+    quick answer stays one message. ``show`` and the typing heartbeat (:meth:`WebhookTransport.typing`)
+    are where that check runs; neither posts anything else, because every streamed version would be a
+    new message in the chat. The final text is sent as ordinary markdown (``closes_in_place`` False).
+    """
+
+    closes_in_place = False
+
+    def __init__(self, transport: WebhookTransport, after: float) -> None:
+        self.transport = transport
+        self.after = after
+        self._opened = time.monotonic()
+        self.posted = False
+
+    async def begin(self, placeholder: str) -> str | None:
+        self._opened = time.monotonic()
+        if _has_words(placeholder):
+            await self._post(placeholder)
+        return None  # a markdown message is no message to edit later
+
+    async def show(self, text: str) -> None:
+        await self.check()
+
+    async def close(self, text: str) -> str | None:  # pragma: no cover - closes_in_place is False
+        return None
+
+    async def check(self) -> None:
+        """Post the progress message if the reply has been running for ``after`` seconds."""
+        if not self.posted and time.monotonic() - self._opened >= self.after:
+            await self._post(PROGRESS_TEXT)
+
+    async def _post(self, text: str) -> None:
+        await self.transport.post_markdown(text)
+        self.posted = True
+
+
+class WebhookTransport(ReplyTransport):
+    """Markdown messages through the session webhook; cannot edit.
+
+    With ``progress_after`` set, each reply gets a :class:`ProgressNotice` as its native stream, and the
+    typing heartbeat (every ``progress_after`` seconds without a visible change) runs its check while
+    the model thinks or a tool runs and no text arrives.
+    """
+
+    def __init__(self, api: DingTalkApi, target: ReplyTarget, progress_after: float | None = None) -> None:
         self.api = api
         self.target = target
+        self.progress_after = progress_after
+        self.typing_interval = progress_after
+        self._progress: ProgressNotice | None = None
+
+    def native_stream(self) -> NativeStream | None:
+        if self.progress_after is None:
+            return None
+        self._progress = ProgressNotice(self, self.progress_after)
+        return self._progress
+
+    async def typing(self) -> None:
+        if self._progress is not None:
+            await self._progress.check()
 
     async def _send_one_file(self, name: str, data: bytes) -> None:
         """Upload and send one file, waiting once if DingTalk says "too fast" (files are not re-paced)."""
@@ -143,6 +222,13 @@ class WebhookTransport(ReplyTransport):
             await self.post_markdown("\n".join(lines))
 
 
+@dataclass(slots=True)
+class _Card:
+    content: str
+    status: str = PROCESSING
+    broken: bool = False
+
+
 class CardTransport(WebhookTransport):
     """An AI card streamed in place; markdown through the webhook as the fallback."""
 
@@ -150,7 +236,10 @@ class CardTransport(WebhookTransport):
         super().__init__(api, target)
         self.template_id = template_id
         self.content_key = content_key
-        self._cards: dict[str, str] = {}  # outTrackId → last content shown, for finalising
+        self._cards: dict[str, _Card] = {}  # outTrackId → what it shows and where its flowStatus is
+
+    def native_stream(self) -> NativeStream | None:
+        return None  # the card is edited in place through the shared edit path
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
         if fallback:
@@ -158,28 +247,53 @@ class CardTransport(WebhookTransport):
         content = to_dingtalk_markdown(text)
         try:
             out_track_id = await self.api.create_and_deliver_card(
-                self.template_id, self.content_key, content, self.target.card_delivery()
+                self.template_id,
+                {self.content_key: content, "flowStatus": PROCESSING},
+                self.target.card_delivery(),
             )
         except ChannelError as exc:
             raise as_edit_failure(exc) from None
-        self._cards[out_track_id] = content
+        self._cards[out_track_id] = _Card(content)
         return f"{CARD_PREFIX}{out_track_id}"
 
     async def edit(self, ref: str, text: str) -> None:
         if not ref.startswith(CARD_PREFIX):
             raise EditFailed("DingTalk markdown messages cannot be edited")
         out_track_id = ref[len(CARD_PREFIX) :]
+        # A card from before a restart (a resumed reply) is treated as still processing.
+        card = self._cards.setdefault(out_track_id, _Card(""))
+        if card.broken:
+            raise EditFailed("this AI card already refused an update")
         content = to_dingtalk_markdown(text)
         try:
+            if card.status == PROCESSING:
+                await self.api.update_card(out_track_id, {"flowStatus": INPUTING})
+                card.status = INPUTING
             await self.api.stream_card(out_track_id, self.content_key, content, finalize=False)
         except ChannelError as exc:
-            raise as_edit_failure(exc) from None
-        self._cards[out_track_id] = content
+            failure = as_edit_failure(exc)
+            card.broken = isinstance(failure, EditFailed)
+            raise failure from None
+        card.content = content
 
     async def finished(self) -> None:
-        """End each card's typing state with its final content (already visible; failures only logged)."""
-        for out_track_id, content in self._cards.items():
+        """Move every card to its end state; the text is already shown, so failures are only logged.
+
+        A card that streamed is finalised on its streamed variable first (``isFinalize`` ends the typing
+        effect), then set FINISHED with its final content; a card that broke is set FAILED, so it does
+        not look like it is still typing above the markdown answer that replaced it.
+        """
+        for out_track_id, card in self._cards.items():
             try:
-                await self.api.stream_card(out_track_id, self.content_key, content, finalize=True)
+                if card.broken:
+                    await self.api.update_card(out_track_id, {"flowStatus": FAILED})
+                    card.status = FAILED
+                    continue
+                if card.status == INPUTING:
+                    await self.api.stream_card(out_track_id, self.content_key, card.content, finalize=True)
+                await self.api.update_card(
+                    out_track_id, {"flowStatus": FINISHED, self.content_key: card.content}
+                )
+                card.status = FINISHED
             except ChannelError as exc:
-                log.info("finalising an AI card failed (its text is already shown): %s", exc)
+                log.info("finishing an AI card failed (its text is already shown): %s", exc)
