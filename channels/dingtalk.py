@@ -128,12 +128,10 @@ class DingTalkChannel(Channel):
                 supports_edit=True,
             )
         else:
-            # Markdown cannot be edited; "supports_edit" here means the reply is live (its progress
-            # notice runs), which is all the no-template path can show before the final text.
             self.limits = ReplyLimits(  # type: ignore[misc]
                 text_limit=TEXT_LIMIT,
                 min_edit_interval=WEBHOOK_SEND_INTERVAL if interval is None else interval,
-                supports_edit=config.progress_notice_after_seconds is not None,
+                supports_edit=False,
             )
         super().__init__()
         self.api = DingTalkApi(

@@ -1,9 +1,10 @@
 """The two ways Switchboard answers on DingTalk, as :class:`ReplyTransport` implementations.
 
 * :class:`WebhookTransport` — no card template: each chunk is one markdown message POSTed to the session
-  webhook that came with the user's message. Markdown messages cannot be edited, so nothing can stream;
-  instead :class:`ProgressNotice` (its native stream) posts one "working on it" message when a reply is
-  still running after ``progress_notice_after_seconds``, so a long turn is not silence until the end.
+  webhook that came with the user's message. Markdown messages cannot be edited, so nothing can stream
+  (the channel runs it with ``supports_edit=False``); instead :class:`ProgressNotice` posts one "working
+  on it" message when a reply is still running after ``progress_notice_after_seconds``, so a long turn
+  is not silence until the end.
 * :class:`CardTransport` — an AI card created and delivered through the OpenAPI, then streamed in place
   (``PUT /v1.0/card/streaming``, full content each time), driven through the card's ``flowStatus`` the
   way dingtalk-stream's ``AICardReplier`` does: PROCESSING when created, INPUTING (``PUT
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +33,11 @@ from typing import Any
 
 from dingtalk_stream.card_replier import AICardStatus
 
+from channels import observe
 from channels.dingtalk_api import DingTalkApi, as_edit_failure
 from channels.dingtalk_markdown import title_for, to_dingtalk_markdown
 from channels.errors import ChannelError, EditFailed, RetryAfter
-from channels.reply import NativeStream, ReplyTransport
+from channels.reply import ReplyTransport
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ FILE_UPLOAD_LIMIT = 20 * 1024 * 1024
 MAX_FILE_RETRY_WAIT = 10.0
 CARD_PREFIX = "card:"
 MARKDOWN_PREFIX = "md:"
-#: What the no-template path posts when a reply is still running (the placeholder "…" says nothing).
+PROVIDER = "dingtalk"
+#: What the no-template path posts when a reply is still running.
 PROGRESS_TEXT = "⏳ Working on it…"
 PROCESSING, INPUTING = AICardStatus.PROCESSING.value, AICardStatus.INPUTING.value
 FINISHED, FAILED = AICardStatus.FINISHED.value, AICardStatus.FAILED.value
@@ -95,74 +97,67 @@ class ReplyTarget:
         }
 
 
-def _has_words(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
+class ProgressNotice:
+    """The one thing a reply that cannot be edited can show before its end: a "working on it" message.
 
-
-class ProgressNotice(NativeStream):
-    """The live part of a reply that cannot be edited: at most one progress message, never the text.
-
-    ``begin`` posts a placeholder that says something (e.g. "⏳ Queued — …") at once; a bare "…" is kept
-    back, and :data:`PROGRESS_TEXT` goes out only once the reply has run for ``after`` seconds, so a
-    quick answer stays one message. ``show`` and the typing heartbeat (:meth:`WebhookTransport.typing`)
-    are where that check runs; neither posts anything else, because every streamed version would be a
-    new message in the chat. The final text is sent as ordinary markdown (``closes_in_place`` False).
+    Armed when the reply's transport is created (the turn starts); posted ``after`` seconds later unless
+    the final text went out first, so a quick answer stays one message. It runs on its own timer rather
+    than as the reply's native stream: a native stream is fed by the reply's pump, and every pump tick
+    takes a call from the chat's budget (3 s apart here), which made the final text wait up to one more
+    interval after the model finished — for every answer, to post at most one message. The notice is
+    decoration: failures are logged, never retried, and it is reported as one platform call.
     """
-
-    closes_in_place = False
 
     def __init__(self, transport: WebhookTransport, after: float) -> None:
         self.transport = transport
-        self.after = after
-        self._opened = time.monotonic()
         self.posted = False
+        self._done = False
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # built outside the service loop (e.g. a doctor check): nothing to arm
+            self._done = True
+            self._handle: asyncio.TimerHandle | None = None
+        else:
+            self._handle = loop.call_later(after, self._fire)
 
-    async def begin(self, placeholder: str) -> str | None:
-        self._opened = time.monotonic()
-        if _has_words(placeholder):
-            await self._post(placeholder)
-        return None  # a markdown message is no message to edit later
+    def _fire(self) -> None:
+        if not self._done:
+            self._task = asyncio.get_running_loop().create_task(self._post(), name="dingtalk-progress")
 
-    async def show(self, text: str) -> None:
-        await self.check()
+    async def _post(self) -> None:
+        async with self._lock:
+            if self._done:
+                return
+            self._done = True
+            observe.emit(PROVIDER, observe.CALL)
+            try:
+                await self.transport.post_markdown(PROGRESS_TEXT)
+                self.posted = True
+            except ChannelError as exc:
+                log.info("the DingTalk progress notice was not posted: %s", exc)
+            except Exception:  # decoration must never break a reply
+                log.exception("the DingTalk progress notice crashed")
 
-    async def close(self, text: str) -> str | None:  # pragma: no cover - closes_in_place is False
-        return None
-
-    async def check(self) -> None:
-        """Post the progress message if the reply has been running for ``after`` seconds."""
-        if not self.posted and time.monotonic() - self._opened >= self.after:
-            await self._post(PROGRESS_TEXT)
-
-    async def _post(self, text: str) -> None:
-        await self.transport.post_markdown(text)
-        self.posted = True
+    async def cancel(self) -> None:
+        """The reply is ending: no notice after this; one being posted finishes first (stays above)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        async with self._lock:
+            self._done = True
 
 
 class WebhookTransport(ReplyTransport):
     """Markdown messages through the session webhook; cannot edit.
 
-    With ``progress_after`` set, each reply gets a :class:`ProgressNotice` as its native stream, and the
-    typing heartbeat (every ``progress_after`` seconds without a visible change) runs its check while
-    the model thinks or a tool runs and no text arrives.
+    With ``progress_after`` set, a :class:`ProgressNotice` is armed for this reply.
     """
 
     def __init__(self, api: DingTalkApi, target: ReplyTarget, progress_after: float | None = None) -> None:
         self.api = api
         self.target = target
-        self.progress_after = progress_after
-        self.typing_interval = progress_after
-        self._progress: ProgressNotice | None = None
-
-    def native_stream(self) -> NativeStream | None:
-        if self.progress_after is None:
-            return None
-        self._progress = ProgressNotice(self, self.progress_after)
-        return self._progress
-
-    async def typing(self) -> None:
-        if self._progress is not None:
-            await self._progress.check()
+        self.progress = None if progress_after is None else ProgressNotice(self, progress_after)
 
     async def _send_one_file(self, name: str, data: bytes) -> None:
         """Upload and send one file, waiting once if DingTalk says "too fast" (files are not re-paced)."""
@@ -193,10 +188,16 @@ class WebhookTransport(ReplyTransport):
         return f"{MARKDOWN_PREFIX}{uuid.uuid4().hex[:12]}"
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
+        if self.progress is not None:
+            await self.progress.cancel()
         return await self.post_markdown(text)
 
     async def edit(self, ref: str, text: str) -> None:
         raise EditFailed("DingTalk markdown messages cannot be edited")
+
+    async def finished(self) -> None:
+        if self.progress is not None:
+            await self.progress.cancel()
 
     async def send_files(self, files: Sequence[Path]) -> None:
         """Upload each file and send it as a file message; what cannot be sent is listed in markdown.
@@ -237,9 +238,6 @@ class CardTransport(WebhookTransport):
         self.template_id = template_id
         self.content_key = content_key
         self._cards: dict[str, _Card] = {}  # outTrackId → what it shows and where its flowStatus is
-
-    def native_stream(self) -> NativeStream | None:
-        return None  # the card is edited in place through the shared edit path
 
     async def send(self, text: str, *, fallback: bool = False) -> str:
         if fallback:
