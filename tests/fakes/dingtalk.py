@@ -648,6 +648,11 @@ class FakeDingTalk(ThreadedServer):
     def connected(self) -> bool:
         return bool(self._sockets)
 
+    @property
+    def open_connections(self) -> int:
+        """Stream clients connected right now (more than one means a client was left running)."""
+        return len(self._sockets)
+
     def calls(self, path_substring: str) -> list[dict[str, Any]]:
         with self._lock:
             return [r for r in self.requests if path_substring in r["path"]]
