@@ -63,10 +63,15 @@ P2P, GROUP = "1", "2"
 
 
 class _QuietPings(logging.Filter):
-    """The SDK logs every gateway ping as an "unknown message topic" warning; that is noise, not news."""
+    """Drop two SDK log lines that are noise, not news: every gateway ping is logged as an "unknown
+    message topic" warning, and ``start()`` logs our own stop (a cancellation, whose text is empty) as
+    "[start] network exception, error=" at error level. A real network error has a text and stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.WARNING and "topic=ping" in record.getMessage())
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and "topic=ping" in message:
+            return False
+        return message != "[start] network exception, error="
 
 
 SDK_LOGGER = logging.getLogger("dingtalk_stream.client")
@@ -89,7 +94,7 @@ class _StreamClient(dingtalk_stream.DingTalkStreamClient):
       pointed at different roots (tests, doctor) never use each other's URL. Production uses the SDK's
       own default. The hook also reports "reconnecting" with the reason when an open fails.
     * ``keepalive`` — ``start()`` launches it the moment the websocket is open, which makes it the only
-      point where the SDK tells us the stream is connected.
+      point where the SDK tells us the stream is connected; it also watches the socket close.
 
     Tokens, cards, webhooks and files go through ``channels.dingtalk_api`` instead (see there and
     ``channels.dingtalk_reply`` for why the SDK's helpers cannot carry them).
@@ -104,8 +109,6 @@ class _StreamClient(dingtalk_stream.DingTalkStreamClient):
 
     def open_connection(self) -> dict[str, Any] | None:
         channel = self.channel
-        if channel.status.state == "connected":  # start() is back here: the socket closed
-            channel.status.set("reconnecting", "the gateway closed the connection")
         with _OPEN_LOCK:
             dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API = self.open_url
             connection: dict[str, Any] | None = super().open_connection()
@@ -118,9 +121,18 @@ class _StreamClient(dingtalk_stream.DingTalkStreamClient):
         return connection
 
     async def keepalive(self, ws: Any, ping_interval: int = 60) -> None:
-        self.channel.status.set("connected")
-        self.channel._first_attempt.set()
-        await super().keepalive(ws, ping_interval)
+        """Connected while the socket is open; "reconnecting" the moment it closes (the SDK's own
+        keepalive would notice only at its next ping, up to a minute later)."""
+        channel = self.channel
+        channel.status.set("connected")
+        channel._first_attempt.set()
+        pinger = asyncio.create_task(super().keepalive(ws, ping_interval))
+        try:
+            await ws.wait_closed()
+        finally:
+            pinger.cancel()
+        if not channel._stopping.is_set():
+            channel.status.set("reconnecting", "the stream connection closed")
 
 
 class _BotHandler(dingtalk_stream.ChatbotHandler):
