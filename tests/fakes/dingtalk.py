@@ -616,12 +616,13 @@ class FakeDingTalk(ThreadedServer):
     def _push(self, frame: dict[str, Any]) -> None:
         self.call(lambda: self._send(frame))
 
-    def disconnect_clients(self) -> None:
-        """Drop every stream connection (the client should reconnect)."""
+    def disconnect_clients(self, code: int = 1000) -> None:
+        """Drop every stream connection (the client should reconnect); e.g. ``code=1011`` for a gateway
+        error rather than a normal close."""
 
         async def close() -> None:
             for ws in list(self._sockets):
-                await ws.close()
+                await ws.close(code=code)
 
         self.call(close)
 
