@@ -4,18 +4,21 @@ How the pieces fit:
 
 * **Inbound.** dingtalk-stream's client opens the stream connection (``POST
   /v1.0/gateway/connections/open``, then a websocket) and parses frames; our :class:`_BotHandler`
-  (a ``ChatbotHandler``) gets each robot message. The SDK does blocking HTTP inside its loop and its own
-  ``start()`` swallows cancellation, so the connection runs on a daemon thread with its own event loop,
-  driven by :meth:`DingTalkChannel._run_stream` (reusing the SDK's ``open_connection`` and
-  ``route_message``, which sends the ACK frame). Each message is handed to the service loop with
+  (a ``ChatbotHandler``) gets each robot message. The connection is the SDK's own main loop,
+  ``DingTalkStreamClient.start()`` (open, websocket, keepalive pings, frame routing and ACKs,
+  reconnecting after 10 s). It does blocking HTTP inside that loop, so it runs on a daemon thread with
+  its own event loop; it treats a cancellation as a network error and retries, so ``stop()`` cancels
+  until it ends (``_halt``). Status comes from two hooks on the client (see :class:`_StreamClient`,
+  which also says why the gateway URL is the one thing still set on the SDK's class). Each message is handed to the service loop with
   ``asyncio.run_coroutine_threadsafe(sink(msg), service_loop)`` and the ACK waits for the answer (store,
   then confirm): OK when accepted or a duplicate, a "system exception" (500) status when the bus is full
   or closing (Backpressure), storing fails or takes longer than ``SINK_TIMEOUT``: the delivery counts as
   failed for DingTalk's retry, so nothing is acked-then-dropped. A callback that is never ACKed (the
   service was stopped or killed) is redelivered by DingTalk as well; the inbox dedupes on the msgId.
 * **Outbound.** Replies are HTTP calls on the service loop (``channels.dingtalk_api``). The reply mode is
-  chosen once, at construction: an AI card streamed in place when ``card_template_id`` is set,
-  otherwise final-only markdown through the session webhook (see ``channels.dingtalk_reply``).
+  chosen once, at construction: an AI card streamed in place (with its flowStatus) when
+  ``card_template_id`` is set, otherwise markdown through the session webhook with a progress notice for
+  long turns (see ``channels.dingtalk_reply``).
 
 Platform figures: pacing and sizes here (about 5000 characters per markdown message, about 20 messages a
 minute per group robot so webhook sends are spaced 3 s apart); error codes and token lifetime in
@@ -26,14 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 from typing import Any
-from urllib.parse import quote_plus
 
 import dingtalk_stream
-import websockets
 from dingtalk_stream import AckMessage, ChatbotMessage
 
 from channels.base import Channel, InboundSink
@@ -59,15 +59,19 @@ CONNECT_WAIT = 15.0
 #: so the ACK goes out well inside the few seconds such gateways allow. A commit that lands after this
 #: anyway is harmless: the redelivery is deduplicated on the DingTalk msgId.
 SINK_TIMEOUT = 2.5
-RECONNECT_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)
 P2P, GROUP = "1", "2"
 
 
 class _QuietPings(logging.Filter):
-    """The SDK logs every gateway ping as an "unknown message topic" warning; that is noise, not news."""
+    """Drop two SDK log lines that are noise, not news: every gateway ping is logged as an "unknown
+    message topic" warning, and ``start()`` logs our own stop (a cancellation, whose text is empty) as
+    "[start] network exception, error=" at error level. A real network error has a text and stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.WARNING and "topic=ping" in record.getMessage())
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and "topic=ping" in message:
+            return False
+        return message != "[start] network exception, error="
 
 
 SDK_LOGGER = logging.getLogger("dingtalk_stream.client")
@@ -75,25 +79,60 @@ SDK_LOGGER.addFilter(_QuietPings())
 
 
 _OPEN_LOCK = threading.Lock()
+#: How often stop() repeats its cancel while the SDK's loop is still running (see ``_halt``).
+HALT_POLL = 0.2
 
 
 class _StreamClient(dingtalk_stream.DingTalkStreamClient):
-    """The SDK client, opening its connection at our configured API root.
+    """The SDK client, run by its own ``start()``; we only hook two of its public methods.
 
-    The SDK reads the gateway URL from the class attribute ``DingTalkStreamClient.OPEN_CONNECTION_API``
-    (built from ``DINGTALK_OPENAPI_ENDPOINT`` at import). We set it for the duration of each open, under
-    a lock, so two channels pointed at different roots (tests, doctor) never use each other's URL. It is
-    the only SDK URL we use: tokens, cards, webhooks and files go through ``channels.dingtalk_api``.
+    * ``open_connection`` — the SDK reads the gateway URL from the class attribute
+      ``DingTalkStreamClient.OPEN_CONNECTION_API``, built from ``DINGTALK_OPENAPI_ENDPOINT`` when the
+      module is imported, and names the class explicitly, so neither an instance nor a subclass attribute
+      can point one client elsewhere. It is the one part of the SDK we cannot drive through its public
+      API: we set the class attribute for the duration of each open, under a lock, so two channels
+      pointed at different roots (tests, doctor) never use each other's URL. Production uses the SDK's
+      own default. The hook also reports "reconnecting" with the reason when an open fails.
+    * ``keepalive`` — ``start()`` launches it the moment the websocket is open, which makes it the only
+      point where the SDK tells us the stream is connected; it also watches the socket close.
+
+    Tokens, cards, webhooks and files go through ``channels.dingtalk_api`` instead (see there and
+    ``channels.dingtalk_reply`` for why the SDK's helpers cannot carry them).
     """
 
-    def __init__(self, credential: dingtalk_stream.Credential, open_url: str) -> None:
+    def __init__(
+        self, credential: dingtalk_stream.Credential, open_url: str, channel: DingTalkChannel
+    ) -> None:
         super().__init__(credential, logger=SDK_LOGGER)
         self.open_url = open_url
+        self.channel = channel
 
     def open_connection(self) -> dict[str, Any] | None:
+        channel = self.channel
         with _OPEN_LOCK:
             dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API = self.open_url
-            return super().open_connection()
+            connection: dict[str, Any] | None = super().open_connection()
+        if not connection or "endpoint" not in connection or "ticket" not in connection:
+            channel.status.set(
+                "reconnecting", "the gateway refused to open a connection (check client_id/secret)"
+            )
+            channel._first_attempt.set()
+            return None  # start() logs it, waits 10 s and tries again
+        return connection
+
+    async def keepalive(self, ws: Any, ping_interval: int = 60) -> None:
+        """Connected while the socket is open; "reconnecting" the moment it closes (the SDK's own
+        keepalive would notice only at its next ping, up to a minute later)."""
+        channel = self.channel
+        channel.status.set("connected")
+        channel._first_attempt.set()
+        pinger = asyncio.create_task(super().keepalive(ws, ping_interval))
+        try:
+            await ws.wait_closed()
+        finally:
+            pinger.cancel()
+        if not channel._stopping.is_set():
+            channel.status.set("reconnecting", "the stream connection closed")
 
 
 class _BotHandler(dingtalk_stream.ChatbotHandler):
@@ -105,6 +144,14 @@ class _BotHandler(dingtalk_stream.ChatbotHandler):
 
     async def process(self, callback: dingtalk_stream.CallbackMessage) -> tuple[int, str]:
         return await self.channel._accept(callback.data)
+
+
+async def _halt(task: asyncio.Task[None]) -> None:
+    """Stop the SDK's ``start()``: it catches the first cancellation (as a network error) and sleeps
+    10 s before reconnecting; a second cancel lands in that sleep, outside its ``try``, and ends it."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=HALT_POLL)
 
 
 class DingTalkChannel(Channel):
@@ -144,7 +191,6 @@ class DingTalkChannel(Channel):
         self._first_attempt = threading.Event()  # set once the first connect attempt succeeded or failed
         self._stopping = threading.Event()
         self._client: _StreamClient | None = None
-        self._frame_tasks: set[asyncio.Task[None]] = set()
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
@@ -155,6 +201,7 @@ class DingTalkChannel(Channel):
         client = _StreamClient(
             dingtalk_stream.Credential(self.config.client_id, self.config.client_secret),
             self.config.api_base_url.rstrip("/") + "/v1.0/gateway/connections/open",
+            self,
         )
         client.register_callback_handler(ChatbotMessage.TOPIC, _BotHandler(self))
         client.pre_start()
@@ -171,7 +218,7 @@ class DingTalkChannel(Channel):
         loop, task = self._stream_loop, self._stream_task
         if loop is not None and task is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(task.cancel)
+                asyncio.run_coroutine_threadsafe(_halt(task), loop)
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
             self._thread = None
@@ -183,7 +230,8 @@ class DingTalkChannel(Channel):
         self._stream_loop = loop
         asyncio.set_event_loop(loop)
         try:
-            self._stream_task = loop.create_task(self._run_stream())
+            assert self._client is not None
+            self._stream_task = loop.create_task(self._client.start())
             with contextlib.suppress(asyncio.CancelledError):
                 loop.run_until_complete(self._stream_task)
         finally:
@@ -193,49 +241,6 @@ class DingTalkChannel(Channel):
             if pending:
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
-
-    async def _run_stream(self) -> None:
-        """Connect, read frames, reconnect with backoff; ends only when stop() cancels it."""
-        client = self._client
-        assert client is not None
-        attempt = 0
-        while not self._stopping.is_set():
-            try:
-                # open_connection uses blocking requests: keep it off this loop so pings still flow.
-                connection = await asyncio.get_running_loop().run_in_executor(None, client.open_connection)
-                if not connection or "endpoint" not in connection:
-                    raise ConnectionError("the gateway refused to open a connection (check client_id/secret)")
-                uri = f"{connection['endpoint']}?ticket={quote_plus(str(connection.get('ticket', '')))}"
-                async with websockets.connect(uri) as websocket:
-                    client.websocket = websocket
-                    attempt = 0
-                    self.status.set("connected")
-                    self._first_attempt.set()
-                    async for raw in websocket:
-                        try:
-                            frame = json.loads(raw)
-                        except ValueError:
-                            log.warning("ignoring a malformed DingTalk stream frame")
-                            continue
-                        # Frames are handled concurrently (a slow accept must not stall pings);
-                        # keep a reference so a running handler is not garbage-collected.
-                        task = asyncio.create_task(client.background_task(frame))
-                        self._frame_tasks.add(task)
-                        task.add_done_callback(self._frame_tasks.discard)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self._stopping.is_set():
-                    break
-                delay = RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)]
-                attempt += 1
-                log.warning("DingTalk stream disconnected (%s); reconnecting in %gs", exc, delay)
-                self.status.set("reconnecting", f"{type(exc).__name__}: {exc}"[:200])
-                self._first_attempt.set()
-                await asyncio.sleep(delay)
-                continue
-            if not self._stopping.is_set():  # the gateway closed the socket (e.g. a "disconnect" frame)
-                self.status.set("reconnecting", "the gateway closed the connection")
 
     # --- inbound -----------------------------------------------------------------------------------
     async def _accept(self, data: dict[str, Any]) -> tuple[int, str]:
@@ -352,7 +357,7 @@ class DingTalkChannel(Channel):
             return CardTransport(
                 self.api, target, self.config.card_template_id or "", self.config.card_content_key
             )
-        return WebhookTransport(self.api, target)
+        return WebhookTransport(self.api, target, self.config.progress_notice_after_seconds)
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         limit = min(max_bytes, self.config.max_file_bytes)

@@ -187,9 +187,13 @@ class DingTalkApi:
 
     # --- AI cards ----------------------------------------------------------------------------------
     async def create_and_deliver_card(
-        self, template_id: str, content_key: str, text: str, target: dict[str, Any]
+        self, template_id: str, params: dict[str, str], target: dict[str, Any]
     ) -> str:
-        """Create an AI card showing ``text`` and deliver it to ``target``; returns its outTrackId."""
+        """Create an AI card with ``params`` and deliver it to ``target``; returns its outTrackId.
+
+        ``cardParamMap`` is a string-to-string map (the SDK sends its ``AICardStatus`` values as the
+        strings "1"…"5"). ``callbackType`` STREAM is what lets the card take streaming updates later.
+        """
         out_track_id = f"sb-{uuid.uuid4().hex}"
         await self._openapi(
             "POST",
@@ -197,7 +201,7 @@ class DingTalkApi:
             {
                 "cardTemplateId": template_id,
                 "outTrackId": out_track_id,
-                "cardData": {"cardParamMap": {content_key: text}},
+                "cardData": {"cardParamMap": params},
                 "callbackType": "STREAM",
                 "imGroupOpenSpaceModel": {"supportForward": True},
                 "imRobotOpenSpaceModel": {"supportForward": True},
@@ -207,13 +211,32 @@ class DingTalkApi:
         await self._openapi(
             "POST",
             "/v1.0/card/instances/deliver",
-            {"outTrackId": out_track_id, **target},
+            {"outTrackId": out_track_id, "userIdType": 1, **target},
             what="card deliver",
         )
         return out_track_id
 
-    async def stream_card(self, out_track_id: str, key: str, text: str, *, finalize: bool) -> None:
-        """Replace the card's content (``isFull``); ``finalize`` ends the card's typing state."""
+    async def update_card(self, out_track_id: str, params: dict[str, str]) -> None:
+        """Set some of the card's variables (``PUT /v1.0/card/instances``), e.g. its ``flowStatus``.
+
+        ``updateCardDataByKey`` keeps the variables not named here; without it DingTalk replaces the
+        whole map and the streamed content would be wiped by a status change.
+        """
+        await self._openapi(
+            "PUT",
+            "/v1.0/card/instances",
+            {
+                "outTrackId": out_track_id,
+                "cardData": {"cardParamMap": params},
+                "cardUpdateOptions": {"updateCardDataByKey": True},
+            },
+            what="card update",
+        )
+
+    async def stream_card(
+        self, out_track_id: str, key: str, text: str, *, finalize: bool, failed: bool = False
+    ) -> None:
+        """Replace the card's streamed variable (``isFull``); ``finalize`` ends its typing effect."""
         await self._openapi(
             "PUT",
             "/v1.0/card/streaming",
@@ -224,9 +247,9 @@ class DingTalkApi:
                 "content": text,
                 "isFull": True,
                 "isFinalize": finalize,
-                "isError": False,
+                "isError": failed,
             },
-            what="card update",
+            what="card streaming",
         )
 
     # --- outbound files --------------------------------------------------------------------------

@@ -11,7 +11,8 @@ class DingTalkConfig(ChannelSection):
     ``card_template_id`` switches replies from final-only markdown (via the message's session webhook)
     to an AI card that is streamed in place. ``edit_interval_seconds`` overrides the per-conversation
     spacing of outbound calls kept in ``channels/dingtalk.py`` (1 s for card updates, 3 s for markdown
-    messages); leave it unset unless DingTalk's limits change.
+    messages); leave it unset unless DingTalk's limits change. Without a template, a reply still running
+    after ``progress_notice_after_seconds`` gets one "working on it" message (``null``: final text only).
     """
 
     client_id: str | None = from_env("DINGTALK_CLIENT_ID")
@@ -22,6 +23,7 @@ class DingTalkConfig(ChannelSection):
     oapi_base_url: str = "https://oapi.dingtalk.com"
     max_file_bytes: int = Field(20 * 1024 * 1024, gt=0)
     edit_interval_seconds: float | None = Field(None, ge=0, le=60)
+    progress_notice_after_seconds: float | None = Field(5.0, gt=0, le=600)
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"client_id": self.client_id, "client_secret": self.client_secret}

@@ -4,7 +4,7 @@ The real dingtalk-stream SDK connects to it unchanged: ``POST /v1.0/gateway/conn
 ``ws://127.0.0.1`` endpoint and a ticket, the websocket speaks the Stream protocol's JSON frames
 (``CALLBACK`` frames on topic ``/v1.0/im/bot/messages/get``, ``SYSTEM`` pings) and records the client's
 ACK frames. Alongside: OAuth access tokens (with a real expiry, expired tokens get 401), AI cards
-(create, deliver, streaming updates), session webhooks (``/robot/sendBySession?session=…``), file
+(create, deliver, variable updates, streaming updates — see "AI cards" below), session webhooks (``/robot/sendBySession?session=…``), file
 downloads by downloadCode, and outbound files (``/media/upload`` on the old oapi host, then
 ``oToMessages/batchSend`` / ``groupMessages/send``).
 
@@ -21,6 +21,18 @@ for one while the app is away; events it stopped retrying are in ``given_up``. D
 say a callback without a successful ACK is redelivered but give no figure we could check offline, so
 both numbers are parameters (defaults: 5 s, then retries after 1 s, 5 s and 30 s) — assumptions, not
 DingTalk facts. ``push_callback(..., redeliver=False)`` pushes once. ``ack_log`` keeps every ACK in order.
+
+AI cards, as DingTalk's card API and dingtalk-stream's ``AICardReplier`` describe them: the template has
+a streamed markdown variable (``card_content_key``, "content" here) and the AI card's ``flowStatus``
+(the SDK's ``AICardStatus``: "1" processing, "2" inputing, "3" finished, "4" executing, "5" failed).
+``cardParamMap`` is a string-to-string map (anything else is a 400). ``PUT /v1.0/card/instances``
+replaces the whole map unless ``cardUpdateOptions.updateCardDataByKey`` is true. ``PUT
+/v1.0/card/streaming`` needs all of outTrackId, guid, key, content, isFull, isFinalize and isError, a
+key that is a streamed variable of the template, and a card created with ``callbackType`` STREAM (else
+HTTP 500, as integrators report). A delivery without ``userIdType`` answers success but the card never
+shows up (also as integrators report). Two assumptions, not documented facts: a card whose stream was
+finalised or whose flowStatus is finished/failed refuses further streaming (400); every flowStatus a
+card went through is kept in ``Bubble.flow`` so tests can check the sequence.
 
 ``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
 AI cards (each card keeps every content it showed and whether it was finalised).
@@ -47,6 +59,10 @@ ACK_DEADLINE = 5.0
 #: Pause before each re-push of a callback that was not ACKed with 200 (an assumption).
 RETRY_DELAYS = (1.0, 5.0, 30.0)
 STATUS_OK = 200
+#: The AI card's flowStatus values (dingtalk-stream ``AICardStatus``), as the strings cardParamMap carries.
+FLOW_STATUSES = {"1": "processing", "2": "inputing", "3": "finished", "4": "executing", "5": "failed"}
+TERMINAL_FLOW = ("3", "5")
+STREAMING_FIELDS = ("outTrackId", "guid", "key", "content", "isFull", "isFinalize", "isError")
 
 
 @dataclass
@@ -61,6 +77,14 @@ class Bubble:
     template: str | None = None
     finalized: bool = False
     data: bytes | None = None  # a file message's bytes
+    flow: list[str] = field(default_factory=list)  # a card's flowStatus values, in order
+    params: dict[str, str] = field(default_factory=dict)  # a card's variables now
+    streaming: bool = False  # created with callbackType STREAM
+    stream_closed: bool = False  # a streaming update had isFinalize
+
+    @property
+    def flow_status(self) -> str | None:
+        return self.flow[-1] if self.flow else None
 
     @property
     def text(self) -> str:
@@ -85,8 +109,10 @@ class FakeDingTalk(ThreadedServer):
         token_ttl: int = 7200,
         ack_deadline: float = ACK_DEADLINE,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        card_content_key: str = "content",
     ) -> None:
         super().__init__()
+        self.card_content_key = card_content_key
         self.ack_deadline = ack_deadline
         self.retry_delays = retry_delays
         self.ack_log: list[tuple[str, int]] = []  # (stream messageId, ACK code), in arrival order
@@ -121,6 +147,7 @@ class FakeDingTalk(ThreadedServer):
         app.router.add_post("/v1.0/oauth2/accessToken", self._access_token)
         app.router.add_post("/v1.0/card/instances", self._card_create)
         app.router.add_post("/v1.0/card/instances/deliver", self._card_deliver)
+        app.router.add_put("/v1.0/card/instances", self._card_update)
         app.router.add_put("/v1.0/card/streaming", self._card_streaming)
         app.router.add_post("/robot/sendBySession", self._send_by_session)
         app.router.add_post("/v1.0/robot/messageFiles/download", self._file_download)
@@ -217,6 +244,29 @@ class FakeDingTalk(ThreadedServer):
         self.tokens[token] = time.monotonic() + self.token_ttl
         return web.json_response({"accessToken": token, "expireIn": self.token_ttl})
 
+    @staticmethod
+    def _param_error(params: Any) -> web.Response | None:
+        """cardParamMap is Map<String, String>; flowStatus must be one of the AI card's states."""
+        if not isinstance(params, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in params.items()
+        ):
+            return web.json_response(
+                {"code": "param.invalid", "message": "cardParamMap must map strings to strings"}, status=400
+            )
+        if "flowStatus" in params and params["flowStatus"] not in FLOW_STATUSES:
+            return web.json_response({"code": "param.invalid", "message": "unknown flowStatus"}, status=400)
+        return None
+
+    def _set_params(self, card: Bubble, params: dict[str, str]) -> None:
+        card.params = params
+        content = params.get(self.card_content_key, "")
+        if not card.history or content != card.text:
+            card.history.append(content)
+        status = params.get("flowStatus")
+        if status is not None and status != card.flow_status:
+            card.flow.append(status)
+        card.finalized = card.finalized or status == "3"
+
     async def _card_create(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
@@ -224,10 +274,12 @@ class FakeDingTalk(ThreadedServer):
         if not body.get("cardTemplateId") or not body.get("outTrackId"):
             return web.json_response({"code": "param.invalid", "message": "missing template"}, status=400)
         params = (body.get("cardData") or {}).get("cardParamMap") or {}
-        first = next(iter(params.values()), "")
-        self.cards[body["outTrackId"]] = Bubble(
-            "card", "", [first], ref=body["outTrackId"], template=body["cardTemplateId"]
-        )
+        if (invalid := self._param_error(params)) is not None:
+            return invalid
+        card = Bubble("card", "", ref=body["outTrackId"], template=body["cardTemplateId"])
+        card.streaming = body.get("callbackType") == "STREAM"
+        self._set_params(card, dict(params))
+        self.cards[body["outTrackId"]] = card
         return web.json_response({"success": True, "result": body["outTrackId"]})
 
     async def _card_deliver(self, request: web.Request) -> web.Response:
@@ -240,20 +292,51 @@ class FakeDingTalk(ThreadedServer):
             return web.json_response({"code": "param.invalid", "message": "unknown card"}, status=400)
         space_type, _, space_id = space[len("dtv1.card//") :].partition(".")
         card.conversation = space_id if space_type == "IM_GROUP" else self._p2p.get(space_id, space_id)
+        if body.get("userIdType") is None:
+            return web.json_response({"success": True})  # accepted, but the card never appears
         with self._lock:
             self._bubbles.append(card)
         return web.json_response({"success": True})
 
-    async def _card_streaming(self, request: web.Request) -> web.Response:
+    async def _card_update(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
             return failed
         card = self.cards.get(body.get("outTrackId", ""))
         if card is None:
             return web.json_response({"code": "param.invalid", "message": "card not found"}, status=400)
-        content = str(body.get("content", ""))
-        card.history.append(content if body.get("isFull") else card.text + content)
-        card.finalized = card.finalized or bool(body.get("isFinalize"))
+        params = (body.get("cardData") or {}).get("cardParamMap")
+        if params is None:
+            return web.json_response({"code": "param.invalid", "message": "cardData is required"}, status=400)
+        if (invalid := self._param_error(params)) is not None:
+            return invalid
+        by_key = bool((body.get("cardUpdateOptions") or {}).get("updateCardDataByKey"))
+        self._set_params(card, {**card.params, **params} if by_key else dict(params))
+        return web.json_response({"success": True, "result": True})
+
+    async def _card_streaming(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if (failed := self._auth(request) or self._injected(request.path)) is not None:
+            return failed
+        if missing := [f for f in STREAMING_FIELDS if body.get(f) is None]:
+            return web.json_response(
+                {"code": "param.invalid", "message": f"missing {', '.join(missing)}"}, status=400
+            )
+        card = self.cards.get(body.get("outTrackId", ""))
+        if card is None:
+            return web.json_response({"code": "param.invalid", "message": "card not found"}, status=400)
+        if not card.streaming:
+            return web.json_response({"code": "system.error", "message": "not a streaming card"}, status=500)
+        if body["key"] != self.card_content_key:
+            return web.json_response({"code": "param.invalid", "message": "key is not streamed"}, status=400)
+        if card.flow_status in TERMINAL_FLOW or card.stream_closed:
+            return web.json_response({"code": "param.invalid", "message": "card stream ended"}, status=400)
+        content = str(body["content"])
+        text = content if body["isFull"] else card.text + content
+        card.params = {**card.params, self.card_content_key: text}
+        card.history.append(text)
+        if body["isFinalize"]:
+            card.finalized = card.stream_closed = True
         return web.json_response({"success": True})
 
     async def _send_by_session(self, request: web.Request) -> web.Response:
@@ -533,12 +616,13 @@ class FakeDingTalk(ThreadedServer):
     def _push(self, frame: dict[str, Any]) -> None:
         self.call(lambda: self._send(frame))
 
-    def disconnect_clients(self) -> None:
-        """Drop every stream connection (the client should reconnect)."""
+    def disconnect_clients(self, code: int = 1000) -> None:
+        """Drop every stream connection (the client should reconnect); e.g. ``code=1011`` for a gateway
+        error rather than a normal close."""
 
         async def close() -> None:
             for ws in list(self._sockets):
-                await ws.close()
+                await ws.close(code=code)
 
         self.call(close)
 
@@ -564,6 +648,11 @@ class FakeDingTalk(ThreadedServer):
     @property
     def connected(self) -> bool:
         return bool(self._sockets)
+
+    @property
+    def open_connections(self) -> int:
+        """Stream clients connected right now (more than one means a client was left running)."""
+        return len(self._sockets)
 
     def calls(self, path_substring: str) -> list[dict[str, Any]]:
         with self._lock:

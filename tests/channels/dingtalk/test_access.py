@@ -59,6 +59,30 @@ async def test_a_wrong_secret_leaves_the_channel_reconnecting_with_a_clear_statu
     assert channel.status.state == "stopped"
 
 
+@pytest.mark.slow
+async def test_stop_ends_the_sdks_own_stream_loop_and_a_restart_connects_again(fake_dingtalk):
+    # The SDK's start() treats a cancellation as a network error and retries; stop() must still end it,
+    # or every restart would leave a second client on the gateway, answering (and ACKing) messages.
+    channel = DingTalkChannel(dingtalk_config(fake_dingtalk, "markdown"))
+
+    async def sink(message):
+        return True
+
+    await channel.start(sink)
+    await fake_dingtalk.wait_for(lambda: fake_dingtalk.connected and channel.status.state == "connected")
+    thread = channel._thread
+    await channel.stop()
+
+    assert thread is not None and not thread.is_alive()
+    await fake_dingtalk.wait_for(lambda: not fake_dingtalk.connected)
+    await channel.start(sink)
+    try:
+        await fake_dingtalk.wait_for(lambda: fake_dingtalk.connected and channel.status.state == "connected")
+        assert fake_dingtalk.connections_opened == 2 and fake_dingtalk.open_connections == 1
+    finally:
+        await channel.stop()
+
+
 def test_missing_credentials_are_a_clear_error(fake_dingtalk):
     with pytest.raises(ValueError, match="client_id and client_secret"):
         DingTalkChannel(dingtalk_config(fake_dingtalk, "markdown", client_secret=None))

@@ -133,6 +133,23 @@ async def test_the_stream_answers_gateway_pings_and_reconnects_after_a_drop(mark
     await markdown_rig.wait_text(markdown_rig.p2p("alice"), "echo: still there?")
 
 
+async def test_after_a_gateway_error_health_says_reconnecting_until_the_stream_is_back(markdown_rig):
+    # After an error close the SDK waits 10 s before it opens again; /health must not say "connected"
+    # for that time (the SDK itself would only notice at its next ping, up to a minute later).
+    markdown_rig.fake.disconnect_clients(code=1011)
+
+    await markdown_rig.fake.wait_for(lambda: markdown_rig.channel.status.state == "reconnecting", 5)
+    assert "closed" in (markdown_rig.channel.status.detail or "")
+    await markdown_rig.fake.wait_for(
+        lambda: (
+            markdown_rig.fake.connections_opened == 2 and markdown_rig.channel.status.state == "connected"
+        ),
+        30,
+    )
+    markdown_rig.fake.send_bot_message("1", "back?", sender_id="alice")
+    await markdown_rig.wait_text(markdown_rig.p2p("alice"), "echo: back?")
+
+
 async def test_tables_and_line_breaks_are_adapted_to_what_dingtalk_renders(markdown_rig, llm):
     llm.script(
         Reply(
