@@ -158,6 +158,23 @@ async def test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_fi
         assert lark.calls("PATCH", "/open-apis/im/v1/messages/") == []
 
 
+async def test_past_the_card_limit_the_first_card_closes_and_the_rest_follows_in_more_cards(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    lines = [" ".join(f"l{n}w{i}" for i in range(12)) for n in range(150)]  # about 9,000 characters
+    answer = "\n".join(lines)
+    llm.script(Reply(text=answer, chunk_size=300, delay=0.02))
+    async with running_bot(tmp_path, llm, lark) as bot:
+        lark.send_message_event(P2P, "p2p", ALICE, "a long one")
+        await lark.wait_for_text(P2P, lines[-1])
+        await bot.harness.idle(timeout=30)
+
+    cards = lark.chat(P2P)
+    assert len(cards) >= 2 and cards[0].card_id is not None and not cards[0].streaming
+    assert "\n".join(c.text for c in cards).split() == answer.split(), "every word, once, in order"
+    assert all(len(c.text) <= 6000 for c in cards)
+
+
 async def test_the_fake_refuses_what_feishu_refuses_for_cardkit(lark: FakeLark):
     """Feishu's documented refusals, through the SDK: a sequence that does not grow (300317), text for a
     card whose streaming was closed (300309), a 1.0 card (300303), and a card entity sent twice."""
