@@ -188,11 +188,10 @@ def streaming_card(text: str) -> str:
     """The card JSON for a CardKit card entity in streaming mode, showing ``text`` first.
 
     ``streaming_mode`` lets the element's content be replaced many times a second with Feishu typing
-    the new part out; ``summary`` is what the chat list shows while it streams (Feishu's default is
-    "[生成中...]", in Chinese for everyone).
+    the new part out. No ``summary``: while streaming the chat list shows Feishu's own "generating"
+    text, and once streaming is closed the card's content — a fixed summary would stay there for good.
     """
-    config = {"streaming_mode": True, "summary": {"content": "…"}}
-    return json.dumps(_card(text, config), ensure_ascii=False)
+    return json.dumps(_card(text, {"streaming_mode": True}), ensure_ascii=False)
 
 
 def closed_settings() -> str:

@@ -9,7 +9,7 @@ the typewriter effect Feishu built for AI answers. The sequence, per reply:
 2. reply to the user's message with ``{"type": "card", "data": {"card_id": …}}`` (an entity is sent once);
 3. ``PUT …/elements/answer/content`` with the whole text so far, each call with a larger ``sequence``;
 4. at the end the final text, then ``PATCH …/settings`` with ``streaming_mode: false`` so the chat list
-   shows the answer instead of the "generating" summary.
+   shows the answer instead of the "generating" summary (refused: the whole card is patched instead).
 
 Feishu ends streaming mode by itself 10 minutes after it was switched on; a long answer that meets that
 (``200850``/``300309``) switches it on again once and carries on. Any other refusal raises, and the reply
@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from channels.errors import Forbidden
+from channels.errors import ChannelError, Forbidden, RetryAfter
 from channels.feishu_api import LarkApi, StreamingClosed
 from channels.feishu_content import (
     ANSWER_ELEMENT,
+    card_content,
     card_entity_content,
     closed_settings,
     escape_mentions,
@@ -87,5 +88,14 @@ class CardKitStream(NativeStream):
         if text != self.shown:
             await self._stream(text)
             self.shown = text
-        await self.api.card_settings(self.card_id, closed_settings(), self._next())
+        try:
+            await self.api.card_settings(self.card_id, closed_settings(), self._next())
+        except RetryAfter:
+            raise  # the reply stream waits and calls close again
+        except ChannelError as exc:
+            # The text is already shown, but a card left in streaming mode reads "generating" in the
+            # chat list until Feishu's timeout: replace it with the same text as a plain card instead.
+            log.info("closing the card's streaming mode was refused (%s); patching the whole card", exc)
+            assert self.message_id is not None
+            await self.api.patch(self.message_id, card_content(text))
         return self.message_id

@@ -139,6 +139,24 @@ async def test_when_streaming_text_is_refused_midway_the_same_card_is_patched_to
     assert lark.calls("PATCH", f"/open-apis/im/v1/messages/{message.message_id}"), "patched in place"
 
 
+async def test_when_closing_streaming_is_refused_the_final_card_is_patched_whole(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    # 300122: "Failed to update card configuration".
+    lark.fail_next("/settings", method="PATCH", status=400, code=300122, times=10)
+    async with running_bot(tmp_path, llm, lark) as bot:
+        llm.script(Reply(text=WORDS, chunk_size=8, delay=0.03))
+        lark.send_message_event(P2P, "p2p", ALICE, "finish please")
+        await lark.wait_for(lambda f: f.calls("PATCH", "/open-apis/im/v1/messages/"), 30)
+        await bot.harness.idle(timeout=30)
+        lark.clear_failures()
+
+    [message] = lark.chat(P2P)
+    assert message.text == WORDS
+    [patch] = lark.calls("PATCH", f"/open-apis/im/v1/messages/{message.message_id}")
+    assert json.loads(patch["json"]["content"])["schema"] == "2.0"
+
+
 async def test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_finishes(
     tmp_path: Path, llm: FakeOpenAI
 ):
