@@ -1,4 +1,7 @@
-"""Feishu / Lark: events over lark-oapi's websocket long connection, replies as cards patched in place.
+"""Feishu / Lark: events over lark-oapi's websocket long connection, replies as cards that fill in.
+
+A reply streams into a CardKit card entity (:mod:`channels.feishu_stream`) where the app may use CardKit
+(``native_streaming``, on by default), and otherwise is a card patched in place.
 
 Two event loops meet here. ``lark.ws.Client.start()`` blocks forever and drives the connection through a
 module-level asyncio loop of its own, so it runs on a dedicated daemon thread with a fresh loop installed
@@ -29,7 +32,8 @@ from channels.base import Channel, InboundSink
 from channels.errors import BadRequest, ChannelError, FileTooLarge, RetryAfter
 from channels.feishu_api import LarkApi, is_image
 from channels.feishu_content import Mention, card_content, parse_content, text_content
-from channels.reply import ReplyTransport
+from channels.feishu_stream import CardKitStream
+from channels.reply import NativeStream, ReplyTransport
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.feishu import FeishuConfig
 
@@ -72,9 +76,10 @@ async def _shutdown_ws(client: Any) -> None:
 
 
 class FeishuTransport(ReplyTransport):
-    """Answers one inbound message: a card replying to it, patched as the answer grows."""
+    """Answers one inbound message: a card replying to it, streamed (CardKit) or patched as it grows."""
 
     def __init__(self, channel: FeishuChannel, message: InboundMessage) -> None:
+        self.channel = channel
         self.api = channel.api
         self.message_id = str(message.context.get("message_id") or message.platform_message_id)
         self.chat_id = str(message.context.get("chat_id") or message.chat)
@@ -84,6 +89,24 @@ class FeishuTransport(ReplyTransport):
         if fallback:
             return await self._post("text", text_content(text))
         return await self._post("interactive", card_content(text))
+
+    def native_stream(self) -> NativeStream | None:
+        if not self.channel.config.native_streaming or self.channel.native_refused:
+            return None
+        return CardKitStream(self, self.api)
+
+    def refuse_native(self) -> None:
+        """CardKit is not allowed for this app: later replies use the edit path without asking again."""
+        if not self.channel.native_refused:
+            log.warning(
+                "feishu refused CardKit (is the cardkit:card:write scope granted?); "
+                "replies are cards patched in place from now on"
+            )
+        self.channel.native_refused = True
+
+    async def post_card_entity(self, content: str) -> str:
+        """Send a CardKit card entity (``interactive`` content naming its ``card_id``) as the reply."""
+        return await self._post("interactive", content)
 
     async def _post(self, msg_type: str, content: str) -> str:
         try:
@@ -134,6 +157,8 @@ class FeishuChannel(Channel):
         self.api = LarkApi(config.app_id, config.app_secret, config.domain)
         self.bot_open_id: str | None = None
         self.bot_name: str | None = None
+        #: Set once Feishu refused CardKit for this app (missing scope): replies stop trying it.
+        self.native_refused = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ws_loop: asyncio.AbstractEventLoop | None = None

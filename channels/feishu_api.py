@@ -20,6 +20,14 @@ from typing import Any
 import httpx
 import lark_oapi as lark
 import requests
+from lark_oapi.api.cardkit.v1 import (
+    ContentCardElementRequest,
+    ContentCardElementRequestBody,
+    CreateCardRequest,
+    CreateCardRequestBody,
+    SettingsCardRequest,
+    SettingsCardRequestBody,
+)
 from lark_oapi.api.im.v1 import (
     CreateFileRequest,
     CreateFileRequestBody,
@@ -56,12 +64,19 @@ log = logging.getLogger(__name__)
 RATE_LIMIT_CODES = frozenset({99991400, 230020, 11232, 11233})
 #: The bot may not do this: scope missing, bot not in the chat, bot capability off, user out of range.
 FORBIDDEN_CODES = frozenset({99991672, 99991679, 230002, 230006, 230013, 230027, 232011})
+#: CardKit refusals that mean "this card cannot stream any more": streaming closed (300309) or closed by
+#: Feishu's 10-minute timeout (200850) — both fixed by switching streaming mode on again.
+STREAMING_CLOSED_CODES = frozenset({300309, 200850})
 #: The tenant token was rejected: refetch it once, then give up.
 TOKEN_CODES = frozenset({99991661, 99991663, 99991668})
 DEFAULT_RETRY_AFTER = 1.0
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tiff", ".ico"})
 FILE_TYPES = {".pdf": "pdf", ".doc": "doc", ".docx": "doc", ".xls": "xls", ".xlsx": "xls"}
 FILE_TYPES |= {".ppt": "ppt", ".pptx": "ppt", ".mp4": "mp4", ".opus": "opus"}
+
+
+class StreamingClosed(EditFailed):
+    """The card entity is no longer in streaming mode (closed, or Feishu's 10-minute limit passed)."""
 
 
 def map_error(
@@ -89,6 +104,8 @@ def map_error(
         return RetryAfter(wait, text)
     if code in FORBIDDEN_CODES or status == 403:
         return Forbidden(text)
+    if code in STREAMING_CLOSED_CODES:
+        return StreamingClosed(text)
     if status is not None and status >= 500 and not code:
         return NetworkError(text)
     if editing:
@@ -217,6 +234,36 @@ class LarkApi:
         body = PatchMessageRequestBody.builder().content(content).build()
         request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
         await self.call(self.client.im.v1.message.apatch, lambda: request, editing=True)
+
+    # --- CardKit (card entities, streaming) ------------------------------------------------------------
+    async def create_card(self, card_json: str) -> str:
+        """``POST /open-apis/cardkit/v1/cards``: a card entity from JSON 2.0 card JSON; returns ``card_id``."""
+        body = CreateCardRequestBody.builder().type("card_json").data(card_json).build()
+        request = CreateCardRequest.builder().request_body(body).build()
+        response = await self.call(self.client.cardkit.v1.card.acreate, lambda: request)
+        return str(response.data.card_id)
+
+    async def stream_text(self, card_id: str, element_id: str, content: str, sequence: int) -> None:
+        """``PUT …/cards/:card_id/elements/:element_id/content``: the element's whole new text.
+
+        Feishu types out what extends the previous text and replaces the rest at once. ``sequence`` must
+        be larger than that of any earlier call on this card.
+        """
+        body = ContentCardElementRequestBody.builder().content(content).sequence(sequence).build()
+        request = (
+            ContentCardElementRequest.builder()
+            .card_id(card_id)
+            .element_id(element_id)
+            .request_body(body)
+            .build()
+        )
+        await self.call(self.client.cardkit.v1.card_element.acontent, lambda: request)
+
+    async def card_settings(self, card_id: str, settings: str, sequence: int) -> None:
+        """``PATCH …/cards/:card_id/settings``: change the card's ``config`` (e.g. end streaming mode)."""
+        body = SettingsCardRequestBody.builder().settings(settings).sequence(sequence).build()
+        request = SettingsCardRequest.builder().card_id(card_id).request_body(body).build()
+        await self.call(self.client.cardkit.v1.card.asettings, lambda: request)
 
     async def react(self, message_id: str, emoji_type: str) -> None:
         body = (

@@ -7,6 +7,7 @@ body in a JSON *string* (``content``) whose schema depends on ``message_type``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,19 +121,92 @@ def parse_content(
 
 # --- outbound ---------------------------------------------------------------------------------------
 
+#: The ``element_id`` of the one markdown element every reply card has: CardKit streams into it by id.
+ANSWER_ELEMENT = "answer"
+#: ``<at …>`` / ``</at>`` anywhere in model text: in a card's markdown it is a real @mention (``<at
+#: id=all></at>`` pings the whole group), so the model must never be able to produce one.
+_AT_TAG = re.compile(r"<(/?)(at)(?=[\s>/])", re.IGNORECASE)
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+
+
+def _escape_line(line: str) -> str:
+    """Escape ``<at`` outside inline code spans (inside them the markdown renders text as typed)."""
+    out, last = [], 0
+    for match in _INLINE_CODE.finditer(line):
+        out.append(_AT_TAG.sub(r"&lt;\1\2", line[last : match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_AT_TAG.sub(r"&lt;\1\2", line[last:]))
+    return "".join(out)
+
+
+def escape_mentions(text: str) -> str:
+    """Model text → card markdown that cannot @mention anyone.
+
+    JSON 2.0 card markdown accepts HTML entities, so ``&lt;at`` shows the characters ``<at`` instead of
+    pinging. Code blocks and inline code are left alone: Feishu shows their content literally, where
+    an entity would show up as ``&lt;``.
+    """
+    lines = text.split("\n")
+    fenced = False
+    for index, line in enumerate(lines):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines[index] = _escape_line(line)
+    return "\n".join(lines)
+
+
+def _card(text: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A JSON 2.0 card (``schema: "2.0"``) with one markdown element.
+
+    2.0 is what renders headings, quotes and tables in the markdown element (1.0 cards show them as
+    plain text), and the only schema CardKit accepts. ``update_multi`` makes it a shared card, the
+    only kind the PATCH endpoint and CardKit may update; 2.0 only allows ``true``.
+    """
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True, "width_mode": "fill", **config},
+        "body": {
+            "elements": [{"tag": "markdown", "element_id": ANSWER_ELEMENT, "content": escape_mentions(text)}]
+        },
+    }
+
 
 def card_content(text: str) -> str:
-    """An interactive card with one markdown element.
+    """The whole card as message ``content`` (send and PATCH).
 
-    ``update_multi`` makes it a shared card, the only kind the PATCH endpoint may update; it must be set
-    on the card as sent and on every update. ``ensure_ascii=False`` keeps CJK text at 3 bytes a character
-    instead of 6, which matters against the ~30 KB request-body cap.
+    ``ensure_ascii=False`` keeps CJK text at 3 bytes a character instead of 6, which matters against the
+    ~30 KB request-body cap.
     """
-    card = {
-        "config": {"update_multi": True, "wide_screen_mode": True},
-        "elements": [{"tag": "markdown", "content": text}],
-    }
-    return json.dumps(card, ensure_ascii=False)
+    return json.dumps(_card(text, {}), ensure_ascii=False)
+
+
+def streaming_card(text: str) -> str:
+    """The card JSON for a CardKit card entity in streaming mode, showing ``text`` first.
+
+    ``streaming_mode`` lets the element's content be replaced many times a second with Feishu typing
+    the new part out. No ``summary``: while streaming the chat list shows Feishu's own "generating"
+    text, and once streaming is closed the card's content — a fixed summary would stay there for good.
+    """
+    return json.dumps(_card(text, {"streaming_mode": True}), ensure_ascii=False)
+
+
+def closed_settings() -> str:
+    """The ``settings`` JSON string that ends streaming mode (the chat list then shows the answer)."""
+    return json.dumps({"config": {"streaming_mode": False}})
+
+
+def reopen_settings() -> str:
+    """Streaming mode on again, after Feishu closed it (it does, 10 minutes after it was opened)."""
+    return json.dumps({"config": {"streaming_mode": True}})
+
+
+def card_entity_content(card_id: str) -> str:
+    """Message ``content`` that sends a CardKit card entity (msg_type ``interactive``)."""
+    return json.dumps({"type": "card", "data": {"card_id": card_id}})
 
 
 def text_content(text: str) -> str:
@@ -142,4 +216,5 @@ def text_content(text: str) -> str:
 def card_text(content: str) -> str:
     """The markdown text inside a card built by :func:`card_content` (used by the test fake's views)."""
     value = _loads(content)
-    return "".join(str(e.get("content") or "") for e in value.get("elements") or [] if isinstance(e, dict))
+    elements = value.get("elements") or (value.get("body") or {}).get("elements") or []
+    return "".join(str(e.get("content") or "") for e in elements if isinstance(e, dict))

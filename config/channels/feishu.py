@@ -24,6 +24,9 @@ class FeishuConfig(ChannelSection):
     max_file_bytes: int = 30 * 1024 * 1024
     #: Spacing of reply calls per chat. A card accepts about 5 updates/s; 0.4 s leaves headroom.
     edit_interval_seconds: float = Field(0.4, ge=0, le=60)
+    #: Stream replies into a CardKit card entity (Feishu types the new text out; needs the
+    #: ``cardkit:card:write`` scope). False, or a refused scope, = one card patched in place per step.
+    native_streaming: bool = True
     #: Emoji reaction added to each accepted message (Feishu emoji_type, e.g. "OK"); empty = none.
     receipt_reaction: str = "OK"
 

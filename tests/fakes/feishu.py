@@ -17,6 +17,20 @@ Point the real lark-oapi SDK at it with ``domain=fake.url``. It speaks what the 
   retrying are listed in ``given_up``. ``push_event(..., redeliver=False)`` pushes once.
 * IM: messages create / reply / patch (cards must declare ``update_multi``; bodies over 30 KB refused),
   reactions, message resources (download), file and image upload.
+* CardKit, from the open-platform pages "创建卡片实体", "流式更新文本" and "更新卡片配置" (their request
+  fields, validation ranges and error tables): ``POST /open-apis/cardkit/v1/cards`` (``type`` must be
+  ``card_json``, ``data`` a JSON 2.0 card: 300303 otherwise, 300302 for ``update_multi: false``, 300301
+  for a duplicate ``element_id``, 300305 over 200 elements, 200860 over 30 KB, 200220 unparsable);
+  ``PUT …/cards/:card_id/elements/:element_id/content`` (``content`` 1–100,000 characters and ``sequence``
+  1–2147483647 required, else 10002; 300317 unless ``sequence`` is larger than the card's last; 300309
+  when streaming mode is off; 200850 once streaming has been on for ``streaming_timeout`` — Feishu's
+  10 minutes — which also switches it off; 300310 for an element that is not ``markdown``/``plain_text``;
+  200740 for an unknown card); ``PATCH …/cards/:card_id/settings`` (``settings`` JSON string and
+  ``sequence`` required; same sequence rule). A card entity is sent as ``interactive`` content
+  ``{"type": "card", "data": {"card_id": …}}``, once (the docs say "仅支持发送一次"; the code for a
+  second send is not on those pages, so the fake answers 230099 like other unusable card content).
+  While the message shows a card entity, each accepted content update is one more version in its
+  ``history``; ``streaming`` tells whether the chat list still shows it as being generated.
 
 Every request is recorded in ``requests``; ``fail_next(path_substring, status=…, code=…)`` injects failures;
 ``chat(chat_id)`` shows what the bot posted there, each message with its edit history.
@@ -27,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,6 +53,11 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from tests.fakes.server import ThreadedServer
 
 MAX_CARD_BODY = 30 * 1024
+#: CardKit: element text length, sequence range, components per card, streaming-mode lifetime.
+MAX_ELEMENT_CONTENT = 100_000
+MAX_SEQUENCE = 2_147_483_647
+MAX_CARD_ELEMENTS = 200
+STREAMING_TIMEOUT = 600.0
 #: Feishu counts an event as failed unless the client answers it (code 200) within 3 seconds.
 ACK_DEADLINE = 3.0
 #: Pause before each re-push of a failed event (Feishu documents 5 s, 5 min, 1 h and 6 h).
@@ -55,6 +75,22 @@ class LarkMessage:
     contents: list[str] = field(default_factory=list)  # raw ``content`` JSON per version
     reply_to: str | None = None
     reply_in_thread: bool = False
+    card: FakeCard | None = None  # the CardKit card entity this message shows, if any
+    card_id: str | None = None  # the entity it was sent as (kept after a PATCH replaced it)
+
+    @property
+    def streaming(self) -> bool:
+        """A card entity still in streaming mode: the chat list shows its "generating" summary."""
+        return self.card is not None and self.card.streaming
+
+    @property
+    def mentions(self) -> list[str]:
+        """Who the shown card @mentions: ``<at id=…>`` tags left in its markdown (Feishu pings them)."""
+        if not self.contents or self.msg_type != "interactive":
+            return []
+        # Code blocks and inline code show their text as typed; only the rest is parsed for tags.
+        markdown = re.sub(r"```.*?```|`[^`\n]*`", "", markdown_of(self.contents[-1]), flags=re.DOTALL)
+        return [m.group(1) for m in AT_TAG.finditer(markdown)]
 
     @property
     def history(self) -> list[str]:
@@ -69,6 +105,36 @@ class LarkMessage:
         return len(self.contents) - 1
 
 
+AT_TAG = re.compile(r"<at\s+(?:id|user_id|email)=['\"]?([^'\" >]+)", re.IGNORECASE)
+
+
+@dataclass(slots=True)
+class FakeCard:
+    """A CardKit card entity: its card JSON (kept current) and its streaming state."""
+
+    card_id: str
+    data: dict[str, Any]
+    streaming: bool
+    opened_at: float
+    sequence: int = 0
+    message_id: str | None = None
+
+    def elements(self) -> list[dict[str, Any]]:
+        return [e for e in (self.data.get("body") or {}).get("elements") or [] if isinstance(e, dict)]
+
+    def snapshot(self) -> str:
+        return json.dumps(self.data, ensure_ascii=False)
+
+
+def markdown_of(content: str) -> str:
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return ""
+    elements = value.get("elements") or (value.get("body") or {}).get("elements") or []
+    return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+
+
 def render(msg_type: str, content: str) -> str:
     """What a user reads in a message: the card's markdown, the text, or a file/image placeholder."""
     try:
@@ -80,7 +146,8 @@ def render(msg_type: str, content: str) -> str:
         parts = []
         for element in elements:
             if element.get("tag") == "markdown":
-                parts.append(str(element.get("content", "")))
+                # Card markdown shows an escaped "<" as the character itself.
+                parts.append(str(element.get("content", "")).replace("&lt;", "<").replace("&#60;", "<"))
             elif element.get("tag") == "div":
                 parts.append(str((element.get("text") or {}).get("content", "")))
         return "\n".join(parts)
@@ -103,6 +170,10 @@ class _Failure:
     times: int
 
 
+def _error(code: int, msg: str, status: int = 400) -> web.Response:
+    return web.json_response({"code": code, "msg": msg}, status=status)
+
+
 class FakeLark(ThreadedServer):
     def __init__(
         self,
@@ -115,8 +186,11 @@ class FakeLark(ThreadedServer):
         token_expire: int = 7200,
         ack_deadline: float = ACK_DEADLINE,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
+        streaming_timeout: float = STREAMING_TIMEOUT,
     ) -> None:
         super().__init__()
+        self.streaming_timeout = streaming_timeout
+        self.cards: dict[str, FakeCard] = {}
         self.ack_deadline = ack_deadline
         self.retry_delays = retry_delays
         self.given_up: list[str] = []  # event ids never answered with 200, retries exhausted
@@ -163,6 +237,9 @@ class FakeLark(ThreadedServer):
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
         r.add_post("/open-apis/im/v1/files", self._upload_file)
         r.add_post("/open-apis/im/v1/images", self._upload_image)
+        r.add_post("/open-apis/cardkit/v1/cards", self._create_card)
+        r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)
+        r.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -590,14 +667,27 @@ class FakeLark(ThreadedServer):
     # --- IM API ----------------------------------------------------------------------------------------
     def _new_message(self, chat_id: str, body: dict[str, Any], reply_to: str | None = None) -> web.Response:
         msg_type, content = str(body.get("msg_type") or ""), str(body.get("content") or "")
-        problem = self._check_content(msg_type, content)
+        card = self._card_reference(msg_type, content)
+        if isinstance(card, web.Response):
+            return card
+        problem = None if card is not None else self._check_content(msg_type, content)
         if problem is not None:
             return problem
         message_id = f"om_bot{next(self._ids):06d}"
+        shown = card.snapshot() if card is not None else content
         message = LarkMessage(
-            message_id, chat_id, msg_type, [content], reply_to, bool(body.get("reply_in_thread"))
+            message_id,
+            chat_id,
+            msg_type,
+            [shown],
+            reply_to,
+            bool(body.get("reply_in_thread")),
+            card,
+            card.card_id if card is not None else None,
         )
         with self._lock:
+            if card is not None:
+                card.message_id = message_id
             self.messages[message_id] = message
         return web.json_response(
             {
@@ -618,6 +708,24 @@ class FakeLark(ThreadedServer):
                 },
             }
         )
+
+    def _card_reference(self, msg_type: str, content: str) -> FakeCard | web.Response | None:
+        """The card entity an ``interactive`` message names (``{"type": "card", …}``), or None for card JSON."""
+        if msg_type != "interactive":
+            return None
+        try:
+            value = json.loads(content)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or value.get("type") != "card":
+            return None
+        card_id = str((value.get("data") or {}).get("card_id") or "")
+        card = self.cards.get(card_id)
+        if card is None:
+            return _error(230099, f"Failed to create card content: card entity {card_id!r} not found")
+        if card.message_id is not None:
+            return _error(230099, "Failed to create card content: a card entity can only be sent once")
+        return card
 
     def _check_content(self, msg_type: str, content: str) -> web.Response | None:
         try:
@@ -668,6 +776,120 @@ class FakeLark(ThreadedServer):
             return problem
         with self._lock:
             message.contents.append(content)
+            message.card = None  # the message now shows this card JSON, no longer the entity
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    # --- CardKit ------------------------------------------------------------------------------------
+    def _check_card_json(self, data: Any) -> dict[str, Any] | web.Response:
+        if not isinstance(data, str) or not data:
+            return _error(300307, "The card DSL is empty")
+        if len(data.encode()) > MAX_CARD_BODY:
+            return _error(200860, "Card content exceeds limit.")
+        try:
+            card = json.loads(data)
+        except ValueError:
+            return _error(200220, "Failed to generate card content")
+        if not isinstance(card, dict):
+            return _error(200220, "Failed to generate card content")
+        if card.get("schema") != "2.0":
+            return _error(300303, "Only schema 2.0 is supported")
+        if (card.get("config") or {}).get("update_multi") is False:
+            return _error(300302, "update_multi property is false")
+        elements = (card.get("body") or {}).get("elements") or []
+        if len(elements) > MAX_CARD_ELEMENTS:
+            return _error(300305, "The number of card components exceeds 200")
+        ids = [e.get("element_id") for e in elements if isinstance(e, dict) and e.get("element_id")]
+        if len(ids) != len(set(ids)):
+            return _error(300301, "Duplicate element_id in card component.")
+        for element_id in ids:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,19}", str(element_id)):
+                return _error(10002, f"invalid element_id {element_id!r}")
+        return card
+
+    async def _create_card(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("type") != "card_json":
+            return _error(10002, "type must be card_json (templates are not served by this fake)")
+        card = self._check_card_json(body.get("data"))
+        if isinstance(card, web.Response):
+            return card
+        card_id = f"7{next(self._ids):018d}"
+        streaming = bool((card.get("config") or {}).get("streaming_mode"))
+        with self._lock:
+            self.cards[card_id] = FakeCard(card_id, card, streaming, time.time())
+        return web.json_response({"code": 0, "msg": "success", "data": {"card_id": card_id}})
+
+    def _take_sequence(self, card: FakeCard, body: dict[str, Any]) -> web.Response | None:
+        sequence = body.get("sequence")
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or not 1 <= sequence <= MAX_SEQUENCE:
+            return _error(10002, "sequence is required: a positive int32")
+        if sequence <= card.sequence:
+            return _error(
+                300317, "The sequence number for operating on the card did not increment consecutively"
+            )
+        card.sequence = sequence
+        return None
+
+    def _publish(self, card: FakeCard) -> None:
+        """The card changed: the message showing it (if sent) shows one more version."""
+        message = self.messages.get(card.message_id or "")
+        if message is not None and message.card is card:
+            message.contents.append(card.snapshot())
+
+    async def _card_content(self, request: web.Request) -> web.Response:
+        card = self.cards.get(request.match_info["card_id"])
+        if card is None:
+            return _error(200740, "The card entity does not exist")
+        body = await request.json()
+        content = body.get("content")
+        if not isinstance(content, str) or not 1 <= len(content) <= MAX_ELEMENT_CONTENT:
+            return _error(10002, "content is required: 1 to 100000 characters")
+        with self._lock:
+            if card.streaming and time.time() - card.opened_at > self.streaming_timeout:
+                card.streaming = False
+                return _error(200850, "Card streaming timeout")
+            if not card.streaming:
+                return _error(300309, "Card streaming closed")
+            element = next(
+                (e for e in card.elements() if e.get("element_id") == request.match_info["element_id"]), None
+            )
+            if element is None:
+                return _error(300313, "Failed to update element properties: no such element_id")
+            if element.get("tag") not in ("markdown", "plain_text"):
+                return _error(300310, "Only update text")
+            problem = self._take_sequence(card, body)
+            if problem is not None:
+                return problem
+            element["content"] = content
+            self._publish(card)
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _card_settings(self, request: web.Request) -> web.Response:
+        card = self.cards.get(request.match_info["card_id"])
+        if card is None:
+            return _error(200740, "The card entity does not exist")
+        body = await request.json()
+        raw = body.get("settings")
+        try:
+            settings = (
+                json.loads(raw) if isinstance(raw, str) and 1 <= len(raw) <= MAX_ELEMENT_CONTENT else None
+            )
+        except ValueError:
+            settings = None
+        if not isinstance(settings, dict):
+            return _error(10002, "settings is required: a JSON string with config and/or card_link")
+        config = settings.get("config") or {}
+        if config.get("update_multi") is False:
+            return _error(300302, "update_multi property is false")
+        with self._lock:
+            problem = self._take_sequence(card, body)
+            if problem is not None:
+                return problem
+            card.data.setdefault("config", {}).update(config)
+            if "streaming_mode" in config:
+                if config["streaming_mode"] and not card.streaming:
+                    card.opened_at = time.time()
+                card.streaming = bool(config["streaming_mode"])
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _reaction(self, request: web.Request) -> web.Response:

@@ -94,30 +94,39 @@ async def test_connect_works_in_a_group_with_at_bot(bot):
     await bot.lark.wait_for_text(GROUP, "invalid or expired")
 
 
-async def test_a_429_on_an_intermediate_patch_is_skipped_and_later_patches_and_the_final_text_land(bot, llm):
-    words = " ".join(f"word{i}" for i in range(40))
-    llm.script(Reply(text=words, chunk_size=6, delay=0.03))
-    bot.lark.fail_next("/open-apis/im/v1/messages/om_bot", method="PATCH", status=429, retry_after=0.3)
-    bot.lark.send_message_event(P2P, "p2p", ALICE, "count for me")
-    card = await bot.lark.wait_for_text(P2P, "word39")
-    await bot.harness.idle()
-    assert card.text == words
-    patches = bot.lark.calls("PATCH", "/open-apis/im/v1/messages/")
-    limited = [i for i, p in enumerate(patches) if p.get("injected") == 429]
-    assert len(limited) == 1
-    assert any(not p.get("injected") for p in patches[limited[0] + 1 :])
-    assert len(bot.lark.chat(P2P)) == 1
+# The two PATCH scenarios pin the edit path (native_streaming off); test_feishu_cardkit.py covers CardKit.
+async def test_a_429_on_an_intermediate_patch_is_skipped_and_later_patches_and_the_final_text_land(
+    tmp_path, llm, lark
+):
+    async with running_bot(tmp_path, llm, lark, native_streaming=False) as bot:
+        words = " ".join(f"word{i}" for i in range(40))
+        llm.script(Reply(text=words, chunk_size=6, delay=0.03))
+        bot.lark.fail_next("/open-apis/im/v1/messages/om_bot", method="PATCH", status=429, retry_after=0.3)
+        bot.lark.send_message_event(P2P, "p2p", ALICE, "count for me")
+        card = await bot.lark.wait_for_text(P2P, "word39")
+        await bot.harness.idle()
+        assert card.text == words
+        patches = bot.lark.calls("PATCH", "/open-apis/im/v1/messages/")
+        limited = [i for i, p in enumerate(patches) if p.get("injected") == 429]
+        assert len(limited) == 1
+        assert any(not p.get("injected") for p in patches[limited[0] + 1 :])
+        assert len(bot.lark.chat(P2P)) == 1
 
 
-async def test_when_the_card_cannot_be_patched_the_final_text_arrives_as_a_plain_text_message(bot, llm):
-    llm.script(Reply(text="The answer is forty-two.", chunk_size=4, delay=0.02))
-    bot.lark.fail_next("/open-apis/im/v1/messages/om_bot", method="PATCH", status=400, code=230011, times=50)
-    bot.lark.send_message_event(P2P, "p2p", ALICE, "the question")
-    await bot.lark.wait_for(lambda f: any(m.msg_type == "text" for m in f.chat(P2P)))
-    await bot.harness.idle()
-    bot.lark.clear_failures()
-    [text_message] = [m for m in bot.lark.chat(P2P) if m.msg_type == "text"]
-    assert text_message.text == "The answer is forty-two."
+async def test_when_the_card_cannot_be_patched_the_final_text_arrives_as_a_plain_text_message(
+    tmp_path, llm, lark
+):
+    async with running_bot(tmp_path, llm, lark, native_streaming=False) as bot:
+        llm.script(Reply(text="The answer is forty-two.", chunk_size=4, delay=0.02))
+        bot.lark.fail_next(
+            "/open-apis/im/v1/messages/om_bot", method="PATCH", status=400, code=230011, times=50
+        )
+        bot.lark.send_message_event(P2P, "p2p", ALICE, "the question")
+        await bot.lark.wait_for(lambda f: any(m.msg_type == "text" for m in f.chat(P2P)))
+        await bot.harness.idle()
+        bot.lark.clear_failures()
+        [text_message] = [m for m in bot.lark.chat(P2P) if m.msg_type == "text"]
+        assert text_message.text == "The answer is forty-two."
 
 
 async def test_a_long_answer_is_split_into_several_cards_without_breaking_a_code_fence(bot, llm):

@@ -1,0 +1,101 @@
+"""Feishu's native live reply: a CardKit card entity in streaming mode.
+
+Why: the edit path replaces the whole card with ``PATCH /im/v1/messages/:id`` for every step, and Feishu
+shows each version as a jump. A card entity in *streaming mode* takes just the element's new text
+(``PUT …/elements/:element_id/content``) and types out the part that extends what it showed before —
+the typewriter effect Feishu built for AI answers. The sequence, per reply:
+
+1. ``POST /cardkit/v1/cards`` — the card entity (JSON 2.0, ``streaming_mode: true``) with the placeholder;
+2. reply to the user's message with ``{"type": "card", "data": {"card_id": …}}`` (an entity is sent once);
+3. ``PUT …/elements/answer/content`` with the whole text so far, each call with a larger ``sequence``;
+4. at the end the final text, then ``PATCH …/settings`` with ``streaming_mode: false`` so the chat list
+   shows the answer instead of the "generating" summary (refused: the whole card is patched instead).
+
+Feishu ends streaming mode by itself 10 minutes after it was switched on; a long answer that meets that
+(``200850``/``300309``) switches it on again once and carries on. Any other refusal raises, and the reply
+stream continues on the edit path — patching the whole card of the message already sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from channels.errors import ChannelError, Forbidden, RetryAfter
+from channels.feishu_api import LarkApi, StreamingClosed
+from channels.feishu_content import (
+    ANSWER_ELEMENT,
+    card_content,
+    card_entity_content,
+    closed_settings,
+    escape_mentions,
+    reopen_settings,
+    streaming_card,
+)
+from channels.reply import NativeStream
+
+if TYPE_CHECKING:
+    from channels.feishu import FeishuTransport
+
+log = logging.getLogger(__name__)
+
+
+class CardKitStream(NativeStream):
+    """One reply streamed into one CardKit card entity (see the module docstring for the calls)."""
+
+    def __init__(self, transport: FeishuTransport, api: LarkApi) -> None:
+        self.transport = transport
+        self.api = api
+        self.card_id: str | None = None
+        self.message_id: str | None = None
+        self.sequence = 0  # the last one used on this card; Feishu wants each call's strictly larger
+        self.shown = ""
+
+    def _next(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    async def begin(self, placeholder: str) -> str | None:
+        try:
+            self.card_id = await self.api.create_card(streaming_card(placeholder))
+        except Forbidden:
+            # No cardkit:card:write scope (or CardKit off for the tenant): this will not change by the
+            # next reply, so the channel stops asking and goes straight to the edit path.
+            self.transport.refuse_native()
+            raise
+        self.message_id = await self.transport.post_card_entity(card_entity_content(self.card_id))
+        self.shown = placeholder
+        return self.message_id
+
+    async def show(self, text: str) -> None:
+        if text == self.shown:
+            return
+        await self._stream(text)
+        self.shown = text
+
+    async def _stream(self, text: str) -> None:
+        assert self.card_id is not None
+        content = escape_mentions(text)
+        try:
+            await self.api.stream_text(self.card_id, ANSWER_ELEMENT, content, self._next())
+        except StreamingClosed:
+            log.info("feishu closed the card's streaming mode; switching it on again")
+            await self.api.card_settings(self.card_id, reopen_settings(), self._next())
+            await self.api.stream_text(self.card_id, ANSWER_ELEMENT, content, self._next())
+
+    async def close(self, text: str) -> str | None:
+        assert self.card_id is not None
+        if text != self.shown:
+            await self._stream(text)
+            self.shown = text
+        try:
+            await self.api.card_settings(self.card_id, closed_settings(), self._next())
+        except RetryAfter:
+            raise  # the reply stream waits and calls close again
+        except ChannelError as exc:
+            # The text is already shown, but a card left in streaming mode reads "generating" in the
+            # chat list until Feishu's timeout: replace it with the same text as a plain card instead.
+            log.info("closing the card's streaming mode was refused (%s); patching the whole card", exc)
+            assert self.message_id is not None
+            await self.api.patch(self.message_id, card_content(text))
+        return self.message_id
