@@ -30,6 +30,24 @@ class TaskScheduler(Protocol):
     async def cancel(self, schedule_id: str) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """A person's answer to an approval request; ``note`` is the sentence the model gets."""
+
+    approved: bool
+    note: str
+
+
+class ApprovalGate(Protocol):
+    """Asks the person in this turn's chat to approve one command, and waits for the answer.
+
+    The bot binds one to each turn. It never raises for a refusal: a denial, a timeout or a restart is
+    an :class:`ApprovalDecision` with ``approved=False`` and a sentence saying which.
+    """
+
+    async def approve(self, command: str, reason: str) -> ApprovalDecision: ...
+
+
 @dataclass(slots=True)
 class TurnRequest:
     """One turn of a thread.
@@ -51,6 +69,8 @@ class TurnRequest:
     skill: str | None = None
     #: Scheduled tasks in this turn's chat, as this turn's person (None: the tools say "not available").
     scheduler: TaskScheduler | None = None
+    #: Where risky commands are approved (None: nobody can be asked, so risky commands do not run).
+    approvals: ApprovalGate | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import ValidationError
 
 from agent import context as ctxfit
+from agent.approval import RiskPolicy
 from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import AgentEvent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.goals import NOTHING_TO_ADD, GoalKeeper, GoalStore
@@ -184,6 +185,7 @@ class AgentRuntime:
         self.extra_tools: dict[str, ToolSpec] = {}
         self.web = WebFetcher(settings.web) if settings.web.fetch else None
         self.search = WebSearcher(settings.web) if settings.web.search_url else None
+        self.risk = RiskPolicy(settings.sandbox.approval, settings.sandbox.risky_patterns)
         off = {"load_skill"}  # offered once start() has found skills
         off |= {"web_fetch"} if self.web is None else set()
         off |= {"web_search"} if self.search is None else set()
@@ -685,6 +687,8 @@ class AgentRuntime:
                 search=self.search,
                 skills=self.skills,
                 scheduler=request.scheduler,
+                risk=self.risk,
+                approvals=request.approvals,
             ),
         )
         key = uuid.uuid4().hex

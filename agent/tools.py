@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.events import TaskScheduler
+from agent.approval import RiskPolicy
+from agent.events import ApprovalGate, TaskScheduler
 from agent.mcp_tools import McpCallFailed, McpHub, McpTool
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
@@ -41,6 +42,8 @@ class ToolContext:
     search: WebSearcher | None = None
     skills: Mapping[str, Skill] = field(default_factory=dict)
     scheduler: TaskScheduler | None = None
+    risk: RiskPolicy = field(default_factory=RiskPolicy)
+    approvals: ApprovalGate | None = None
 
 
 class BashArgs(BaseModel):
@@ -153,6 +156,17 @@ def short(text: str, limit: int = SUMMARY_CHARS) -> str:
 
 # --- handlers --------------------------------------------------------------------------------------
 async def run_bash(ctx: ToolContext, args: BashArgs) -> str:
+    reason = ctx.risk.reason(args.command)
+    if reason is not None:
+        if ctx.approvals is None:
+            return (
+                f"[not run] This command needs a person's approval ({reason}) and nobody can be asked "
+                "in this run. Tell the user what you wanted to run and why."
+            )
+        # The person sees the command as the model wrote it, with any known secret masked.
+        decision = await ctx.approvals.approve(ctx.masker(args.command), reason)
+        if not decision.approved:
+            return f"[not run] {decision.note}"
     result = await ctx.sandbox.run(
         args.command, secrets=ctx.secrets, time_limit=ctx.command_timeout, max_output=ctx.max_output
     )
@@ -295,7 +309,9 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec(
             "bash",
             f"Run a bash command in {VIRTUAL_ROOT}/workspace (stdin is empty; there is a timeout and the "
-            "output is cut when long). Returns the exit code and combined stdout/stderr.",
+            "output is cut when long). Returns the exit code and combined stdout/stderr. Commands that "
+            "delete, push, install or send data may first wait for the user's approval in chat; a "
+            "result starting with [not run] says why the command did not run.",
             BashArgs,
             run_bash,
             lambda a, m: f"running `{short(m(a.command), SUMMARY_CHARS - 10)}`",

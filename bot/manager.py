@@ -21,6 +21,7 @@ from agent.errors import describe_error
 from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics
+from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
@@ -157,6 +158,8 @@ class ChannelManager:
         self.connections = connections
         #: Where ``/schedule`` keeps scheduled tasks; None when the service runs without them.
         self.schedules = schedules
+        #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
+        self.approvals: ApprovalDesk | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
@@ -564,6 +567,11 @@ class ChannelManager:
             skill=turn.skill,
             scheduler=(
                 ScheduleDesk(self.schedules, turn.message, turn.identity.owner) if self.schedules else None
+            ),
+            approvals=(
+                ChatApproval(self.approvals, turn.message, turn.conversation.thread_id)
+                if self.approvals
+                else None
             ),
         )
 

@@ -23,9 +23,11 @@ from sqlalchemy import MetaData
 
 from agent.events import Agent
 from agent.runtime import AgentRuntime
+from bot import approvals as approvals_module
 from bot import inbox as inbox_module
 from bot import migrations
 from bot import threads as threads_module
+from bot.approvals import ApprovalDesk
 from bot.bus import MessageBus
 from bot.db import Database
 from bot.features import Feature, Foundation, Running
@@ -94,7 +96,12 @@ class Service:
         return Path(self.settings.data_dir)
 
     def tables(self) -> list[MetaData]:
-        metadatas = [inbox_module.metadata, threads_module.metadata, migrations.metadata]
+        metadatas = [
+            inbox_module.metadata,
+            threads_module.metadata,
+            approvals_module.metadata,
+            migrations.metadata,
+        ]
         for feature in self.features:
             metadatas.extend(feature.tables())
         return metadatas
@@ -149,6 +156,10 @@ class Service:
             connections=self.connections.store,
             schedules=self.schedules.book,
         )
+        if self.settings.sandbox.approval != "never":  # risky commands wait for /approve in their chat
+            self.manager.approvals = ApprovalDesk(
+                self.db, self.manager.send_notice, timeout=self.settings.sandbox.approval_timeout_seconds
+            )
         running = Running(agent=self.agent, manager=self.manager, channels=self.channels)
         for feature in self.features:
             await feature.start(running)
@@ -157,6 +168,8 @@ class Service:
         self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
         for provider, channel in self.channels.items():
             await self._start_channel(provider, channel)
+        if self.manager.approvals is not None:  # nothing approved for a previous process runs now
+            await self.manager.approvals.expire_leftovers()
         self.started_at = time.time()
 
     async def _poll_retries(self) -> None:

@@ -6,9 +6,10 @@ Defaults are the embedded, single-instance set-up (SQLite under ``./data``, no a
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from config.base import ChannelSection, Section, from_env
 from config.channels.dingtalk import DingTalkConfig
@@ -82,6 +83,24 @@ class SandboxConfig(Section):
     command_timeout_seconds: float = Field(600, gt=0)
     max_output_chars: int = Field(20_000, gt=0)
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    #: Which ``bash`` commands wait for a person's approval in chat: none, the risky ones, or all.
+    approval: Literal["never", "risky", "always"] = "risky"
+    #: How long a command waits for Approve/Deny before it is refused (and the model is told).
+    approval_timeout_seconds: float = Field(300, gt=0, le=86_400)
+    #: Regular expressions (Python syntax, searched case-insensitively) that make a command risky.
+    #: Empty: the built-in list in ``agent/approval.py`` (deletions, pushes, piping downloads into a
+    #: shell, package installs, network writes, privilege changes).
+    risky_patterns: list[str] = Field(default_factory=list)
+
+    @field_validator("risky_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+        return patterns
 
 
 class WebConfig(Section):

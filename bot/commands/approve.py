@@ -1,0 +1,30 @@
+"""``/approve ID`` and ``/deny ID``: answer a risky command's approval request (bot/approvals.py)."""
+
+from __future__ import annotations
+
+from bot.commands.base import Command, CommandContext
+
+
+async def _decide(ctx: CommandContext, *, approve: bool) -> None:
+    desk = ctx.manager.approvals
+    if desk is None:
+        await ctx.reply("Commands need no approval on this bot.")
+        return
+    if not ctx.args:
+        await ctx.reply(f"Usage: /{'approve' if approve else 'deny'} ID (the id in the approval request).")
+        return
+    verdict = await desk.decide(ctx.args.split()[0], ctx.message, approve=approve)
+    await ctx.reply(verdict.text)
+
+
+async def approve(ctx: CommandContext) -> None:
+    await _decide(ctx, approve=True)
+
+
+async def deny(ctx: CommandContext) -> None:
+    await _decide(ctx, approve=False)
+
+
+COMMAND = Command(
+    name="approve", usage="ID", help="run a command the bot asked approval for", handler=approve
+)

@@ -1,0 +1,144 @@
+"""Risky commands wait for the asker's approval in chat (``sandbox.approval``, bot/approvals.py).
+
+The model asks to delete a directory in its workspace; the test plays the person in the chat. What the
+person would notice: the approval request shows the exact command; Approve runs it (the directory is
+gone), Deny and silence don't (it is still there); the model is told which; somebody else in the group
+cannot decide; a decision sent twice acts once; a restart never runs a command approved before it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from channels.memory import MemoryChannel
+from tests.agent.helpers import agent_settings, all_tool_results, tool_results
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.harness import Harness
+
+RISKY = "rm -rf /mnt/user-data/workspace/build"
+ASKED = re.compile(r"/approve ([A-Z2-9]{6})")
+
+
+def settings_for(tmp_path: Path, llm: FakeOpenAI, **sandbox: object):  # type: ignore[no-untyped-def]
+    return agent_settings(tmp_path, llm, sandbox={"mode": "host", **sandbox})
+
+
+async def start_risky_turn(
+    h: Harness, llm: FakeOpenAI, *, finish: bool = True, **say: object
+) -> tuple[str, Path]:
+    """The model wants to run RISKY in a workspace that has a build/ directory; returns (id, workspace).
+
+    ``finish``: the model's answer after the command is scripted too (not when the turn is cut off).
+    """
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+        *([Reply(text="done with the build directory")] if finish else []),
+    )
+    await h.chat.say("clean up the build", **say)  # type: ignore[arg-type]
+    chat = str(say.get("chat", "chat-1"))
+    request = await h.chat.wait_for_text("🔐 Approval needed", chat=chat, timeout=30)
+    assert RISKY in request.text and "deletes files" in request.text
+    match = ASKED.search(request.text)
+    assert match is not None, request.text
+    [workspace] = Path(h.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+    return match.group(1), workspace
+
+
+async def test_approve_runs_the_command_and_the_model_goes_on(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm)
+        assert (workspace / "build" / "out").exists()  # waiting: nothing ran yet
+        await h.chat.say(f"/approve {approval_id}")
+        await h.chat.wait_for_text("done with the build directory", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()
+        assert any(m.text.startswith(f"✅ Approved {approval_id}") for m in h.chat.in_chat())
+        # The model was told the command ran (the last tool result it saw, not a "[not run]").
+        assert tool_results(llm.completions[-1])[-1].startswith("[exit code 0]")
+
+
+async def test_deny_keeps_the_files_and_the_model_is_told(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm)
+        await h.chat.say(f"/deny {approval_id}")
+        await h.chat.wait_for_text("done with the build directory", timeout=30)
+        await h.idle()
+        assert (workspace / "build" / "out").exists()
+        assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
+        # Sent again (a redelivery, a second click): nothing changes, and the person is told so.
+        await h.chat.say(f"/deny {approval_id}")
+        await h.idle()
+        assert h.chat.in_chat()[-1].text == f"Approval {approval_id} is denied; nothing changed."
+
+
+async def test_no_answer_within_the_timeout_means_not_run(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm, approval_timeout_seconds=1)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm)
+        await h.chat.wait_for_text(f"⌛ Approval {approval_id} expired", timeout=30)
+        await h.chat.wait_for_text("done with the build directory", timeout=30)
+        await h.idle()
+        assert (workspace / "build" / "out").exists()
+        assert any("[not run] Nobody approved the command within 1 s" in r for r in all_tool_results(llm))
+        await h.chat.say(f"/approve {approval_id}")  # too late: nothing runs
+        await h.idle()
+        assert h.chat.in_chat()[-1].text == f"Approval {approval_id} is expired; nothing changed."
+        assert (workspace / "build" / "out").exists()
+
+
+async def test_in_a_group_only_the_person_who_asked_can_approve(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        group = {"chat": "team", "private": False, "mentioned": True}
+        approval_id, workspace = await start_risky_turn(h, llm, **group)
+        await h.chat.say(f"/approve {approval_id}", sender="user-2", sender_name="mallory", **group)
+        refusal = await h.chat.wait_for_text("Sorry, only user-1 can decide", chat="team")
+        assert approval_id in refusal.text
+        assert (workspace / "build" / "out").exists()
+        await h.chat.say(f"/approve {approval_id}", **group)
+        await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()
+
+
+async def test_ordinary_commands_run_without_asking_and_never_means_never(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm, approval="never")) as h:
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && rm -rf build && echo gone"})]),
+            Reply(text="cleaned"),
+        )
+        assert "cleaned" in await h.ask("clean up")
+        assert not any("Approval" in m.text for m in h.chat.in_chat())
+        assert "gone" in all_tool_results(llm)[0]
+
+
+@pytest.mark.slow
+async def test_a_restart_with_an_approval_pending_runs_nothing_without_a_fresh_approval(tmp_path, llm):
+    settings = settings_for(tmp_path, llm)
+    chat = MemoryChannel("memory")  # the same platform across the restart
+    first = Harness(settings, channels={"memory": chat})
+    await first.start()
+    old_id, workspace = await start_risky_turn(first, llm, finish=False)
+    await first.stop(grace=0.5)  # the turn is cut off while it waits; its message stays unfinished
+    await chat.wait_for_text(f"⌛ Approval {old_id} withdrawn")
+
+    # After the restart the interrupted turn runs again: the model asks for the same command anew.
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]), Reply(text="second try done"))
+    async with Harness.running(settings, channels={"memory": chat}) as second:
+        await second.chat.say(f"/approve {old_id}")  # the old request is dead
+        await second.chat.wait_for_text(f"Approval {old_id} is cancelled; nothing changed.")
+        assert (workspace / "build" / "out").exists()
+        await second.chat.wait_for(
+            lambda ch: any("🔐 Approval needed" in m.text and old_id not in m.text for m in ch.in_chat()),
+            timeout=30,
+        )
+        [request] = [
+            m for m in second.chat.in_chat() if "🔐 Approval needed" in m.text and old_id not in m.text
+        ]
+        new_match = ASKED.search(request.text)
+        assert new_match is not None
+        await second.chat.say(f"/approve {new_match.group(1)}")
+        await second.chat.wait_for_text("second try done", timeout=30)
+        assert not (workspace / "build").exists()
