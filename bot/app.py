@@ -6,9 +6,10 @@ internet access, and the schema declares a bearer scheme so "Authorize" → "Try
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -61,6 +62,7 @@ def log_startup_summary(service: Service, config_source: str | None) -> None:
         "data_dir": str(service.data_dir.resolve()),
         "sandbox": settings.sandbox.mode,
         "auth": settings.auth.mode,
+        "agent": service.agent_state,
         "channels": ", ".join(f"{n}={s}" for n, s in channels.items()) or "none",
         "listen": listen,
         "public_url": settings.server.public_url,
@@ -106,18 +108,43 @@ def create_app(
     *,
     service: Service | None = None,
     config_source: str | None = None,
+    on_agent_failed: Callable[[BaseException], None] | None = None,
     **service_kwargs: Any,
 ) -> FastAPI:
+    """The app; its lifespan starts the service.
+
+    With ``on_agent_failed`` (what ``switchboard serve`` passes), HTTP is served as soon as storage,
+    channels and webhooks are up, and the agent is built in the background: ``/health`` says
+    ``"agent": "starting"`` until it is ready, and a build failure is handed to the callback (serve
+    exits with it). Without it the lifespan waits for the whole start, as tests and embedders expect.
+    """
     service = service or Service(settings, **service_kwargs)
+
+    async def watch_agent(report: Callable[[BaseException], None]) -> None:
+        try:
+            await service.agent_ready()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            report(exc)
+            return
+        tune_gc()  # once the agent's long-lived objects exist too (bot/gc_tuning.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await service.start()
+        watcher: asyncio.Task[None] | None = None
+        if on_agent_failed is None:
+            await service.start()
+            tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
+        else:
+            await service.open()
+            watcher = asyncio.create_task(watch_agent(on_agent_failed), name="agent-watch")
         log_startup_summary(service, config_source)
-        tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
         try:
             yield
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await service.stop()
 
     app = FastAPI(title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
