@@ -41,7 +41,7 @@ app = FastAPI()
 
 @app.get("/health")
 async def health():
-    return {"status": "ok"}
+    return {{"status": "ok"}}
 
 
 uvicorn.run(app, host="127.0.0.1", port={port}, log_config=None, access_log=False)
@@ -103,7 +103,7 @@ def measure(
             now = time.perf_counter() - started
             if body is not None and first is None:
                 first = now
-            if body is not None and (not wait_agent or body.get("agent") == "ready"):
+            if body is not None and (not wait_agent or body.get("agent", "ready") == "ready"):
                 ready = now if wait_agent else None
                 break
             time.sleep(0.01)

@@ -149,6 +149,11 @@ def create_app(
 
     app = FastAPI(title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    # Features' routers first, GitHub's webhook before the others: Starlette tries routes in order, and
+    # a burst of deliveries is the busiest path this app serves (bench/webhooks.py).
+    for feature in sorted(service.features, key=lambda f: f is not service.github):
+        for router in feature.routers():
+            app.include_router(router)
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
     @app.get("/health", tags=["service"], summary="Service, database and channel health")
@@ -156,15 +161,23 @@ def create_app(
         body = await service.health()
         return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
 
-    @app.get("/ready", tags=["service"], summary="Ready for traffic: database reachable, channels started")
+    @app.get("/ready", tags=["service"], summary="Ready: database reachable, channels started, agent ready")
     async def ready() -> JSONResponse:
         # Liveness (/health) answers as soon as the process serves HTTP; a load balancer or rolling
         # upgrade should wait for this instead, which is 503 until start-up has brought channels up.
+        # Under `serve` the agent is built after HTTP is up: ready also means it answers messages.
         started = service.started_at is not None
         db_ok = await service.db.ping() if started else False
-        if started and db_ok:
+        if started and db_ok and service.agent_state == "ready":
             return JSONResponse({"ready": True})
-        reason = "starting: channels not started yet" if not started else "database unreachable"
+        if not started:
+            reason = "starting: channels not started yet"
+        elif service.agent_state == "starting":
+            reason = "starting: the agent is not ready yet"
+        elif service.agent_state == "failed":
+            reason = "the agent could not be started"
+        else:
+            reason = "database unreachable"
         return JSONResponse({"ready": False, "reason": reason}, status_code=503)
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=Response)
@@ -198,8 +211,4 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-    for feature in service.features:
-        for router in feature.routers():
-            app.include_router(router)
     return app

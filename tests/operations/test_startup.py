@@ -141,6 +141,9 @@ async def test_a_comment_sent_while_the_agent_starts_is_stored_and_answered_once
         body = health.json()
         assert body["agent"] == "starting" and body["database"] == "ok"
         assert body["channels"]["github"]["state"] == "connected"
+        not_ready = await client.get("/ready")  # a load balancer keeps sending to the old instance
+        assert not_ready.status_code == 503
+        assert not_ready.json()["reason"] == "starting: the agent is not ready yet"
 
         data = json.dumps(comment_payload(f"@{BOT} what does the failing test say?")).encode()
         delivery = await client.post(
@@ -162,6 +165,7 @@ async def test_a_comment_sent_while_the_agent_starts_is_stored_and_answered_once
 
         await open_gate(gate)
         ready = await health_until(client, "ready")
+        assert (await client.get("/ready")).json() == {"ready": True}
         assert ready["mcp"] == {"gated": "ok (3 tools)"}
         comments = await github.wait_for(
             lambda: [
