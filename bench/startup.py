@@ -10,6 +10,7 @@ uvicorn), so interpreter start-up and the FastAPI/uvicorn imports cancel out of 
 Runs alternate between the two so a busy moment on the machine hits both alike; medians are reported.
 
 Run:  python -m bench.startup --runs 7
+      python -m bench.startup --runs 7 --tree /path/to/older/checkout   (the same, for a before/after)
 Goal: serve → /health ≤ 1 s.
 """
 
@@ -86,12 +87,13 @@ def get_health(port: int) -> dict[str, object] | None:
 
 
 def measure(
-    command: list[str], port: int, *, wait_agent: bool, limit: float = 120
+    command: list[str], port: int, *, wait_agent: bool, tree: Path = ROOT, limit: float = 120
 ) -> tuple[float, float | None]:
     """Seconds from spawning ``command`` to the first 200 from /health (and to ``agent: ready``)."""
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["PYTHONPATH"] = str(tree)
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     first: float | None = None
     ready: float | None = None
     try:
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
                 "--config",
                 str(config),
             ]
-            health, ready = measure(command, port, wait_agent=True)
+            health, ready = measure(command, port, wait_agent=True, tree=args.tree)
         serve_health.append(health)
         if ready is not None:
             serve_ready.append(ready)
@@ -165,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=ROOT,
+        help="run `serve` from this source tree (e.g. an older checkout, for a before/after)",
+    )
     return run(parser.parse_args())
 
 

@@ -106,6 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.server.port,
         log_config=None,
         access_log=False,
+        ws="none",  # no WebSocket endpoints: skips importing a WebSocket implementation at start-up
         timeout_graceful_shutdown=int(settings.bus.drain_seconds) + 5,
     )
     server = uvicorn.Server(config)
