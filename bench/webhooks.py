@@ -14,8 +14,13 @@ Scenarios (``--scenario``):
   starts (model and GitHub API point at unreachable local ports, so turns fail fast in the background).
   This shows the ack path while the service is busy with the fan-out.
 
+``--bare`` also starts a bare FastAPI app (one ``POST /api/webhooks/github`` route that reads the body
+and answers ``{"ok": true}``) in its own uvicorn process and sends it the same bodies and headers, in
+alternating rounds, then prints the ingest ratio: switchboard's deliveries/s over the bare route's.
+
 Run:  python -m bench.webhooks --deliveries 2000 --concurrency 32
-Goal on the shared 2-core CI machines: ≥ 500 deliveries/s, p99 ≤ 50 ms.
+      python -m bench.webhooks --deliveries 2000 --concurrency 16 --bare --rounds 3
+Goal on the shared 2-core CI machines: ≥ 500 deliveries/s, p99 ≤ 50 ms; ingest ≥ 0.8× the bare route.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ from webhooks.signature import sign
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "github" / "payloads" / "issue_comment.created.json"
 SECRET = "bench-webhook-secret-0123456789"
+
+BARE_APP = """
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+app = FastAPI()
+
+
+@app.post("/api/webhooks/github")
+async def bare(request: Request) -> JSONResponse:
+    await request.body()
+    return JSONResponse({{"ok": True}})
+
+
+uvicorn.run(app, host="127.0.0.1", port={port}, log_config=None, access_log=False)
+"""
 
 
 def free_port() -> int:
@@ -160,13 +182,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.bare:
+        return await run_versus_bare(args)
     with tempfile.TemporaryDirectory(prefix="switchboard-bench-") as tmp:
         directory = Path(tmp)
         port = free_port()
         config = write_config(directory, port, queue_size=max(1000, args.deliveries * 2))
-        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-        if args.extra_path:  # e.g. a directory holding uvloop, to measure uvicorn[standard] in isolation
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.extra_path, env.get("PYTHONPATH")]))
+        env = server_env(args)
         log = (directory / "serve.log").open("wb")
         process = subprocess.Popen(  # noqa: ASYNC220 - started once, before timing
             [sys.executable, "-m", "bot", "--log-level", "WARNING", "serve", "--config", str(config)],
@@ -190,11 +212,7 @@ async def run(args: argparse.Namespace) -> int:
             print("server log (tail):\n" + (directory / "serve.log").read_text()[-3000:], file=sys.stderr)
             raise
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop(process)
             log.close()
         with sqlite3.connect(directory / "bench.db") as db:
             stored = db.execute("SELECT count(*) FROM github_deliveries").fetchone()[0]
@@ -223,6 +241,103 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if statuses.get(200) == len(latencies) else 1
 
 
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    if args.extra_path:  # e.g. a directory holding uvloop, to measure uvicorn[standard] in isolation
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.extra_path, env.get("PYTHONPATH")]))
+    return env
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+async def run_versus_bare(args: argparse.Namespace) -> int:
+    """Switchboard's webhook route against a bare FastAPI route: same bodies, same client, alternating."""
+    with tempfile.TemporaryDirectory(prefix="switchboard-bench-") as tmp:
+        directory = Path(tmp)
+        port, bare_port = free_port(), free_port()
+        total = args.warmup + args.deliveries * args.rounds
+        config = write_config(directory, port, queue_size=max(1000, total * 2))
+        env = server_env(args)
+        log = (directory / "serve.log").open("wb")
+        serve = subprocess.Popen(  # noqa: ASYNC220 - started once, before timing
+            [sys.executable, "-m", "bot", "--log-level", "WARNING", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        bare = subprocess.Popen(  # noqa: ASYNC220 - started once, before timing
+            [sys.executable, "-c", BARE_APP.format(port=bare_port)], cwd=ROOT, env=env, stdout=log, stderr=log
+        )
+        base, bare_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{bare_port}"
+        rates: dict[str, list[float]] = {"switchboard": [], "bare": []}
+        cpu: dict[str, list[float]] = {"switchboard": [], "bare": []}
+        try:
+            await wait_healthy(base, serve)
+            await wait_listening(bare_base, bare)
+            for target in (base, bare_base):
+                await send_all(target, build_requests(args.warmup, args.scenario), args.concurrency)
+            for round_index in range(args.rounds):
+                for name, target, process in (("switchboard", base, serve), ("bare", bare_base, bare)):
+                    prepared = build_requests(args.deliveries, args.scenario)
+                    before = _cpu_seconds(process.pid)
+                    elapsed, latencies, statuses = await send_all(target, prepared, args.concurrency)
+                    if statuses.get(200) != len(latencies):
+                        raise RuntimeError(f"{name}: statuses {statuses}")
+                    rates[name].append(len(latencies) / elapsed)
+                    cpu[name].append((_cpu_seconds(process.pid) - before) / len(latencies))
+                print(
+                    f"round {round_index + 1}: switchboard {rates['switchboard'][-1]:.0f}/s "
+                    f"({cpu['switchboard'][-1] * 1000:.2f} ms CPU each), bare route {rates['bare'][-1]:.0f}/s "
+                    f"({cpu['bare'][-1] * 1000:.2f} ms CPU each)",
+                    flush=True,
+                )
+        except BaseException:
+            log.flush()
+            print("server log (tail):\n" + (directory / "serve.log").read_text()[-3000:], file=sys.stderr)
+            raise
+        finally:
+            stop(serve)
+            stop(bare)
+            log.close()
+        with sqlite3.connect(directory / "bench.db") as db:
+            stored = db.execute("SELECT count(*) FROM github_deliveries").fetchone()[0]
+    ours, theirs = statistics.median(rates["switchboard"]), statistics.median(rates["bare"])
+    our_cpu, their_cpu = statistics.median(cpu["switchboard"]), statistics.median(cpu["bare"])
+    print(
+        f"scenario            {args.scenario}, {args.deliveries} per round × {args.rounds} rounds, concurrency {args.concurrency}"
+    )
+    print(f"switchboard         median {ours:.0f} deliveries/s, {our_cpu * 1000:.2f} ms server CPU each")
+    print(f"bare FastAPI route  median {theirs:.0f} requests/s, {their_cpu * 1000:.2f} ms server CPU each")
+    print(
+        f"ingest ratio        {ours / theirs:.2f}× throughput, {their_cpu / our_cpu:.2f}× by CPU per request"
+    )
+    print(f"stored in SQLite    {stored} rows (expected {total})")
+    print(f"machine             {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"goal (≥ 0.8× the bare route): {'met' if ours / theirs >= 0.8 else 'NOT met'}")
+    return 0 if stored == total else 1
+
+
+async def wait_listening(base: str, process: subprocess.Popen[bytes], limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    async with httpx.AsyncClient(base_url=base, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError("the bare app exited during start-up")
+            try:
+                await client.get("/")
+                return
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+    raise RuntimeError("the bare app did not start in time")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deliveries", type=int, default=2000)
@@ -230,6 +345,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--scenario", choices=["nomatch", "fire"], default="nomatch")
     parser.add_argument("--extra-path", help="prepended to the server's PYTHONPATH (e.g. where uvloop is)")
+    parser.add_argument("--bare", action="store_true", help="compare with a bare FastAPI route (ratio)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --bare: alternating rounds, median")
     return asyncio.run(run(parser.parse_args()))
 
 

@@ -6,9 +6,10 @@ internet access, and the schema declares a bearer scheme so "Authorize" → "Try
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -61,6 +62,7 @@ def log_startup_summary(service: Service, config_source: str | None) -> None:
         "data_dir": str(service.data_dir.resolve()),
         "sandbox": settings.sandbox.mode,
         "auth": settings.auth.mode,
+        "agent": service.agent_state,
         "channels": ", ".join(f"{n}={s}" for n, s in channels.items()) or "none",
         "listen": listen,
         "public_url": settings.server.public_url,
@@ -106,22 +108,52 @@ def create_app(
     *,
     service: Service | None = None,
     config_source: str | None = None,
+    on_agent_failed: Callable[[BaseException], None] | None = None,
     **service_kwargs: Any,
 ) -> FastAPI:
+    """The app; its lifespan starts the service.
+
+    With ``on_agent_failed`` (what ``switchboard serve`` passes), HTTP is served as soon as storage,
+    channels and webhooks are up, and the agent is built in the background: ``/health`` says
+    ``"agent": "starting"`` until it is ready, and a build failure is handed to the callback (serve
+    exits with it). Without it the lifespan waits for the whole start, as tests and embedders expect.
+    """
     service = service or Service(settings, **service_kwargs)
+
+    async def watch_agent(report: Callable[[BaseException], None]) -> None:
+        try:
+            await service.agent_ready()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            report(exc)
+            return
+        tune_gc()  # once the agent's long-lived objects exist too (bot/gc_tuning.py)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await service.start()
+        watcher: asyncio.Task[None] | None = None
+        if on_agent_failed is None:
+            await service.start()
+            tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
+        else:
+            await service.open()
+            watcher = asyncio.create_task(watch_agent(on_agent_failed), name="agent-watch")
         log_startup_summary(service, config_source)
-        tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
         try:
             yield
         finally:
+            if watcher is not None:
+                watcher.cancel()
             await service.stop()
 
     app = FastAPI(title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
+    # Features' routers first, GitHub's webhook before the others: Starlette tries routes in order, and
+    # a burst of deliveries is the busiest path this app serves (bench/webhooks.py).
+    for feature in sorted(service.features, key=lambda f: f is not service.github):
+        for router in feature.routers():
+            app.include_router(router)
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
     @app.get("/health", tags=["service"], summary="Service, database and channel health")
@@ -129,15 +161,23 @@ def create_app(
         body = await service.health()
         return JSONResponse(body, status_code=200 if body["database"] == "ok" else 503)
 
-    @app.get("/ready", tags=["service"], summary="Ready for traffic: database reachable, channels started")
+    @app.get("/ready", tags=["service"], summary="Ready: database reachable, channels started, agent ready")
     async def ready() -> JSONResponse:
         # Liveness (/health) answers as soon as the process serves HTTP; a load balancer or rolling
         # upgrade should wait for this instead, which is 503 until start-up has brought channels up.
+        # Under `serve` the agent is built after HTTP is up: ready also means it answers messages.
         started = service.started_at is not None
         db_ok = await service.db.ping() if started else False
-        if started and db_ok:
+        if started and db_ok and service.agent_state == "ready":
             return JSONResponse({"ready": True})
-        reason = "starting: channels not started yet" if not started else "database unreachable"
+        if not started:
+            reason = "starting: channels not started yet"
+        elif service.agent_state == "starting":
+            reason = "starting: the agent is not ready yet"
+        elif service.agent_state == "failed":
+            reason = "the agent could not be started"
+        else:
+            reason = "database unreachable"
         return JSONResponse({"ready": False, "reason": reason}, status_code=503)
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=Response)
@@ -171,8 +211,4 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-    for feature in service.features:
-        for router in feature.routers():
-            app.include_router(router)
     return app

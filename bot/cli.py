@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from channels.terminal import TerminalChannel
 
 EXIT_CONFIG = 2
+#: As uvicorn's own start-up failure, so supervisors see the same code whichever part failed.
+EXIT_STARTUP = 3
 
 
 def secret_values(settings: Settings) -> list[str]:
@@ -100,15 +102,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     preflight_sandbox(settings)
     preflight_database(settings)
     source = find_config_file(args.config)
-    app = create_app(settings, config_source=str(source) if source else None)
-    uvicorn.run(
+    failures: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def agent_failed(exc: BaseException) -> None:
+        # HTTP was already answering while the agent was built; a build that fails still ends `serve`.
+        failures.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, config_source=str(source) if source else None, on_agent_failed=agent_failed)
+    config = uvicorn.Config(
         app,
         host=settings.server.host,
         port=settings.server.port,
         log_config=None,
         access_log=False,
+        ws="none",  # no WebSocket endpoints: skips importing a WebSocket implementation at start-up
         timeout_graceful_shutdown=int(settings.bus.drain_seconds) + 5,
     )
+    server = uvicorn.Server(config)
+    server.run()
+    if failures:
+        exc = failures[0]
+        print(f"switchboard: the agent could not be started: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+    if not server.started:
+        return EXIT_STARTUP  # uvicorn logged why (port in use, the rest of start-up failed)
     return 0
 
 

@@ -1,9 +1,19 @@
 """Assembly: what runs, in which order, and what each part is given.
 
-Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them:
+Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them in
+two stages. :meth:`Service.open` brings up what takes input and needs no agent:
 
-    database schema → WAL maintenance → inbox writer → agent → manager (identity chain, /connect store)
-    → features (agent hooks, connections, GitHub, schedules) → resume unfinished → retry poll → channels
+    database schema → WAL maintenance → inbox writer → channels built → agent build begins (background)
+    → features (connections, GitHub webhooks, schedules) → channels started
+
+and :meth:`Service.run_agent`, once the agent exists, what answers:
+
+    agent → manager (identity chain, /connect store) → agent hooks → manager starts → resume unfinished
+    → retry poll
+
+Importing LangGraph/LangChain and building the agent takes about a second; ``serve`` answers HTTP and
+stores arriving messages in the inbox meanwhile, and the manager takes them once the agent is ready.
+``switchboard chat`` and the tests await both stages (:meth:`Service.start`).
 
 :meth:`Service.stop` reverses it: channels pause (no new input), the manager drains running turns,
 channels stop, features stop in reverse, then the inbox writer, the agent, and last the database.
@@ -17,18 +27,18 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import MetaData
 
 from agent.events import Agent
-from agent.runtime import AgentRuntime
 from bot import approvals as approvals_module
 from bot import inbox as inbox_module
 from bot import migrations
 from bot import threads as threads_module
 from bot.approvals import ApprovalDesk
 from bot.bus import MessageBus
+from bot.commands import CommandRegistry
 from bot.db import Database
 from bot.features import Feature, Foundation, Running
 from bot.features.agent import AgentFeature
@@ -44,10 +54,22 @@ from channels.base import Channel
 from channels.types import ChatCommand
 from config.schema import Settings
 
+if TYPE_CHECKING:
+    from agent.runtime import AgentRuntime  # LangGraph: imported by the agent build, in a worker thread
+
 log = logging.getLogger(__name__)
+
+AgentState = Literal["starting", "ready", "failed"]
 
 VERSION = "0.1.0"
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
+
+
+def _import_agent_runtime() -> type[AgentRuntime]:
+    """LangGraph and LangChain: most of start-up's import time, so it runs in a worker thread."""
+    from agent.runtime import AgentRuntime
+
+    return AgentRuntime
 
 
 class Service:
@@ -71,12 +93,15 @@ class Service:
         self.bus = MessageBus(self.inbox, settings.bus.queue_size)
         self.threads = ThreadStore(self.db)
         base = Foundation(settings=settings, db=self.db, threads=self.threads)
-        # Features, in the order they start (and the reverse of the order they stop).
-        self.agent_feature = AgentFeature()
+        # The chat commands, known before the manager so channels can list them when they connect.
+        self.commands = CommandRegistry.discover()
+        # Features that take input without the agent, in the order they start (reverse: stop).
         self.connections = ConnectionsFeature(base, live_providers=lambda: list(self.channels))
         self.github = GitHubFeature(base)
         self.schedules = SchedulesFeature(base, publish=self.bus.publish, clock=clock)
-        self.features: list[Feature] = [self.agent_feature, self.connections, self.github, self.schedules]
+        self.features: list[Feature] = [self.connections, self.github, self.schedules]
+        # The agent's memory and goals, wired into the manager once the agent is ready.
+        self.agent_feature = AgentFeature()
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, self.connections.identity])
 
@@ -85,8 +110,10 @@ class Service:
         self._chat_models = chat_models
         self.channels: dict[str, Channel] = {}
         self.agent: Agent | None = None
+        self.agent_state: AgentState = "starting"
         self.manager: ChannelManager | None = None
         self.started_at: float | None = None
+        self._agent_start: asyncio.Task[None] | None = None
         self._retry_poll: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.channel_errors: dict[str, str] = {}
@@ -102,6 +129,7 @@ class Service:
             approvals_module.metadata,
             migrations.metadata,
         ]
+        metadatas.extend(self.agent_feature.tables())
         for feature in self.features:
             metadatas.extend(feature.tables())
         return metadatas
@@ -125,26 +153,49 @@ class Service:
                 self.channel_errors[provider] = str(exc)
         return built
 
-    async def _build_agent(self) -> Agent:
-        if self._given_agent is not None:
-            return self._given_agent
-        runtime = AgentRuntime(
-            self.settings,
-            checkpoint_path=self.checkpoint_path(),
-            chat_models=self._chat_models,
-            engine=self.db.engine,
-        )
-        await runtime.start()
-        return runtime
-
     async def start(self) -> None:
+        """Both stages: return once the agent answers (``switchboard chat``, tests, benchmarks)."""
+        await self.open()
+        await self.agent_ready()
+
+    async def open(self) -> None:
+        """Storage, channels and the input features, while the agent is built in the background.
+
+        Everything a channel or webhook delivers from here on is stored in the inbox and queued on the
+        bus — behind what a previous run left unfinished, so each chat keeps its order — and waits there
+        until :meth:`_start_agent` starts the manager.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db.claim_instance()  # SQLite: one instance per database file (PostgreSQL: any number)
         await self.db.create_schema(self.tables())
         self.db.start_maintenance()
         await self.inbox.start()
-        self.agent = await self._build_agent()
-        self.channels = self.build_channels()
+        self.channels = self.build_channels()  # before the agent's imports begin: SDK imports stay here
+        self._agent_start = asyncio.create_task(self._start_agent(), name="agent-start")
+        running = Running(channels=self.channels)
+        for feature in self.features:
+            await feature.start(running)
+        await self.bus.resume_unfinished()
+        self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
+        for provider, channel in self.channels.items():
+            await self._start_channel(provider, channel)
+        self.started_at = time.time()
+
+    async def agent_ready(self) -> None:
+        """Wait until the manager answers; raises what building the agent raised."""
+        if self._agent_start is None:
+            raise RuntimeError("Service.open() has not run")
+        await asyncio.shield(self._agent_start)
+
+    async def _start_agent(self) -> None:
+        """Agent → manager → the agent's memory and goal hooks → the manager takes queued messages."""
+        try:
+            self.agent = await self._build_agent()
+        except BaseException as exc:
+            self.agent_state = "failed"
+            if not isinstance(exc, asyncio.CancelledError):
+                log.error("the agent could not be started: %s: %s", type(exc).__name__, exc, exc_info=exc)
+            raise
         self.manager = ChannelManager(
             settings=self.settings,
             bus=self.bus,
@@ -152,6 +203,7 @@ class Service:
             threads=self.threads,
             agent=self.agent,
             channels=self.channels,
+            commands=self.commands,
             identity=self.identity,
             connections=self.connections.store,
             schedules=self.schedules.book,
@@ -160,17 +212,29 @@ class Service:
             self.manager.approvals = ApprovalDesk(
                 self.db, self.manager.send_notice, timeout=self.settings.sandbox.approval_timeout_seconds
             )
-        running = Running(agent=self.agent, manager=self.manager, channels=self.channels)
-        for feature in self.features:
-            await feature.start(running)
+        await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()
-        await self.bus.resume_unfinished()
-        self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
-        for provider, channel in self.channels.items():
-            await self._start_channel(provider, channel)
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now
             await self.manager.approvals.expire_leftovers()
-        self.started_at = time.time()
+        self.agent_state = "ready"
+        log.info("agent ready: answering messages")
+
+    async def _build_agent(self) -> Agent:
+        if self._given_agent is not None:
+            return self._given_agent
+        runtime_class = await asyncio.to_thread(_import_agent_runtime)
+        runtime = runtime_class(
+            self.settings,
+            checkpoint_path=self.checkpoint_path(),
+            chat_models=self._chat_models,
+            engine=self.db.engine,
+        )
+        try:
+            await runtime.start()
+        except BaseException:
+            await runtime.close()  # what started before the failure (sandbox, MCP servers, checkpoints)
+            raise
+        return runtime
 
     async def _poll_retries(self) -> None:
         """Pick up ``switchboard inbox retry ID`` requests (the CLI only marks the row in the database)."""
@@ -185,8 +249,8 @@ class Service:
 
     async def _start_channel(self, provider: str, channel: Channel) -> None:
         channel.status.set("starting")
-        if self.manager is not None:  # platforms with a command menu list what the manager answers
-            channel.offer_commands([ChatCommand(c.name, c.help) for c in self.manager.commands.commands])
+        # Platforms with a command menu list what the manager answers.
+        channel.offer_commands([ChatCommand(c.name, c.help) for c in self.commands.commands])
         try:
             await channel.start(self.bus.publish)
         except Exception as exc:
@@ -198,11 +262,18 @@ class Service:
         # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
         await self._each_channel("pause")
         self._stopping.set()
+        if self._agent_start is not None and not self._agent_start.done():
+            self._agent_start.cancel()  # still building: what was queued stays in the inbox for next time
+        if self._agent_start is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._agent_start  # a build failure was logged and is raised by agent_ready()
         if self._retry_poll is not None:
             await self._retry_poll  # stopped between polls, so a claimed retry is never lost mid-way
             self._retry_poll = None
         if self.manager is not None:
             await self.manager.stop(grace)
+        else:
+            self.bus.close()
         await self._each_channel("stop")
         for feature in reversed(self.features):
             try:
@@ -227,11 +298,14 @@ class Service:
         channels = {name: channel.health() for name, channel in self.channels.items()}
         for name, error in self.channel_errors.items():
             channels.setdefault(name, {"state": "error", "detail": error})
-        degraded = not db_ok or any(c["state"] == "error" for c in channels.values())
+        degraded = (
+            not db_ok or self.agent_state == "failed" or any(c["state"] == "error" for c in channels.values())
+        )
         return {
             "status": "degraded" if degraded else "ok",
             "version": VERSION,
             "database": "ok" if db_ok else "unreachable",
+            "agent": self.agent_state,
             "sandbox": self.settings.sandbox.mode,
             "mcp": self.agent.mcp_status() if self.agent is not None else {},
             "channels": channels,

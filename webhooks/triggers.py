@@ -54,13 +54,17 @@ def mentions(text: str, login: str) -> bool:
     return bool(_mention_pattern(login).search(_CODE.sub(" ", text)))
 
 
+#: A binding without ``triggers``: every field falls back to the event's default (built once, read only).
+_UNCONFIGURED = GitHubTrigger()
+
+
 def effective_trigger(agent: GitHubAgent, binding: GitHubBinding, event_name: str) -> EffectiveTrigger | None:
     """The trigger for ``event_name`` on this binding, or None when the event does not trigger it."""
     default = DEFAULT_TRIGGERS.get(event_name)
     if default is None:
         return None
     if binding.triggers is None:
-        configured = GitHubTrigger()
+        configured = _UNCONFIGURED
     elif event_name in binding.triggers:
         configured = binding.triggers[event_name]
     else:

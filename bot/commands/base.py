@@ -12,15 +12,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent.goals import GoalKeeper
-from agent.memory import MemoryService
 from bot.identity import Identity
 from bot.schedules import ScheduleBook
 from bot.threads import Conversation
 from channels.types import InboundMessage
 from connections import ConnectionStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the agent's types, not its LangChain imports: `serve` loads those in the background
+    from agent.goals import GoalKeeper
+    from agent.memory import MemoryService
     from bot.manager import ChannelManager
 
 COMMAND_PATTERN = re.compile(

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 
 from agent.errors import describe_error
-from agent.runtime import ThreadChanged
 from bot.commands.base import Command, CommandContext
 
 log = logging.getLogger(__name__)
 
 
 async def compact(ctx: CommandContext) -> None:
+    from agent.runtime import ThreadChanged  # LangGraph: loaded by the agent's start, not with the commands
+
     runtime = ctx.manager.agent
     compact_thread = getattr(runtime, "compact", None)
     if compact_thread is None:

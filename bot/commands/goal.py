@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from agent.goals import resume_prompt, start_prompt
 from bot.commands.base import Command, CommandContext
 
 MAX_OBJECTIVE = 2000
 
 
 async def goal(ctx: CommandContext) -> None:
+    from agent.goals import resume_prompt, start_prompt  # LangChain: loaded by the agent's start
+
     keeper = ctx.goals
     if keeper is None:
         await ctx.reply("Goals are not available on this bot.")

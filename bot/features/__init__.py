@@ -2,9 +2,10 @@
 
 :mod:`bot.service` constructs every feature itself, in a fixed order, and hands each one a typed view of
 what it may use — :class:`Foundation` when the service is built (to declare tables and HTTP routers),
-:class:`Running` at start (once the agent, manager and channels exist). Nothing is discovered by module
-name, so the order in which features start, stop and answer identity questions is written down in one
-place rather than following the alphabet.
+:class:`Running` at start (once channels exist; the agent may still be building, so the one feature
+that needs it, :class:`bot.features.agent.AgentFeature`, is started by the service once the agent is
+ready). Nothing is discovered by module name, so the order in which features start, stop and answer
+identity questions is written down in one place rather than following the alphabet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import MetaData
 
-from agent.events import Agent
 from bot.db import Database
 from bot.threads import ThreadStore
 from channels.base import Channel
@@ -23,8 +23,6 @@ from config.schema import Settings
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
-
-    from bot.manager import ChannelManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +36,13 @@ class Foundation:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """What a feature may use once it starts: the agent, the manager and the live channels."""
+    """What a feature may use once it starts: the live channels (before they connect)."""
 
-    agent: Agent
-    manager: ChannelManager
     channels: Mapping[str, Channel]
 
 
 class Feature(Protocol):
-    """One optional subsystem. ``start`` runs after the manager exists and before channels connect."""
+    """One optional subsystem. ``start`` runs before channels connect, without waiting for the agent."""
 
     name: str
 

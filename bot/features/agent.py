@@ -5,6 +5,9 @@ extraction. Goals: after every turn on a thread with an active goal, the goal ke
 continue (a recorded, hidden follow-up turn with a visible "continuing" notice) or stop (a notice saying
 why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps. Both are optional capabilities
 the :class:`~agent.events.Agent` protocol declares (``None`` when off).
+
+Unlike the other features it starts once the agent is built (``serve`` takes input before that), and
+what it imports (LangChain message types, via the goal runner) is imported only then.
 """
 
 from __future__ import annotations
@@ -14,13 +17,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import MetaData
 
 from agent import tables as agent_tables
-from agent.memory import MemoryService
-from bot.features import Running
-from bot.goal_runner import GoalRunner
+from agent.events import Agent
 from bot.manager import AfterTurnHook, ChannelManager, FollowUp, TurnOutcome
 
 if TYPE_CHECKING:
-    from fastapi import APIRouter  # FastAPI is imported only when serving HTTP
+    from agent.memory import MemoryService
 
 
 def memory_hook(manager: ChannelManager, memory: MemoryService) -> AfterTurnHook:
@@ -42,11 +43,9 @@ class AgentFeature:
     def tables(self) -> list[MetaData]:
         return [agent_tables.metadata]
 
-    def routers(self) -> list[APIRouter]:
-        return []
+    async def start(self, agent: Agent, manager: ChannelManager) -> None:
+        from bot.goal_runner import GoalRunner  # LangChain message types: loaded with the agent
 
-    async def start(self, running: Running) -> None:
-        manager, agent = running.manager, running.agent
         # Memory first: it notes the finished turn before a goal may queue a continuation after it.
         if agent.memory is not None:
             manager.after_turn_hooks.append(memory_hook(manager, agent.memory))
@@ -55,6 +54,3 @@ class AgentFeature:
             manager.after_turn_hooks.append(runner.after_turn)
             manager.status_providers.append(runner.status)
             await runner.resume()
-
-    async def stop(self) -> None:
-        return None
