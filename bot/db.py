@@ -94,6 +94,20 @@ class Database:
             event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         return self._sync_engine
 
+    def sqlite_connection(self) -> sqlite3.Connection:
+        """A new plain ``sqlite3`` connection to the same database with the same pragmas, owned by the
+        caller (the inbox's writer, which runs its small commits on the event loop; see bot/inbox.py)."""
+        engine = self.sync_engine
+        (filename,), params = engine.dialect.create_connect_args(engine.url)  # handles file: URIs
+        conn = sqlite3.connect(
+            filename,
+            uri=bool(params.get("uri")),
+            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            check_same_thread=False,
+        )
+        _sqlite_pragmas(conn, None)
+        return conn
+
     @property
     def sqlite_path(self) -> Path | None:
         """The database file, for SQLite (the agent's checkpointer keeps its own file beside it)."""
