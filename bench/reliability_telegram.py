@@ -286,8 +286,9 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
     for ref, (when, kind) in committed.items():
         created = tg.created.get(int(ref))
         if created is not None:
-            windows.setdefault(kind, []).append(when - created)
-            windows.setdefault(f"{kind}, of which Telegram -> our code", []).append(arrived[ref] - created)
+            windows.setdefault(f"{kind}: created at Telegram -> id committed", []).append(when - created)
+            windows.setdefault(f"{kind}:   of which Telegram -> our code", []).append(arrived[ref] - created)
+            windows.setdefault(f"{kind}:   of which our code -> committed", []).append(when - arrived[ref])
     return windows
 
 
@@ -296,7 +297,7 @@ def print_window(windows: dict[str, list[float]]) -> None:
         ordered = sorted(values)
         p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
         print(
-            f"{kind}: {len(ordered)} ids, created at Telegram -> id committed: median "
+            f"{kind}: {len(ordered)} ids, median "
             f"{statistics.median(ordered) * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms"
         )
 
