@@ -76,11 +76,8 @@ class Database:
 
     @property
     def sync_engine(self) -> Engine:
-        """A plain (thread-bound) SQLite engine for the inbox writer thread.
-
-        aiosqlite hops to its thread once per statement; under load those hops dominated the cost of
-        a message. The inbox writer instead runs a whole batch in one hop on its own thread.
-        """
+        """A plain (synchronous) SQLite engine: its dialect opens the inbox's own connection
+        (:meth:`sqlite_connection`), which handles ``file:`` URIs the way the async engine does."""
         if not self.is_sqlite:
             raise RuntimeError("sync_engine is only used with SQLite")
         if self._sync_engine is None:
