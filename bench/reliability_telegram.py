@@ -12,19 +12,27 @@ Then, per user message: **lost** = no bot message holds its answer; **duplicated
 notice or half-streamed text).
 
 Run:  python -m bench.reliability_telegram --cycles 30 [--seed 1]
+
+``--window N`` measures instead, in one process and without kills, the window those stale messages
+come from: from the moment the fake Bot API has created a bot message (``sendMessage`` handled) to the
+commit of its id in the inbox — for N user messages sent in bursts while earlier answers stream, so
+most of them get a "⏳ Queued" notice.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +213,95 @@ def run_cycles(
     return outcome
 
 
+class StampingTelegram(FakeTelegram):
+    """The fake Bot API, noting when each bot message came into existence (``sendMessage`` handled)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.created: dict[int, float] = {}
+        self._stamps = threading.Lock()
+
+    def _m_sendMessage(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        payload = super()._m_sendMessage(params, uploads)
+        with self._stamps:
+            self.created[int(payload["message_id"])] = time.perf_counter()
+        return payload
+
+
+async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[str, list[float]]:
+    """Seconds from "the message exists at Telegram" to "its id is committed", per kind of reference."""
+    from bot.bus import MessageBus
+    from bot.inbox import Inbox, InboxOp
+    from bot.service import Service
+    from config.loader import load_settings
+
+    rng = random.Random(seed)
+    committed: dict[str, tuple[float, str]] = {}  # ref -> (when, kind)
+    arrived: dict[str, float] = {}  # ref -> when our code had it (the way back from Telegram is over)
+
+    class TimedInbox(Inbox):
+        def set_reply_ref(self, entry_id: str, ref: str) -> None:
+            arrived.setdefault(ref, time.perf_counter())
+            self._kind = "placeholder"
+            super().set_reply_ref(entry_id, ref)
+
+        async def save_reply_ref(self, entry_id: str, ref: str) -> None:
+            arrived.setdefault(ref, time.perf_counter())
+            self._kind = "queued notice"
+            await super().save_reply_ref(entry_id, ref)
+
+        def _write_ref_now(self, op: InboxOp) -> bool:
+            written = super()._write_ref_now(op)
+            if written:
+                committed[op.args["reply_ref"]] = (time.perf_counter(), self._kind)
+            return written
+
+        def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
+            future = super()._queue_ref(op)
+            kind = self._kind
+            future.add_done_callback(
+                lambda _f: committed.setdefault(op.args["reply_ref"], (time.perf_counter(), kind))
+            )
+            return future
+
+    with StampingTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(slow_answer) as llm:
+        config = write_config(workdir, tg, llm)  # type: ignore[arg-type]
+        settings = load_settings(config, env={})
+        service = Service(settings)
+        service.inbox = TimedInbox(service.db, max_attempts=settings.bus.max_attempts)
+        service.bus = MessageBus(service.inbox, settings.bus.queue_size)
+        await service.start()
+        sent: dict[int, list[str]] = {chat: [] for chat in CHATS}
+        try:
+            for number in range(messages):
+                chat = rng.choice(CHATS)
+                text = f"w{number}"
+                tg.user_message(chat, text, user_id=chat)
+                sent[chat].append(text)
+                await asyncio.sleep(rng.uniform(0.0, 0.3))
+            await tg.wait_until(lambda: all_answered(tg, sent), timeout=120)  # type: ignore[arg-type]
+        finally:
+            await service.stop()
+    windows: dict[str, list[float]] = {}
+    for ref, (when, kind) in committed.items():
+        created = tg.created.get(int(ref))
+        if created is not None:
+            windows.setdefault(f"{kind}: created at Telegram -> id committed", []).append(when - created)
+            windows.setdefault(f"{kind}:   of which Telegram -> our code", []).append(arrived[ref] - created)
+            windows.setdefault(f"{kind}:   of which our code -> committed", []).append(when - arrived[ref])
+    return windows
+
+
+def print_window(windows: dict[str, list[float]]) -> None:
+    for kind, values in sorted(windows.items()):
+        ordered = sorted(values)
+        p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+        print(
+            f"{kind}: {len(ordered)} ids, median "
+            f"{statistics.median(ordered) * 1000:.2f} ms, p90 {p90 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=30)
@@ -212,9 +309,19 @@ def main() -> None:
     parser.add_argument("--per-cycle", type=int, default=4, help="user messages sent per cycle")
     parser.add_argument("--queue-size", type=int, default=1000, help="bus.queue_size of the service")
     parser.add_argument("--keep", type=Path, help="keep the database and serve.log in this directory")
+    parser.add_argument(
+        "--window",
+        type=int,
+        metavar="N",
+        help="measure the id-commit window for N messages instead (no kills)",
+    )
     args = parser.parse_args()
     # The fake model writing to a service that was just killed is expected; its tracebacks are noise.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    if args.window:
+        with tempfile.TemporaryDirectory(prefix="sb-window-") as tmp:
+            print_window(asyncio.run(measure_window(args.window, Path(tmp), args.seed)))
+        return
     with tempfile.TemporaryDirectory(prefix="sb-reliability-") as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)

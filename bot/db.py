@@ -151,11 +151,8 @@ class Database:
 
     @property
     def sync_engine(self) -> Engine:
-        """A plain (thread-bound) SQLite engine for the inbox writer thread.
-
-        aiosqlite hops to its thread once per statement; under load those hops dominated the cost of
-        a message. The inbox writer instead runs a whole batch in one hop on its own thread.
-        """
+        """A plain (synchronous) SQLite engine: its dialect opens the inbox's own connection
+        (:meth:`sqlite_connection`), which handles ``file:`` URIs the way the async engine does."""
         if not self.is_sqlite:
             raise RuntimeError("sync_engine is only used with SQLite")
         if self._sync_engine is None:
@@ -168,6 +165,20 @@ class Database:
             )
             event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         return self._sync_engine
+
+    def sqlite_connection(self) -> sqlite3.Connection:
+        """A new plain ``sqlite3`` connection to the same database with the same pragmas, owned by the
+        caller (the inbox's writer, which runs its small commits on the event loop; see bot/inbox.py)."""
+        engine = self.sync_engine
+        (filename,), params = engine.dialect.create_connect_args(engine.url)  # handles file: URIs
+        conn = sqlite3.connect(
+            filename,
+            uri=bool(params.get("uri")),
+            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            check_same_thread=False,
+        )
+        _sqlite_pragmas(conn, None)
+        return conn
 
     @property
     def sqlite_path(self) -> Path | None:

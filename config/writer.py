@@ -7,6 +7,10 @@ a burst that turns hundreds of tiny commits into a few large ones, and SQLite ne
 from this process fight over its lock, while each caller still proceeds only once its own row is
 committed.
 
+**Urgent writes** (``enqueue(op, urgent=True)``) go into a lane of their own that heads the next
+batch: a small write that races something outside (the inbox's reply references) is committed in the
+very next transaction, never behind ``max_batch`` queued bulk writes, and still shares that commit.
+
 **The failure rule** (the same for every user): when a batch fails, each of its operations is applied
 again on its own, so one bad operation fails only its own caller and its neighbours still commit.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -45,7 +50,9 @@ class GroupCommitWriter(Generic[Op]):
         self.name = name
         self._apply = apply
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[_Queued[Op] | None] = asyncio.Queue()
+        self._queue: deque[_Queued[Op] | None] = deque()  # None: the stop mark (see close)
+        self._urgent: deque[_Queued[Op]] = deque()
+        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -59,17 +66,21 @@ class GroupCommitWriter(Generic[Op]):
             self._closing = False
             self._task = asyncio.create_task(self._loop(), name=f"{self.name}-writer")
 
-    def enqueue(self, op: Op) -> asyncio.Future[Any]:
-        """Queue ``op`` and return its future without waiting (for writes nobody needs to await)."""
+    def enqueue(self, op: Op, *, urgent: bool = False) -> asyncio.Future[Any]:
+        """Queue ``op`` and return its future without waiting (for writes nobody needs to await).
+
+        ``urgent``: commit it in the next batch, ahead of everything queued without it.
+        """
         if not self.running:
             raise WriterClosed(f"the {self.name} writer is not running")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Queued(op, future))
+        (self._urgent if urgent else self._queue).append(_Queued(op, future))
+        self._wake.set()
         return future
 
-    async def submit(self, op: Op) -> Any:
+    async def submit(self, op: Op, *, urgent: bool = False) -> Any:
         """Apply ``op`` and return its result once it is committed."""
-        return await self.enqueue(op)
+        return await self.enqueue(op, urgent=urgent)
 
     async def close(self) -> None:
         """Apply everything queued so far, then stop. Later submissions raise :class:`WriterClosed`."""
@@ -77,36 +88,47 @@ class GroupCommitWriter(Generic[Op]):
             return
         if not self._task.done():
             self._closing = True
-            self._queue.put_nowait(None)
+            self._queue.append(None)
+            self._wake.set()
         await self._task
         self._task = None
+
+    @property
+    def queued(self) -> int:
+        """Operations waiting for the next batch (the writer task is due to run when this is not 0)."""
+        return len(self._urgent) + len(self._queue)
+
+    def _take(self) -> tuple[list[_Queued[Op]], bool]:
+        """The next batch (urgent operations first) and whether the stop mark was reached."""
+        batch: list[_Queued[Op]] = []
+        while self._urgent and len(batch) < self.max_batch:
+            batch.append(self._urgent.popleft())
+        while self._queue and len(batch) < self.max_batch:
+            item = self._queue.popleft()
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
 
     async def _loop(self) -> None:
         batch: list[_Queued[Op]] = []
         try:
             while True:
-                first = await self._queue.get()
-                if first is None:
-                    return
-                batch = [first]
-                stopping = False
-                while len(batch) < self.max_batch and not self._queue.empty():
-                    item = self._queue.get_nowait()
-                    if item is None:
-                        stopping = True
-                        break
-                    batch.append(item)
-                await self._run(batch)
+                if not self._urgent and not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                batch, stopping = self._take()
+                if batch:
+                    await self._run(batch)
                 batch = []
                 if stopping:
                     return
         finally:
             # Cancelled mid-batch, or work queued behind the stop mark: nobody may wait forever.
-            left = [*batch]
-            while not self._queue.empty():
-                item = self._queue.get_nowait()
-                if item is not None:
-                    left.append(item)
+            left = [*batch, *self._urgent, *(item for item in self._queue if item is not None)]
+            self._urgent.clear()
+            self._queue.clear()
             for item in left:
                 if not item.future.done():
                     item.future.set_exception(WriterClosed(f"the {self.name} writer stopped"))
