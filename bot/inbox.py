@@ -179,6 +179,9 @@ class _SqliteWriter:
         conn.isolation_level = None  # transactions are ours: BEGIN IMMEDIATE ... COMMIT
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout=0")
+        # Never a checkpoint (an fsync and a copy of the log) inside a commit on the loop: the
+        # maintenance task checkpoints every second, and the other connections keep the safety net.
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         self.conn = conn
         self.max_attempts = max_attempts
         self.in_thread = False  # a batch runs in the writer thread: nobody else may use the connection
