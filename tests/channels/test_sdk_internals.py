@@ -1,0 +1,81 @@
+"""Canaries for the SDK internals the channels lean on, so an SDK upgrade that removes one fails here,
+by name, instead of as a hang or a silent misroute in production.
+
+Each internal is used because the SDK has no public way to do the job (say which in the module that
+uses it); the pins in pyproject.toml stop at the next minor release of each SDK named here, and this
+file is what to run before raising a pin.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+
+def test_discord_py_internals_used_by_channels_discord():
+    import discord
+    import discord.http
+    from discord.gateway import DiscordWebSocket
+
+    # point_discord_at: discord.py has no per-client REST base or gateway URL.
+    assert isinstance(discord.http.Route.BASE, str) and discord.http.Route.BASE.startswith("https://")
+    assert str(DiscordWebSocket.DEFAULT_GATEWAY).startswith("wss://")
+    # The voice extras are not installed on purpose; these class flags silence discord.py's warnings.
+    assert isinstance(discord.VoiceClient.warn_nacl, bool) and isinstance(discord.VoiceClient.warn_dave, bool)
+    # channels/discord_commands.py registers commands over the client's HTTP layer (no CommandTree).
+    assert list(inspect.signature(discord.http.HTTPClient.get_global_commands).parameters) == [
+        "self",
+        "application_id",
+    ]
+    assert list(inspect.signature(discord.http.HTTPClient.bulk_upsert_global_commands).parameters) == [
+        "self",
+        "application_id",
+        "payload",
+    ]
+
+
+def test_lark_oapi_internals_used_by_channels_feishu():
+    import lark_oapi as lark
+    import lark_oapi.ws.client as ws_module
+
+    # _run_ws: the SDK schedules all its work on this module-level loop.
+    assert hasattr(ws_module, "loop")
+    # _shutdown_ws: no public stop(); start() runs the private _select() until it is cancelled.
+    assert inspect.iscoroutinefunction(ws_module._select)
+    client = lark.ws.Client("app", "secret")
+    # _wait_connected reads _conn (no "connected" event); _shutdown_ws turns _auto_reconnect off.
+    assert client._conn is None
+    assert client._auto_reconnect is True
+    assert callable(client.on_reconnecting) and callable(client.on_reconnected)
+
+
+def test_dingtalk_stream_internals_used_by_channels_dingtalk():
+    import dingtalk_stream
+
+    # _StreamClient: the gateway URL is a class attribute the SDK reads in open_connection().
+    assert dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API.startswith("https://")
+    # The two methods _StreamClient overrides to report connection state, with the same signatures.
+    assert list(inspect.signature(dingtalk_stream.DingTalkStreamClient.open_connection).parameters) == ["self"]
+    keepalive = inspect.signature(dingtalk_stream.DingTalkStreamClient.keepalive)
+    assert list(keepalive.parameters) == ["self", "ws", "ping_interval"]
+    assert inspect.iscoroutinefunction(dingtalk_stream.DingTalkStreamClient.keepalive)
+    assert inspect.iscoroutinefunction(dingtalk_stream.ChatbotHandler.process)
+
+
+@pytest.mark.parametrize(
+    ("module", "attribute"),
+    [
+        ("telegram", "Bot.send_message_draft"),  # private-chat drafts (python-telegram-bot >= 22.7)
+        ("slack_sdk.web.async_client", "AsyncWebClient.chat_startStream"),  # slack_sdk >= 3.48
+        ("slack_sdk.web.async_client", "AsyncWebClient.chat_appendStream"),
+        ("slack_sdk.web.async_client", "AsyncWebClient.chat_stopStream"),
+        ("lark_oapi.api.cardkit.v1", "CreateCardRequest"),  # CardKit streaming cards (lark-oapi >= 1.7.5)
+    ],
+)
+def test_public_sdk_calls_the_native_replies_need_exist(module: str, attribute: str):
+    imported = __import__(module, fromlist=["_"])
+    target: object = imported
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    assert callable(target)
