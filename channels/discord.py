@@ -468,6 +468,11 @@ class DiscordChannel(Channel):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         return DiscordTransport(self, message)
 
+    def budget_key(self, message: InboundMessage) -> str:
+        """Discord limits message routes per channel (``channel_id`` is the major parameter), and a thread
+        is a channel of its own: the reply's target, not the parent of the thread, is the scope."""
+        return f"{message.workspace}/{message.context.get('reply_channel') or message.topic or message.chat}"
+
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         """Fetch an attachment over discord.py's own HTTP session (same proxy and connector settings)."""
         with discord_errors():
