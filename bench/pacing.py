@@ -6,9 +6,10 @@ FakeOpenAI) with production pacing.
 * **Slack**: ``--slack-answers`` answers stream at the same time in one workspace (DMs, edit path), each
   ``--tokens`` tokens at ``--rate`` tokens/s, against a FakeSlack that enforces Slack's Tier 3 limit on
   chat.update (50 in any trailing 60 s per workspace; 429 + Retry-After beyond). Reports the busiest
-  60 s window of chat.update calls, the mean rate per minute, and how many calls were refused.
-  ``--per-chat-only`` runs it again with the workspace budget switched off (the pacing before issue 19
-  item 5: one budget per channel), for comparison.
+  60 s window of chat.update calls, the mean rate per minute, how many calls were refused, and the
+  longest time one answer went without an update. ``--per-chat-only`` runs it twice more with the
+  workspace budget switched off (the pacing before issue 19 item 5: one budget per channel): against a
+  fake that does not enforce (what that pacing asks for) and one that does (what the user then sees).
 * **Telegram**: ``--tg-answers`` answers in a group and in a private chat, one after another; reports the
   time from the model's last chunk to the call that put the final text on screen.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -75,10 +77,12 @@ def busiest_window(times: Sequence[float], window: float = 60.0) -> int:
     return best
 
 
-async def slack_run(args: argparse.Namespace, per_chat_only: bool) -> dict[str, Any]:
+async def slack_run(args: argparse.Namespace, per_chat_only: bool, enforce: bool = True) -> dict[str, Any]:
     text = answer_text(args.tokens)
     users = [f"UPACE{i}" for i in range(args.slack_answers)]
     with FakeOpenAI() as llm, FakeSlack() as slack, tempfile.TemporaryDirectory() as tmp:
+        if not enforce:
+            slack.method_limits.clear()  # what the pacing would send if Slack let it
         section = {
             "enabled": True,
             "bot_token": slack.bot_token,
@@ -106,7 +110,15 @@ async def slack_run(args: argparse.Namespace, per_chat_only: bool) -> dict[str, 
         updates = slack.calls_to("chat.update")
     accepted = [c.at for c in updates if c.error is None]
     span = max(accepted) - min(accepted) if len(accepted) > 1 else 0.0
+    gaps = [
+        max((b - a for a, b in itertools.pairwise(t)), default=0.0)
+        for t in (
+            sorted(c.at for c in updates if c.error is None and c.args.get("channel") == f"D{u}")
+            for u in users
+        )
+    ]
     return {
+        "longest_gap_s": max(gaps),
         "updates": len(updates),
         "refused": sum(c.error == "ratelimited" for c in updates),
         "busiest_60s": busiest_window(accepted),
@@ -170,15 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"bench.pacing on {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     if args.skip != "slack":
-        modes = (False, True) if args.per_chat_only else (False,)
-        for per_chat_only in modes:
-            r = asyncio.run(slack_run(args, per_chat_only))
-            label = "per-channel budget only (before)" if per_chat_only else "channel + workspace budget"
+        runs = [("channel + workspace budget", False, True)]
+        if args.per_chat_only:
+            runs += [
+                ("per-channel budget only (before), fake not enforcing", True, False),
+                ("per-channel budget only (before), fake enforcing", True, True),
+            ]
+        for label, per_chat_only, enforce in runs:
+            r = asyncio.run(slack_run(args, per_chat_only, enforce))
             print(
                 f"Slack, {args.slack_answers} concurrent answers × {args.tokens} tokens at {args.rate:g} tok/s, "
                 f"{label}: {r['updates']} chat.update in {r['elapsed_s']:.0f} s; busiest 60 s window "
                 f"{r['busiest_60s']} accepted (limit 50); mean {r['per_minute']:.0f}/min; "
-                f"{r['refused']} refused with 429"
+                f"{r['refused']} refused with 429; longest time one answer went without an update "
+                f"{r['longest_gap_s']:.1f} s"
             )
     if args.skip != "telegram":
         delays = asyncio.run(telegram_run(args))
