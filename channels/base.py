@@ -8,7 +8,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from channels.errors import FileTooLarge
-from channels.reply import BudgetRegistry, ReplyStream, ReplyTransport
+from channels.reply import (
+    CALL_KINDS,
+    BudgetRegistry,
+    CallKind,
+    Pacing,
+    RateBudget,
+    ReplyStream,
+    ReplyTransport,
+)
 from channels.types import ChannelStatus, ChatCommand, InboundFile, InboundMessage, ReplyLimits
 
 log = logging.getLogger(__name__)
@@ -77,6 +85,20 @@ class Channel(ABC):
         """The unit the platform rate-limits by; the chat by default."""
         return f"{message.workspace}/{message.chat}"
 
+    def shared_budgets(self, message: InboundMessage, kind: CallKind) -> Sequence[RateBudget]:
+        """Budgets wider than one chat that a ``kind`` call answering ``message`` also draws on.
+
+        For limits a platform counts across chats: a Slack workspace's ``chat.update`` bucket, a
+        Telegram group's per-minute cap, a bot-wide cap. The channel keeps the budgets (one object per
+        scope, so every reply in that scope shares it). Default: none, the chat's budget alone.
+        """
+        return ()
+
+    def pacing(self, message: InboundMessage) -> Pacing:
+        """The budgets a reply to ``message`` draws on: its chat's, plus :meth:`shared_budgets` per kind."""
+        chat = self._budgets.for_chat(self.budget_key(message))
+        return Pacing(chat, {kind: self.shared_budgets(message, kind) for kind in CALL_KINDS})
+
     def open_reply(
         self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
     ) -> ReplyStream:
@@ -85,7 +107,7 @@ class Channel(ABC):
         transport = self.private_transport(message) if private else None
         return ReplyStream(
             transport or self.reply_transport(message),
-            self._budgets.for_chat(self.budget_key(message)),
+            self.pacing(message),
             self.limits,
             resume_ref=resume_ref,
             provider=self.provider,

@@ -517,7 +517,7 @@ class DiscordChannel(Channel):
         live = self.interactions.live(message)
         if live is not None:
             return f"interaction/{live.id}"
-        return f"channel/{message.context.get('reply_channel') or message.chat}"
+        return f"channel/{message.context.get('reply_channel') or message.topic or message.chat}"
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         """Fetch an attachment over discord.py's own HTTP session (same proxy and connector settings)."""

@@ -1,9 +1,11 @@
 """Streaming replies: one message edited in place, paced to each platform's budget.
 
 A channel implements only a small :class:`ReplyTransport` (send, edit, send files). Everything about pacing
-is here, once: the per-chat :class:`RateBudget`, coalescing (only the newest text is ever sent; stale
-intermediate updates are dropped), ``retry_after`` handling, splitting at the platform limit, and the
-guarantee that the final text is delivered — by editing, by retrying, and finally by a new message.
+is here, once: the :class:`RateBudget` of each rate-limit scope a reply draws on (:class:`Pacing`: the
+chat's, plus the wider scopes the channel names per call kind), coalescing (only the newest text is ever
+sent; stale intermediate updates are dropped), ``retry_after`` handling, splitting at the platform limit,
+and the guarantee that the final text is delivered — first in line, by editing, by retrying, and finally
+by a new message.
 
 Two optional platform features also live behind the transport, so the manager never learns which
 platform it talks to: a *native stream* (a platform's own primitive for a message that is still being
@@ -15,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from channels import observe
 from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
@@ -160,23 +165,38 @@ class ObservedTransport(ReplyTransport):
 
 
 class RateBudget:
-    """Spacing of outbound calls for one chat; shared by every reply in that chat.
+    """Spacing of outbound calls for one rate-limit scope (a chat, a workspace's method, a group's cap).
 
     A token bucket holding ``burst`` calls, refilled one per ``min_interval``: the placeholder and the
     first real text go out back to back (so the first words are not held for a whole interval), while
     sustained streaming settles at one call per interval.
+
+    Waiting callers are served in order, except that a *priority* call (a final answer) goes ahead of
+    every ordinary one, and only priority calls may take the last ``reserve`` tokens: in a scope busy
+    with intermediate edits a final still goes out as soon as the platform allows, not after them.
+    ``held_by_retry_after`` says whether the platform's "wait N seconds" on a call holds this whole
+    scope (a chat, a Slack method's workspace bucket) or only the chat it was answered for (a bot-wide
+    cap that a flood wait in one chat says nothing about).
     """
 
-    def __init__(self, min_interval: float, burst: int = 2) -> None:
+    def __init__(
+        self, min_interval: float, burst: int = 2, *, reserve: int = 0, held_by_retry_after: bool = True
+    ) -> None:
+        if not 0 <= reserve < burst:
+            raise ValueError("a budget must leave ordinary calls at least one of its burst tokens")
         self.min_interval = min_interval
         self.burst = burst
+        self.reserve = reserve
+        self.held_by_retry_after = held_by_retry_after
         self._tokens = float(burst)
         self._updated = time.monotonic()
         self._blocked_until = 0.0
-        self._lock = asyncio.Lock()
+        self._waiting: list[tuple[int, int]] = []  # heap of (0 = priority / 1 = ordinary, arrival)
+        self._arrivals = itertools.count()
+        self._changed = asyncio.Condition()
 
     def penalize(self, seconds: float) -> None:
-        """The platform said wait: nothing goes to this chat before then, and no burst after it."""
+        """The platform said wait: nothing goes to this scope before then, and no burst after it."""
         self._blocked_until = max(self._blocked_until, time.monotonic() + min(seconds, MAX_RETRY_WAIT))
         self._tokens = 0.0
         self._updated = self._blocked_until
@@ -188,32 +208,125 @@ class RateBudget:
             self._tokens = min(float(self.burst), self._tokens + (now - self._updated) / self.min_interval)
         self._updated = max(self._updated, now)
 
-    async def acquire(self) -> None:
-        async with self._lock:
-            while True:
-                now = time.monotonic()
-                if now < self._blocked_until:
-                    await asyncio.sleep(self._blocked_until - now)
-                    continue
-                self._refill(now)
-                if self._tokens >= 1.0:
-                    self._tokens -= 1.0
-                    return
-                await asyncio.sleep((1.0 - self._tokens) * self.min_interval)
+    def _wait_time(self, now: float, priority: bool) -> float:
+        """Seconds until a call of this kind may go (0: now)."""
+        if now < self._blocked_until:
+            return self._blocked_until - now
+        self._refill(now)
+        needed = 1.0 if priority else 1.0 + self.reserve
+        return max(0.0, (needed - self._tokens) * self.min_interval)
+
+    async def acquire(self, *, priority: bool = False) -> None:
+        ticket = (0 if priority else 1, next(self._arrivals))
+        async with self._changed:
+            heapq.heappush(self._waiting, ticket)
+            self._changed.notify_all()  # a priority call may now be first: the old head re-checks
+            try:
+                while True:
+                    if self._waiting[0] != ticket:
+                        await self._changed.wait()
+                        continue
+                    wait = self._wait_time(time.monotonic(), priority)
+                    if wait <= 0:
+                        self._tokens -= 1.0
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):
+                            await self._changed.wait()
+            finally:
+                self._waiting.remove(ticket)
+                heapq.heapify(self._waiting)
+                self._changed.notify_all()
+
+
+class Budget(Protocol):
+    """What a transport that paces its own extra calls (a second file upload) needs of a budget."""
+
+    async def acquire(self, *, priority: bool = False) -> None: ...
+
+    def penalize(self, seconds: float) -> None: ...
+
+
+#: What a reply call does. A channel puts each kind on the budgets its platform meters it by (Slack meters
+#: chat.update per workspace, chat.postMessage per channel).
+CallKind = Literal["send", "edit", "native", "typing", "files"]
+CALL_KINDS: tuple[CallKind, ...] = ("send", "edit", "native", "typing", "files")
+
+
+class Pacing:
+    """The budgets one reply draws on: its chat's for every call, then the shared scopes per call kind.
+
+    A call waits on each budget in order (the chat's first, so a chat that is itself the bottleneck
+    does not hold tokens of a shared scope other chats could use). A ``RetryAfter`` holds the chat and
+    every shared scope of that kind that is ``held_by_retry_after``.
+    """
+
+    def __init__(
+        self, chat: RateBudget, shared: Mapping[CallKind, Sequence[RateBudget]] | None = None
+    ) -> None:
+        self.chat = chat
+        given = shared or {}
+        self._budgets: dict[CallKind, tuple[RateBudget, ...]] = {
+            kind: (chat, *(b for b in given.get(kind, ()) if b is not chat)) for kind in CALL_KINDS
+        }
+
+    def budgets(self, kind: CallKind) -> tuple[RateBudget, ...]:
+        return self._budgets[kind]
+
+    async def acquire(
+        self, kind: CallKind, *, priority: bool = False, skip: tuple[RateBudget, ...] = ()
+    ) -> None:
+        for budget in self._budgets[kind]:
+            if budget not in skip:
+                await budget.acquire(priority=priority)
+
+    def penalize(self, kind: CallKind, seconds: float) -> None:
+        for budget in self._budgets[kind]:
+            if budget is self.chat or budget.held_by_retry_after:
+                budget.penalize(seconds)
+
+    def of_kind(self, kind: CallKind) -> Budget:
+        """These budgets as one, for a transport pacing its own extra calls of ``kind``."""
+        return _KindBudget(self, kind)
+
+
+class _KindBudget:
+    def __init__(self, pacing: Pacing, kind: CallKind) -> None:
+        self.pacing, self.kind = pacing, kind
+
+    async def acquire(self, *, priority: bool = False) -> None:
+        await self.pacing.acquire(self.kind, priority=priority)
+
+    def penalize(self, seconds: float) -> None:
+        self.pacing.penalize(self.kind, seconds)
 
 
 class BudgetRegistry:
-    """Per-chat budgets, bounded so a bot in thousands of chats does not grow without limit."""
+    """Budgets per scope key (chat, workspace, group), bounded so thousands of chats do not grow it."""
 
-    def __init__(self, min_interval: float, max_chats: int = 10_000) -> None:
+    def __init__(
+        self,
+        min_interval: float,
+        max_chats: int = 10_000,
+        *,
+        burst: int = 2,
+        reserve: int = 0,
+        held_by_retry_after: bool = True,
+    ) -> None:
         self.min_interval = min_interval
         self.max_chats = max_chats
+        self.burst, self.reserve, self.held_by_retry_after = burst, reserve, held_by_retry_after
         self._budgets: OrderedDict[str, RateBudget] = OrderedDict()
 
     def for_chat(self, chat_key: str) -> RateBudget:
         budget = self._budgets.get(chat_key)
         if budget is None:
-            budget = self._budgets[chat_key] = RateBudget(self.min_interval)
+            budget = self._budgets[chat_key] = RateBudget(
+                self.min_interval,
+                self.burst,
+                reserve=self.reserve,
+                held_by_retry_after=self.held_by_retry_after,
+            )
             if len(self._budgets) > self.max_chats:
                 self._budgets.popitem(last=False)
         else:
@@ -224,21 +337,23 @@ class BudgetRegistry:
 class ReplyStream:
     """start() → update(text) … → finish(text, files), driven by the manager.
 
-    ``update`` never blocks: it records the newest text and a background pump sends it when the chat's
-    budget allows. ``finish`` stops the pump after its in-flight call and delivers the final text.
+    ``update`` never blocks: it records the newest text and a background pump sends it when the reply's
+    budgets allow. ``finish`` drops the pump's pending update (waiting only for a call already on the
+    wire) and delivers the final text with priority: it goes out as soon as the budgets allow, ahead of
+    intermediate updates of other replies waiting on the same scope.
     """
 
     def __init__(
         self,
         transport: ReplyTransport,
-        budget: RateBudget,
+        budget: Pacing | RateBudget,
         limits: ReplyLimits,
         *,
         resume_ref: str | None = None,
         provider: str = "unknown",
     ) -> None:
         self.transport: ReplyTransport = ObservedTransport(transport, provider)
-        self.budget = budget
+        self.pacing = budget if isinstance(budget, Pacing) else Pacing(budget)
         self.limits = limits
         self._sent: list[tuple[str, str]] = []  # (ref, text) per visible message, in order
         if resume_ref:
@@ -247,6 +362,9 @@ class ReplyStream:
         self._wake = asyncio.Event()
         self._closing = False
         self._pump: asyncio.Task[None] | None = None
+        self._on_wire = False  # the pump has a platform call in flight (finish waits for it)
+        self._prepaid: tuple[RateBudget, ...] = ()  # budgets the pump already waited on for its next call
+        self._kind: CallKind = "send"  # kind of the call made last (a RetryAfter holds its budgets)
         self.finished = False
         # A resumed reply continues a message that already exists: only the edit path can do that.
         self._native: NativeStream | None = None if resume_ref else self.transport.native_stream()
@@ -262,6 +380,25 @@ class ReplyStream:
         """Reference of the first visible message (stored so a resumed run edits it, not a new one)."""
         return self._sent[0][0] if self._sent else self._native_ref
 
+    # --- pacing ------------------------------------------------------------------------------------
+    async def _acquire(self, kind: CallKind, *, priority: bool = False) -> None:
+        """Wait for every budget a ``kind`` call draws on (less those the pump already waited on)."""
+        prepaid, self._prepaid = self._prepaid, ()
+        await self.pacing.acquire(kind, priority=priority, skip=prepaid)
+        self._kind = kind
+
+    async def _call(self, kind: CallKind, call: Callable[[], Awaitable[T]], *, priority: bool = False) -> T:
+        await self._acquire(kind, priority=priority)
+        self._on_wire = True
+        try:
+            return await call()
+        finally:
+            self._on_wire = False
+
+    def _penalize(self, exc: RetryAfter) -> None:
+        self.pacing.penalize(self._kind, exc.retry_after)
+
+    # --- start ---------------------------------------------------------------------------------------
     async def start(self, placeholder: str = "…") -> None:
         if not self.limits.supports_edit:
             return  # final-only platforms: nothing to show until finish()
@@ -273,13 +410,12 @@ class ReplyStream:
             self._start_typing()
             return
         if not self._sent:
-            await self.budget.acquire()
             try:
-                ref = await self.transport.send(placeholder)
+                ref = await self._call("send", lambda: self.transport.send(placeholder))
             except RetryAfter as exc:
                 # The placeholder (or a queued notice) shares the chat's budget: whatever goes to this
                 # chat next waits as long as the platform asked.
-                self.budget.penalize(exc.retry_after)
+                self._penalize(exc)
                 raise
             self._sent.append((ref, placeholder))
             self._last_visible = time.monotonic()
@@ -289,12 +425,12 @@ class ReplyStream:
 
     async def _begin_native(self, placeholder: str) -> bool:
         """Open the native live message; False (and the edit path from now on) when the platform refuses."""
-        assert self._native is not None
-        await self.budget.acquire()
+        native = self._native
+        assert native is not None
         try:
-            self._native_ref = await self._native.begin(placeholder)
+            self._native_ref = await self._call("native", lambda: native.begin(placeholder))
         except RetryAfter as exc:
-            self.budget.penalize(exc.retry_after)
+            self._penalize(exc)
             raise
         except ChannelError as exc:
             log.info("the platform refused its native live reply (%s); editing a message instead", exc)
@@ -315,21 +451,21 @@ class ReplyStream:
         """Re-send the typing indicator whenever nothing visible changed for ``interval`` seconds.
 
         Thinking and tool calls can take minutes with no new text; without this the user sees a "…" that
-        might as well be a hung bot. Each indicator is one call in the chat's budget, like any other.
+        might as well be a hung bot. Each indicator is one call in the reply's budgets, like any other.
         """
         while not self._closing:
             wait = self._last_visible + interval - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
                 continue
-            await self.budget.acquire()
+            await self.pacing.acquire("typing")
             if self._closing:
                 return
             try:
                 await self.transport.typing()
                 await self._keep_native_alive()
             except RetryAfter as exc:
-                self.budget.penalize(exc.retry_after)
+                self.pacing.penalize("typing", exc.retry_after)
             except ChannelError as exc:
                 log.info("typing indicator failed: %s", exc)
             except Exception:  # the indicator is decoration; it must never break a reply
@@ -343,12 +479,13 @@ class ReplyStream:
             return
         if time.monotonic() - self._native_at < native.keepalive:
             return
-        await self.budget.acquire()
+        await self.pacing.acquire("native")
         if self._closing or not self._native_open:
             return
         await native.show(self._native_shown)
         self._native_at = time.monotonic()
 
+    # --- streaming -----------------------------------------------------------------------------------
     def update(self, text: str) -> None:
         if self._closing or not self.limits.supports_edit:
             return
@@ -357,15 +494,29 @@ class ReplyStream:
         if self._pump is None:  # started on first use: a turn that finishes at once never needs it
             self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="reply-pump")
 
+    def _next_kind(self, text: str) -> CallKind:
+        """The kind of call showing ``text`` starts with (an edit of a message, or a new one)."""
+        if self._native_open:
+            return "native"
+        for index, chunk in enumerate(self._chunks(text)):
+            if index >= len(self._sent):
+                return "send"
+            if self._sent[index][1] != chunk:
+                return "edit"
+        return "edit"
+
     async def _run_pump(self) -> None:
         while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            if self._closing:
+            if self._closing or self._latest is None:
                 return
-            await self.budget.acquire()
+            # Wait for the budgets *before* reading the text, so what goes out is the newest version.
+            kind = self._next_kind(self._latest)
+            await self.pacing.acquire(kind)
+            self._prepaid = self.pacing.budgets(kind)
             text = self._latest
-            if self._closing or text is None:
+            if self._closing:
                 return
             try:
                 if self._native_open:
@@ -374,24 +525,27 @@ class ReplyStream:
                     await self._sync(self._chunks(text), allow_new=True)
                 self._last_visible = time.monotonic()
             except RetryAfter as exc:
-                self.budget.penalize(exc.retry_after)  # drop this update; newer text goes later
+                self._penalize(exc)  # drop this update; newer text goes later
             except MessageNotModified:
                 pass
             except ChannelError as exc:
                 log.info("intermediate reply update failed: %s", exc)
             except Exception:  # a bug in a transport must not kill the final delivery
                 log.exception("intermediate reply update crashed")
+            finally:
+                self._prepaid = ()
 
     async def _show_native(self, chunk: str) -> None:
         """One native update; a refusal moves the rest of the reply to the edit path.
 
         The live message shows one chunk at most (the newest); the final text is split as usual.
         """
-        assert self._native is not None
+        native = self._native
+        assert native is not None
         if chunk == self._native_shown:
             return
         try:
-            await self._native.show(chunk)
+            await self._call("native", lambda: native.show(chunk))
         except (RetryAfter, MessageNotModified):
             raise
         except ChannelError as exc:
@@ -411,30 +565,24 @@ class ReplyStream:
         """While streaming, full chunks settle and only the last one keeps being edited."""
         return split_text(text if text.strip() else "…", self.limits.text_limit)
 
-    async def _sync(self, chunks: list[str], *, allow_new: bool) -> None:
+    async def _sync(self, chunks: list[str], *, allow_new: bool, priority: bool = False) -> None:
         """Make the visible messages equal ``chunks``: edit what differs, send what is missing.
 
-        The caller has acquired the budget for the first call; later calls acquire their own.
+        Each call waits for the budgets of its kind; ``priority`` (the final) goes ahead of ordinary calls.
         """
-        needs_budget = False
         for index, chunk in enumerate(chunks):
             if index < len(self._sent):
                 ref, shown = self._sent[index]
                 if shown == chunk:
                     continue
-                if needs_budget:
-                    await self.budget.acquire()
-                needs_budget = True
                 with contextlib.suppress(MessageNotModified):
-                    await self.transport.edit(ref, chunk)
+                    await self._call("edit", partial(self.transport.edit, ref, chunk), priority=priority)
                 self._sent[index] = (ref, chunk)
             elif allow_new:
-                if needs_budget:
-                    await self.budget.acquire()
-                needs_budget = True
-                ref = await self.transport.send(chunk)
+                ref = await self._call("send", partial(self.transport.send, chunk), priority=priority)
                 self._sent.append((ref, chunk))
 
+    # --- finish --------------------------------------------------------------------------------------
     async def finish(self, text: str, files: Sequence[Path] = ()) -> None:
         """Deliver the final text (always) and any files. Safe to call once."""
         if self.finished:
@@ -447,6 +595,10 @@ class ReplyStream:
                 await self._typing
             self._typing = None
         if self._pump is not None:
+            if not self._on_wire:
+                # A pending intermediate update (waiting for its budget) is dropped: the final replaces
+                # it, and must not wait for a slot the stale text would have used.
+                self._pump.cancel()
             try:
                 await self._pump
             except asyncio.CancelledError:
@@ -455,16 +607,16 @@ class ReplyStream:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise
+        self._prepaid = ()
         chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
         if self._native_open:
             await self._close_native(chunks[0])
         await self._deliver_final(chunks)
         if files:
-            await self.budget.acquire()
             try:
-                await self.transport.send_files(files)
+                await self._call("files", lambda: self.transport.send_files(files), priority=True)
             except RetryAfter as exc:
-                self.budget.penalize(exc.retry_after)
+                self._penalize(exc)
                 raise
         self.finished = True
         await self.transport.finished()
@@ -481,11 +633,10 @@ class ReplyStream:
             self._native, self._native_open = None, False
             return
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
-            await self.budget.acquire()
             try:
-                ref = await native.close(first)
+                ref = await self._call("native", lambda: native.close(first), priority=True)
             except RetryAfter as exc:
-                self.budget.penalize(exc.retry_after)
+                self._penalize(exc)
                 continue
             except ChannelError as exc:
                 log.info("closing the native live reply failed (attempt %d): %s", attempt, exc)
@@ -498,19 +649,18 @@ class ReplyStream:
 
     async def _deliver_final(self, chunks: list[str]) -> None:
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
-            await self.budget.acquire()
             try:
-                await self._sync(chunks, allow_new=True)
+                await self._sync(chunks, allow_new=True, priority=True)
                 return
             except RetryAfter as exc:
                 log.info("final reply rate limited (attempt %d): %s", attempt, exc)
-                self.budget.penalize(exc.retry_after)
+                self._penalize(exc)
             except EditFailed as exc:
                 log.info("editing the reply failed, sending it as a new message: %s", exc)
                 break
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
-                self.budget.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
+                self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
         await self._send_fresh(chunks)
 
     async def _send_fresh(self, chunks: list[str]) -> None:
@@ -518,11 +668,12 @@ class ReplyStream:
         remaining = [c for i, c in enumerate(chunks) if i >= len(self._sent) or self._sent[i][1] != c]
         for chunk in remaining:
             for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
-                await self.budget.acquire()
                 try:
-                    self._sent.append((await self.transport.send(chunk, fallback=True), chunk))
+                    send = partial(self.transport.send, chunk, fallback=True)
+                    ref = await self._call("send", send, priority=True)
+                    self._sent.append((ref, chunk))
                     break
                 except RetryAfter as exc:
-                    self.budget.penalize(exc.retry_after)
+                    self._penalize(exc)
                     if attempt == MAX_FINAL_ATTEMPTS:
                         raise

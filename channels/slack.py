@@ -39,7 +39,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import Channel, InboundSink
 from channels.errors import Backpressure, BadRequest, Forbidden, NetworkError
-from channels.reply import ReplyTransport
+from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyTransport
 from channels.slack_api import SlackTransport, calling, slack_error
 from channels.slack_respond import (
     REDACT_RESPONSE_URLS,
@@ -56,8 +56,16 @@ log = logging.getLogger(__name__)
 #: 4,000 and caps a section block at 3,000; 3,500 Markdown characters keeps every message readable and
 #: leaves room for ``&amp;``-style escaping when converted to mrkdwn.
 TEXT_LIMIT = 3500
-#: Default spacing of chat.postMessage/chat.update per channel (chat.update is Tier 3: about 50/min).
+#: Default spacing of chat.postMessage/chat.update per channel (chat.postMessage: about 1/s per channel).
 EDIT_INTERVAL = 1.2
+#: chat.update is Tier 3: 50+ calls per minute, counted per method per workspace per app — shared by every
+#: reply in the workspace. Our bucket: UPDATE_BURST calls at once, then one per UPDATE_INTERVAL, so no
+#: 60 s window ever holds more than UPDATE_BURST + 60 / UPDATE_INTERVAL = 49 updates.
+UPDATES_PER_MINUTE = 50
+UPDATE_BURST = 4
+UPDATE_INTERVAL = 60.0 / (UPDATES_PER_MINUTE - UPDATE_BURST - 1)
+#: Updates of that burst only a final answer may take: it never queues behind other answers' edits.
+UPDATE_FINAL_RESERVE = 1
 #: Message subtypes that are a person talking; every other subtype (edits, joins, bot posts) is ignored.
 USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 #: apps.connections.open / auth.test answers after which retrying is pointless until the config changes.
@@ -95,6 +103,9 @@ class SlackChannel(Channel):
         self._stopping = False
         self._followed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._response_urls = ResponseUrls()
+        self._update_budgets = BudgetRegistry(
+            UPDATE_INTERVAL, burst=UPDATE_BURST, reserve=UPDATE_FINAL_RESERVE
+        )
 
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
@@ -337,6 +348,12 @@ class SlackChannel(Channel):
     # --- policy and replies ----------------------------------------------------------------------
     def is_allowed(self, message: InboundMessage) -> bool:
         return not self.allowed_users or message.sender.id in self.allowed_users
+
+    def shared_budgets(self, message: InboundMessage, kind: CallKind) -> tuple[RateBudget, ...]:
+        """Edits (chat.update) also draw on the workspace's bucket; posts are paced per channel only."""
+        if kind != "edit":
+            return ()
+        return (self._update_budgets.for_chat(message.workspace or self.team_id or ""),)
 
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         """The thread's transport; for a slash command its ``response_url`` first (no membership needed)."""

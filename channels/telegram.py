@@ -38,7 +38,7 @@ from telegram.request import HTTPXRequest
 
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError, FileTooLarge
-from channels.reply import BudgetRegistry, ReplyStream
+from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream
 from channels.telegram_polling import READ_TIMEOUT_MARGIN, UpdatePoller
 from channels.telegram_transport import TelegramTransport, map_error
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
@@ -59,6 +59,13 @@ COMMAND_DESCRIPTION_LIMIT = 256
 MAX_COMMANDS = 100
 #: Group reply-chain roots remembered per process (message → conversation).
 MAX_CHAIN_ENTRIES = 20_000
+#: Bot FAQ: a bot cannot send more than about 30 messages per second overall.
+BOT_MESSAGES_PER_SECOND = 30
+#: A group's cap (Bot FAQ: no more than 20 messages per minute in one group) as a bucket: 3 calls of
+#: burst (placeholder and first words at once, one kept back) and one more per group interval.
+GROUP_BURST = 3
+#: Calls of the group's burst only a final answer may take, so it never waits behind a paced edit.
+GROUP_FINAL_RESERVE = 1
 
 _MEDIA_ATTRIBUTES = ("document", "audio", "video", "voice", "animation", "video_note")
 
@@ -75,7 +82,15 @@ class TelegramChannel(Channel):
         # Instance limits so the configured private-chat spacing feeds the base class's budgets.
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
-        self._group_budgets = BudgetRegistry(config.group_edit_interval_seconds)
+        # Every chat (private or group) is paced by the base class's per-chat budget (about 1 call/s);
+        # a group's calls also draw on its cap, and message calls on the bot-wide cap.
+        self._group_budgets = BudgetRegistry(
+            config.group_edit_interval_seconds, burst=GROUP_BURST, reserve=GROUP_FINAL_RESERVE
+        )
+        # A flood wait in one chat says nothing about the others: a RetryAfter never holds the whole bot.
+        self._bot_budget = RateBudget(
+            1 / BOT_MESSAGES_PER_SECOND, BOT_MESSAGES_PER_SECOND, held_by_retry_after=False
+        )
         self._allowed = {_normalise_user(u) for u in config.allowed_users if _normalise_user(u)}
         self._bot: Bot | None = None
         self._poller: UpdatePoller | None = None
@@ -358,18 +373,27 @@ class TelegramChannel(Channel):
         self._transports.add(transport)
         return transport
 
+    def shared_budgets(self, message: InboundMessage, kind: CallKind) -> tuple[RateBudget, ...]:
+        """A group's every call also counts against its per-minute cap (edits too, and typing to be safe);
+        messages and edits also against the bot's overall cap."""
+        shared: tuple[RateBudget, ...] = ()
+        if not message.is_private:
+            shared = (self._group_budgets.for_chat(self.budget_key(message)),)
+        if kind != "typing":
+            shared += (self._bot_budget,)
+        return shared
+
     def open_reply(
         self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
     ) -> ReplyStream:
-        """Same as the base, but groups draw on a slower budget (Telegram: about 20 messages/min).
+        """Same as the base, but the transport paces its extra file uploads by the reply's budgets.
 
         Telegram has no message only one member of a group sees, so ``private`` changes nothing.
         """
-        budgets = self._budgets if message.is_private else self._group_budgets
-        budget = budgets.for_chat(self.budget_key(message))
+        pacing = self.pacing(message)
         transport = self.reply_transport(message)
-        transport.budget = budget
-        return ReplyStream(transport, budget, self.limits, resume_ref=resume_ref, provider=self.provider)
+        transport.budget = pacing.of_kind("files")
+        return ReplyStream(transport, pacing, self.limits, resume_ref=resume_ref, provider=self.provider)
 
     def is_allowed(self, message: InboundMessage) -> bool:
         if not self._allowed:

@@ -21,7 +21,7 @@ from telegram import LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 
 from channels import errors
-from channels.reply import NativeStream, RateBudget, ReplyTransport
+from channels.reply import Budget, NativeStream, ReplyTransport
 from channels.telegram_markup import markdown_to_html
 from channels.types import InboundMessage
 
@@ -146,8 +146,8 @@ class TelegramTransport(ReplyTransport):
         self.reply_to: int | None = context.get("reply_to")
         self.done = False
         self.typing_interval = channel.config.typing_interval_seconds
-        #: The chat's budget (set by the channel when it opens the reply): files are paced by it too.
-        self.budget: RateBudget | None = None
+        #: The reply's budgets (set by the channel when it opens the reply): files are paced by them too.
+        self.budget: Budget | None = None
 
     @property
     def bot(self) -> Any:

@@ -27,6 +27,10 @@ the app's restart here. ``send_event(..., redeliver=False)`` sends one envelope 
 their update history. Tokens are checked: the bot token for Web API calls and file downloads, the
 app-level token for ``apps.connections.open``.
 
+Rate limits as Slack counts them (per method per workspace): ``chat.update`` (Tier 3) takes 50 calls in
+any trailing 60 s and answers the 51st with HTTP 429 ``ratelimited`` and a ``Retry-After`` header
+(``method_limits`` to tighten or drop it).
+
 State lives on the server's thread; reads go through a lock and the ``wait_*`` helpers poll, so a test on
 another event loop (or a blocking SDK) can use them.
 """
@@ -36,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +66,9 @@ RESPONSE_URL_TTL = 30 * 60
 ACK_TIMEOUT = 3.0
 #: Pause before each of Slack's three retries (right away, after about 1 minute, after about 5 minutes).
 RETRY_DELAYS = (0.0, 60.0, 300.0)
+#: Rate limits enforced, as Slack counts them: per method per workspace per app, (calls, per seconds).
+#: chat.update is Tier 3, "50+ per minute"; the fake allows exactly 50 in any trailing 60 s.
+METHOD_LIMITS: dict[str, tuple[int, float]] = {"chat.update": (50, 60.0)}
 
 
 @dataclass
@@ -172,6 +181,9 @@ class FakeSlack(ThreadedServer):
         self._sockets: list[web.WebSocketResponse] = []
         self._retries: set[asyncio.Task[None]] = set()
         self._failures: dict[str, list[Failure]] = {}
+        #: (calls, window) per method; a test may tighten or drop an entry before the bot starts.
+        self.method_limits: dict[str, tuple[int, float]] = dict(METHOD_LIMITS)
+        self._accepted: dict[tuple[str, str], deque[float]] = {}  # (team, method) → when each call came
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         #: (channel, ts) of every message people wrote, so thread_ts can be checked like Slack does.
@@ -236,10 +248,36 @@ class FakeSlack(ThreadedServer):
         if token != expected:
             call.error = "invalid_auth"
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        retry_after = self._over_limit(method)
+        if retry_after is not None:
+            call.error = "ratelimited"
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(retry_after)}
+            )
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)
         body = handler(args) if handler is not None else {"ok": False, "error": "unknown_method"}
         call.error = None if body.get("ok") else body.get("error")
         return web.json_response(body)
+
+    def _over_limit(self, method: str) -> int | None:
+        """Slack's rate limiting: None when the call may go on, else the whole seconds to wait.
+
+        Like Slack, a refused call answers HTTP 429 ``{"ok": false, "error": "ratelimited"}`` with a
+        ``Retry-After`` header, and only calls that were let through count against the window.
+        """
+        limit = self.method_limits.get(method)
+        if limit is None:
+            return None
+        calls, window = limit
+        now = time.monotonic()
+        with self._lock:
+            times = self._accepted.setdefault((self.team_id, method), deque())
+            while times and times[0] <= now - window:
+                times.popleft()
+            if len(times) >= calls:
+                return max(1, math.ceil(times[0] + window - now))
+            times.append(now)
+        return None
 
     # Web API methods: each returns the JSON body -------------------------------------------------
     def _m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""A group's calls share its cap (Bot FAQ: about 20 messages a minute per group), and a final goes first.
+
+Two reply chains in one group are two conversations answered at once, drawing on the same group cap.
+A short answer that finishes while the other is still streaming must not wait behind that stream's
+paced edits: its final text is the next call after its placeholder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from channels.telegram import TelegramChannel
+from config.schema import Settings
+from tests.fakes.openai_server import Reply
+from tests.fakes.telegram import FakeTelegram
+
+from .conftest import BOT_USERNAME, telegram_config
+
+GROUP = -1005550
+#: A slow group cap (one call per 2 s), so the long answer always has an edit waiting for it.
+GROUP_INTERVAL = 2.0
+LONG = " ".join(f"long{i}" for i in range(160))
+SHORT = "the short answer"
+
+
+@pytest.fixture
+def tg_channel(tg: FakeTelegram, tg_settings: Settings) -> TelegramChannel:
+    return TelegramChannel(
+        telegram_config(tg, group_edit_interval_seconds=GROUP_INTERVAL), settings=tg_settings
+    )
+
+
+def reply_calls(tg: FakeTelegram) -> list[dict[str, Any]]:
+    return [
+        c
+        for c in tg.calls()
+        if c["method"] in ("sendMessage", "editMessageText")
+        and int(c["params"].get("chat_id") or 0) == GROUP
+        and c["status"] == 200
+    ]
+
+
+@pytest.mark.slow
+async def test_a_group_final_goes_ahead_of_the_other_answers_pending_edit(tg: FakeTelegram, tg_harness, llm):
+    llm.script(Reply(text=LONG, chunk_size=8, delay=0.04), Reply(text=SHORT, chunk_size=100))
+    tg.user_message(GROUP, f"@{BOT_USERNAME} write a long story", chat_type="supergroup")
+    await tg.wait_until(lambda: any("long1" in m.text for m in tg.bot_messages(GROUP)), timeout=30)
+
+    tg.user_message(GROUP, f"@{BOT_USERNAME} and a short one", chat_type="supergroup", user_id=1002)
+    short = await tg.wait_for_bot_text(GROUP, SHORT, timeout=30)
+    await tg.wait_for_bot_text(GROUP, "long159", timeout=60)
+    await tg_harness.idle()
+
+    calls = reply_calls(tg)
+    placeholders = [i for i, c in enumerate(calls) if c["method"] == "sendMessage"]
+    assert len(placeholders) == 2, "one message per answer"
+    after_placeholder = calls[placeholders[1] + 1]
+    assert after_placeholder["method"] == "editMessageText"
+    assert after_placeholder["params"].get("message_id") == short.message_id, (
+        "the short answer's final waited behind the long answer's edit"
+    )
+    assert after_placeholder["params"].get("text") == SHORT
+    assert sorted(tg.bot_texts(GROUP)) == sorted([LONG, SHORT])
