@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.inbox import DEAD, DONE, Inbox, InboxEntry
+from bot.inbox import FAILED, Inbox, InboxEntry
 from channels.errors import Backpressure
 from channels.types import InboundMessage
 
@@ -64,7 +64,9 @@ class MessageBus:
             self._unreserve()
             raise
         # Dead-lettered entries stay set aside: only the operator's ``switchboard inbox retry`` revives one.
-        if entry.duplicate and (entry.status in (DONE, DEAD) or entry.id in self._in_flight):
+        # A pending duplicate this process is not running belongs to another instance on the same
+        # PostgreSQL database (this process queues its own pending entries at start): not run twice.
+        if entry.duplicate and (entry.status != FAILED or entry.id in self._in_flight):
             self._unreserve()
             return False
         # New, or a redelivery of one that failed earlier and is not running: (re)run it.

@@ -56,7 +56,9 @@ def test_dingtalk_stream_internals_used_by_channels_dingtalk():
     # _StreamClient: the gateway URL is a class attribute the SDK reads in open_connection().
     assert dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API.startswith("https://")
     # The two methods _StreamClient overrides to report connection state, with the same signatures.
-    assert list(inspect.signature(dingtalk_stream.DingTalkStreamClient.open_connection).parameters) == ["self"]
+    assert list(inspect.signature(dingtalk_stream.DingTalkStreamClient.open_connection).parameters) == [
+        "self"
+    ]
     keepalive = inspect.signature(dingtalk_stream.DingTalkStreamClient.keepalive)
     assert list(keepalive.parameters) == ["self", "ws", "ping_interval"]
     assert inspect.iscoroutinefunction(dingtalk_stream.DingTalkStreamClient.keepalive)
