@@ -4,7 +4,7 @@ Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service
 two stages. :meth:`Service.open` brings up what takes input and needs no agent:
 
     database schema → WAL maintenance → inbox writer → channels built → agent build begins (background)
-    → features (connections, GitHub webhooks, schedules) → channels started
+    → features (connections, GitHub and Telegram webhooks, schedules) → channels started
 
 and :meth:`Service.run_agent`, once the agent exists, what answers:
 

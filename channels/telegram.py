@@ -45,7 +45,7 @@ from channels.errors import ChannelError, FileTooLarge
 from channels.reply import BudgetRegistry, ReplyStream
 from channels.telegram_polling import READ_TIMEOUT_MARGIN, UpdatePoller
 from channels.telegram_transport import TelegramTransport, map_error
-from channels.telegram_webhook import WebhookIntake, registered_url
+from channels.telegram_webhook import WebhookIntake, registered_url, webhook_problem
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.telegram import TelegramConfig
 
@@ -420,16 +420,21 @@ class TelegramChannel(Channel):
 
     # --- doctor ----------------------------------------------------------------------------------------
     async def check(self) -> str | None:
-        """``getMe`` with the configured token: None when it works, else what to fix."""
+        """``getMe`` with the configured token (and ``getWebhookInfo`` in webhook mode): None when it
+        works, else what to fix."""
         bot = Bot(
             self.config.bot_token or "",
             base_url=f"{self._root()}/bot",
             base_file_url=f"{self._root()}/file/bot",
             request=HTTPXRequest(connect_timeout=5, read_timeout=10),
         )
+        webhook: str | None = None
         try:
             async with bot:
                 username = bot.username
+                if self.config.mode == "webhook":
+                    expected = registered_url(self.config, self.settings)
+                    webhook = webhook_problem(await bot.get_webhook_info(), expected)
         except tg_errors.InvalidToken:
             return "Telegram rejected bot_token (getMe returned Unauthorized); copy it again from @BotFather"
         except tg_errors.NetworkError as exc:
@@ -439,7 +444,7 @@ class TelegramChannel(Channel):
         configured = (self.config.bot_username or "").lstrip("@")
         if configured and configured.lower() != (username or "").lower():
             return f"bot_username is @{configured} but the token belongs to @{username}"
-        return None
+        return webhook
 
 
 def _normalise_user(value: str) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import telegram.error as tg_errors
-from telegram import Bot, Update
+from telegram import Bot, Update, WebhookInfo
 
 from channels.errors import Backpressure, ChannelError
 from channels.telegram_polling import ALLOWED_UPDATES, StoreUpdate
@@ -107,6 +107,24 @@ class WebhookIntake:
             log.exception("storing Telegram update %s failed; Telegram will repeat it", update.update_id)
             return _refused(500, f"could not store the update: {type(exc).__name__}")
         return WebhookOutcome(200, {"ok": True, "update_id": update.update_id})
+
+
+def webhook_problem(info: WebhookInfo, expected: str | None) -> str | None:
+    """What ``switchboard doctor`` says about ``getWebhookInfo`` in webhook mode; None when it is fine.
+
+    Not registered yet is fine (the next start registers it); a different URL or Telegram's last
+    delivery error is what an operator needs to see, since updates then go nowhere.
+    """
+    if not info.url:
+        return None
+    if expected and info.url != expected:
+        return f"Telegram sends updates to {info.url}, not {expected}; restart the service to register it"
+    if info.last_error_message:
+        return (
+            f"Telegram's last webhook delivery failed: {info.last_error_message} "
+            f"({info.pending_update_count} update(s) waiting)"
+        )
+    return None
 
 
 def _refused(status: int, message: str) -> WebhookOutcome:

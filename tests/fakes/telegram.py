@@ -468,8 +468,7 @@ class FakeTelegram(ThreadedServer):
                         attempts = 0
                         continue
                     self._webhook_error = (int(time.time()), error)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.sleep(self.webhook_retry_seconds)
+                await asyncio.sleep(self.webhook_retry_seconds)
 
     def repeat_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue the very same update (same ``update_id``) again: what Telegram does when our 200 was lost."""

@@ -254,3 +254,40 @@ def test_the_webhook_secret_is_masked_like_the_bot_token(tmp_path: Path):
         },
     )
     assert SECRET in known_secrets(settings), "logs, tool output and chat mask it"
+
+
+async def test_doctor_says_where_telegram_sends_updates_and_why_delivery_fails(
+    tg: FakeTelegram, tmp_path: Path
+):
+    public = "https://127.0.0.1:9"  # nothing listens: every delivery fails to connect
+    telegram = {"enabled": True, "bot_token": tg.token, "api_base_url": tg.url, "mode": "webhook",
+                "webhook_secret": SECRET}  # fmt: skip
+    settings = make_settings(tmp_path, server={"public_url": public}, channels={"telegram": telegram})
+    channel = TelegramChannel(settings.channels.telegram, settings=settings)
+    assert await channel.check() is None, "not registered yet: the next start registers it"
+
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        await client.post("/setWebhook", data={"url": f"{public}{PATH}", "secret_token": SECRET})
+        assert await channel.check() is None
+        tg.user_message(91, "hello?", user_id=91)
+        await tg.wait_until(lambda: tg.webhook_deliveries)
+        problem = await channel.check()
+        assert problem is not None and "last webhook delivery failed: Connection failed" in problem
+        assert "1 update(s) waiting" in problem
+
+        await client.post("/setWebhook", data={"url": "https://127.0.0.2:9/hook"})
+        assert await channel.check() == (
+            f"Telegram sends updates to https://127.0.0.2:9/hook, not {public}{PATH}; "
+            "restart the service to register it"
+        )
+
+
+async def test_while_stopping_telegram_is_told_to_try_again_later(
+    tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
+):
+    async with webhook_service(tmp_path, llm, tg) as sb:
+        await sb.service.channels["telegram"].pause()  # what shutdown does first
+        update = a_message_update(tg, 95, "during shutdown")
+        response = await sb.client.post(PATH, json=update, headers={HEADER: SECRET})
+        assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+        assert await sb.stored() == 0, "left with Telegram, which repeats it (to another instance)"
