@@ -4,7 +4,7 @@ Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service
 two stages. :meth:`Service.open` brings up what takes input and needs no agent:
 
     database schema → WAL maintenance → inbox writer → channels built → agent build begins (background)
-    → features (connections, GitHub webhooks, schedules) → channels started
+    → features (connections, GitHub and Telegram webhooks, schedules) → channels started
 
 and :meth:`Service.run_agent`, once the agent exists, what answers:
 
@@ -45,6 +45,7 @@ from bot.features.agent import AgentFeature
 from bot.features.connections import ConnectionsFeature
 from bot.features.github import GitHubFeature
 from bot.features.schedules import SchedulesFeature
+from bot.features.telegram import TelegramWebhookFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.manager import ROUTE_CONNECTIONS, ChannelManager
@@ -99,7 +100,8 @@ class Service:
         self.connections = ConnectionsFeature(base, live_providers=lambda: list(self.channels))
         self.github = GitHubFeature(base)
         self.schedules = SchedulesFeature(base, publish=self.bus.publish, clock=clock)
-        self.features: list[Feature] = [self.connections, self.github, self.schedules]
+        self.telegram = TelegramWebhookFeature(base)  # webhook mode's route → the Telegram channel
+        self.features: list[Feature] = [self.connections, self.github, self.telegram, self.schedules]
         # The agent's memory and goals, wired into the manager once the agent is ready.
         self.agent_feature = AgentFeature()
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.

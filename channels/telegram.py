@@ -1,4 +1,4 @@
-"""Telegram, on python-telegram-bot 22 with long polling.
+"""Telegram, on python-telegram-bot 22 with long polling or a webhook (``channels.telegram.mode``).
 
 What users get:
 
@@ -16,6 +16,10 @@ Operational choices, and why:
   the next ``offset`` — Telegram's only confirmation — is sent only after every update below it is in the
   durable inbox. When the service pushes back (inbox full) the loop retries the same update and does not
   fetch more, so Telegram keeps holding the rest, unconfirmed, instead of us holding them in memory.
+* Webhook mode (:mod:`channels.telegram_webhook`) registers ``setWebhook`` with a secret at start and
+  stores what the route hands it before the request is answered 200; it never polls, and it leaves the
+  webhook in place at stop for the other instances. Polling mode deletes any webhook at start, since
+  Telegram refuses ``getUpdates`` while one is set.
 * A 409 Conflict means another process polls with the same token. Polling is paused (status ``error``
   with a sentence saying so) and retried after a long, doubling delay instead of fighting the other one.
 """
@@ -41,6 +45,7 @@ from channels.errors import ChannelError, FileTooLarge
 from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream
 from channels.telegram_polling import READ_TIMEOUT_MARGIN, UpdatePoller
 from channels.telegram_transport import TelegramTransport, map_error
+from channels.telegram_webhook import WebhookIntake, registered_url, webhook_problem
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.telegram import TelegramConfig
 
@@ -94,6 +99,7 @@ class TelegramChannel(Channel):
         self._allowed = {_normalise_user(u) for u in config.allowed_users if _normalise_user(u)}
         self._bot: Bot | None = None
         self._poller: UpdatePoller | None = None
+        self._webhook: WebhookIntake | None = None
         self.bot_id: int | None = None
         self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
         self._chain_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
@@ -127,10 +133,20 @@ class TelegramChannel(Channel):
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink
         self.status.set("starting", "connecting to the Telegram Bot API")
+        webhook = self.config.mode == "webhook"
+        url = registered_url(self.config, self.settings) if webhook else None
+        if webhook and (not url or not self.config.webhook_secret):
+            raise ChannelError(
+                "channels.telegram.mode is webhook: set channels.telegram.webhook_secret and "
+                "server.public_url (or channels.telegram.webhook_url)"
+            )
         bot = self._build_bot()
         try:
             await bot.initialize()  # getMe: proves the token
-            await bot.delete_webhook()  # long polling and a webhook exclude each other
+            if not webhook:
+                # Long polling and a webhook exclude each other (getUpdates answers 409 while one is
+                # set), so polling mode removes a webhook left by webhook mode or another tool.
+                await bot.delete_webhook()
         except tg_errors.InvalidToken:
             with contextlib.suppress(Exception):
                 await bot.shutdown()
@@ -154,6 +170,19 @@ class TelegramChannel(Channel):
             )
         self.bot_username = actual or self.bot_username
         await self._register_commands(bot)
+        if webhook:
+            assert url is not None and self.config.webhook_secret is not None
+            intake = WebhookIntake(bot, self._store_update)
+            try:
+                await intake.register(url, self.config.webhook_secret)
+            except ChannelError:
+                self._bot = None
+                with contextlib.suppress(Exception):
+                    await bot.shutdown()
+                raise
+            self._webhook = intake
+            self.status.set("connected", f"@{self.bot_username}, webhook {url}")
+            return
         self._poller = UpdatePoller(
             bot,
             self._store_update,
@@ -163,6 +192,11 @@ class TelegramChannel(Channel):
         )
         self.status.set("connected", f"@{self.bot_username}, long polling")
         self._poller.start()
+
+    @property
+    def webhook(self) -> WebhookIntake | None:
+        """Webhook mode, while running: where the route hands verified updates. None otherwise."""
+        return self._webhook
 
     async def _register_commands(self, bot: Bot) -> None:
         """``setMyCommands``: the "/" menu in every client lists what the service answers.
@@ -189,7 +223,13 @@ class TelegramChannel(Channel):
         return next(self._draft_ids)
 
     async def pause(self) -> None:
-        """Stop polling: what was fetched is stored, then confirmed; replies keep working until stop()."""
+        """Stop taking updates: polling stores what it fetched, then confirms it; a webhook answers 503
+        from now on (Telegram repeats those later, or to another instance). Replies work until stop().
+
+        The webhook itself stays registered at stop: other instances behind the same URL still serve it.
+        """
+        if self._webhook is not None:
+            self._webhook.close()
         poller = self._poller
         if poller is not None and poller.running:
             await poller.pause(STOP_STORE_GRACE)
@@ -197,6 +237,7 @@ class TelegramChannel(Channel):
     async def stop(self) -> None:
         await self.pause()
         self._poller = None
+        self._webhook = None
         bot, self._bot = self._bot, None
         if bot is not None:
             await self._wait_for_replies()
@@ -403,16 +444,21 @@ class TelegramChannel(Channel):
 
     # --- doctor ----------------------------------------------------------------------------------------
     async def check(self) -> str | None:
-        """``getMe`` with the configured token: None when it works, else what to fix."""
+        """``getMe`` with the configured token (and ``getWebhookInfo`` in webhook mode): None when it
+        works, else what to fix."""
         bot = Bot(
             self.config.bot_token or "",
             base_url=f"{self._root()}/bot",
             base_file_url=f"{self._root()}/file/bot",
             request=HTTPXRequest(connect_timeout=5, read_timeout=10),
         )
+        webhook: str | None = None
         try:
             async with bot:
                 username = bot.username
+                if self.config.mode == "webhook":
+                    expected = registered_url(self.config, self.settings)
+                    webhook = webhook_problem(await bot.get_webhook_info(), expected)
         except tg_errors.InvalidToken:
             return "Telegram rejected bot_token (getMe returned Unauthorized); copy it again from @BotFather"
         except tg_errors.NetworkError as exc:
@@ -422,7 +468,7 @@ class TelegramChannel(Channel):
         configured = (self.config.bot_username or "").lstrip("@")
         if configured and configured.lower() != (username or "").lower():
             return f"bot_username is @{configured} but the token belongs to @{username}"
-        return None
+        return webhook
 
 
 def _normalise_user(value: str) -> str:

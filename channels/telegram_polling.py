@@ -40,6 +40,8 @@ STORE_FIRST_WAIT = 0.2
 STORE_MAX_WAIT = 2.0
 #: Telegram returns at most 100 updates per call.
 BATCH_LIMIT = 100
+#: The update kinds asked for (polling and webhook alike): only messages become conversations.
+ALLOWED_UPDATES: tuple[str, ...] = ("message",)
 #: How much longer than the long-poll timeout the HTTP read may take before it counts as a failure.
 READ_TIMEOUT_MARGIN = 10.0
 
@@ -172,7 +174,7 @@ class UpdatePoller:
                 offset=offset,
                 limit=BATCH_LIMIT,
                 timeout=timedelta(seconds=self.poll_timeout),
-                allowed_updates=["message"],
+                allowed_updates=list(ALLOWED_UPDATES),
                 read_timeout=self.poll_timeout + READ_TIMEOUT_MARGIN,
             )
         )

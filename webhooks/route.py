@@ -50,7 +50,7 @@ def insecure_warning(config: GitHubConfig) -> str | None:
     )
 
 
-async def _read_capped(request: Request, limit: int) -> bytes | None:
+async def read_capped(request: Request, limit: int) -> bytes | None:
     """The body, or None as soon as it exceeds ``limit`` bytes (never buffers more than that)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -72,7 +72,7 @@ def build_router(config: GitHubConfig, processor: DeliveryProcessor) -> APIRoute
         secret = config.webhook_secret
         if not secret and not config.allow_unsigned_webhooks:
             return _error(503, "GitHub webhooks are not configured: set channels.github.webhook_secret")
-        body = await _read_capped(request, config.max_body_bytes)
+        body = await read_capped(request, config.max_body_bytes)
         if body is None:
             return _error(
                 413, f"payload larger than channels.github.max_body_bytes ({config.max_body_bytes})"

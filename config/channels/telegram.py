@@ -1,10 +1,16 @@
-"""Telegram channel settings (a bot created with @BotFather, long polling via python-telegram-bot)."""
+"""Telegram channel settings (a bot created with @BotFather; long polling or a webhook)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from config.base import ChannelSection, from_env
+
+#: setWebhook's ``secret_token``: 1-256 characters, only A-Z, a-z, 0-9, ``_`` and ``-`` (Bot API).
+WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
 class TelegramConfig(ChannelSection):
@@ -33,6 +39,27 @@ class TelegramConfig(ChannelSection):
     typing_interval_seconds: float = Field(4.5, gt=0, le=5)
     #: Long-poll duration of one ``getUpdates`` call.
     poll_timeout_seconds: int = Field(25, ge=0, le=50)
+    #: How updates arrive. ``polling``: this process asks with ``getUpdates`` (one instance per token).
+    #: ``webhook``: Telegram POSTs them to ``/api/webhooks/telegram`` on whichever instance the load
+    #: balancer picks (docs/channels/telegram.md, "Webhook mode").
+    mode: Literal["polling", "webhook"] = "polling"
+    #: Webhook mode: the ``secret_token`` given to ``setWebhook``; Telegram sends it back in the
+    #: ``X-Telegram-Bot-Api-Secret-Token`` header and requests without it are refused. Secret.
+    webhook_secret: str | None = from_env("TELEGRAM_WEBHOOK_SECRET")
+    #: Webhook mode: the URL registered with Telegram; default ``server.public_url`` +
+    #: ``/api/webhooks/telegram``. Telegram requires HTTPS on port 443, 80, 88 or 8443.
+    webhook_url: str | None = None
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_charset(cls, value: str | None) -> str | None:
+        if value and not WEBHOOK_SECRET.match(value):
+            raise ValueError(
+                "must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule for secret_token)"
+            )
+        return value or None
 
     def required_secrets(self) -> dict[str, str | None]:
+        if self.mode == "webhook":
+            return {"bot_token": self.bot_token, "webhook_secret": self.webhook_secret}
         return {"bot_token": self.bot_token}

@@ -4,7 +4,7 @@ Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot
 ``base_file_url=f"{fake.url}/file/bot"``). It implements the methods a chat bot needs — ``getMe``,
 ``deleteWebhook``, ``getUpdates`` (long polling with offsets), ``sendMessage``, ``editMessageText``,
 ``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
-(private chats only) … — and the file
+(private chats only), ``setWebhook``/``deleteWebhook``/``getWebhookInfo`` … — and the file
 download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
 or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
 "message is not modified" for an identical edit.
@@ -17,6 +17,12 @@ Driving it (from a test or a REPL)::
         tg.fail_next("editMessageText", status=429, retry_after=2)
         tg.conflict_on_getupdates = True                   # another poller holds the token
         tg.chat_messages(42)                               # what the chat shows, with edit history
+
+Webhook mode: once a client calls ``setWebhook``, every pushed update is POSTed (JSON, with the
+``X-Telegram-Bot-Api-Secret-Token`` header when a secret was set) to the registered URL, one at a time
+in order, and repeated after a pause until the answer is 2xx (``tg.webhook_deliveries`` records each
+attempt); ``getUpdates`` answers 409 meanwhile, as Telegram does. ``local_mode=True`` accepts
+``http://`` URLs on any port, as a self-hosted Bot API server started with ``--local`` does.
 
 Request bodies are form-urlencoded or multipart; non-string values are JSON-encoded (as PTB sends them).
 """
@@ -34,7 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import urlsplit
 
+import aiohttp
 from aiohttp import web
 
 from tests.fakes.server import ThreadedServer
@@ -78,6 +86,13 @@ CHAT_ACTIONS = {
     "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
     "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
 }  # fmt: skip
+#: setWebhook: secret_token is 1-256 characters of A-Z, a-z, 0-9, _ and -.
+WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]*$")
+WEBHOOK_SECRET_LIMIT = 256
+#: Ports api.telegram.org sends webhooks to (a local-mode Bot API server allows any).
+WEBHOOK_PORTS = {443, 80, 88, 8443}
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+WEBHOOK_ACTIVE = "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"
 #: getUpdates accepts limit 1-100.
 MAX_UPDATES_PER_CALL = 100
 NOT_MODIFIED = (
@@ -176,9 +191,24 @@ class FakeTelegram(ThreadedServer):
         bot_username: str = "switchboard_bot",
         bot_id: int = 7000001,
         long_poll_cap: float = 1.0,
+        local_mode: bool = False,
+        webhook_retry_seconds: float = 1.0,
+        webhook_max_attempts: int = 20,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.local_mode = local_mode
+        self.webhook_retry_seconds = webhook_retry_seconds
+        self.webhook_max_attempts = webhook_max_attempts
+        #: The registered webhook ("" = none), its secret and update kinds, as setWebhook left them.
+        self.webhook_url = ""
+        self.webhook_secret: str | None = None
+        self.webhook_allowed_updates: list[str] | None = None
+        #: Every webhook POST attempt: {"update_id", "status"} (status 0 = no HTTP answer).
+        self.webhook_deliveries: list[dict[str, Any]] = []
+        self._webhook_error: tuple[int, str] | None = None
+        self._webhook_wake: asyncio.Event | None = None
+        self._webhook_task: asyncio.Task[None] | None = None
         self.token = token
         self.bot_username = bot_username
         self.bot_id = bot_id
@@ -207,6 +237,7 @@ class FakeTelegram(ThreadedServer):
     # --- HTTP ----------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
         self._new_update = asyncio.Event()
+        self._webhook_wake = asyncio.Event()
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
 
@@ -294,7 +325,54 @@ class FakeTelegram(ThreadedServer):
         return {**self._bot_user(), "can_join_groups": True, "can_read_all_group_messages": False,
                 "supports_inline_queries": False}  # fmt: skip
 
+    def _m_setWebhook(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API: ``url`` is required ("" removes the webhook); api.telegram.org wants HTTPS on port 443,
+        80, 88 or 8443; ``secret_token`` is 1-256 characters of A-Z, a-z, 0-9, _ and -; ``allowed_updates``
+        left out keeps the previous setting; ``drop_pending_updates`` forgets what is queued."""
+        if "url" not in params:
+            raise _ApiError(400, 'Bad Request: parameter "url" is required')
+        url = str(params.get("url") or "")
+        if not url:
+            return self._m_deleteWebhook(params, uploads)
+        parts = urlsplit(url)
+        if not self.local_mode:
+            if parts.scheme != "https":
+                raise _ApiError(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
+            if (parts.port or 443) not in WEBHOOK_PORTS:
+                raise _ApiError(
+                    400, "Bad Request: bad webhook: Webhook can be set up only on ports 80, 88, 443 or 8443"
+                )
+        elif parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _ApiError(400, "Bad Request: bad webhook: Wrong HTTP URL specified")
+        secret = params.get("secret_token")
+        if secret is not None:
+            secret = str(secret)
+            if len(secret) > WEBHOOK_SECRET_LIMIT:
+                raise _ApiError(400, "Bad Request: secret token is too long")
+            if not WEBHOOK_SECRET.match(secret):
+                raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        allowed = params.get("allowed_updates")
+        with self._state:
+            self.webhook_url = url
+            self.webhook_secret = secret or None
+            if allowed is not None:
+                self.webhook_allowed_updates = list(allowed)
+            if params.get("drop_pending_updates") is True:
+                self.updates = []
+            self._webhook_error = None
+        if self._webhook_task is None or self._webhook_task.done():
+            self._webhook_task = asyncio.get_running_loop().create_task(self._deliver_webhooks())
+        assert self._webhook_wake is not None
+        self._webhook_wake.set()
+        return True
+
     def _m_deleteWebhook(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API: removes the webhook (getUpdates works again); ``drop_pending_updates`` forgets the queue."""
+        with self._state:
+            self.webhook_url = ""
+            self.webhook_secret = None
+            if params.get("drop_pending_updates") is True:
+                self.updates = []
         return True
 
     def _m_setMyCommands(self, params: dict[str, Any], uploads: Any) -> bool:
@@ -345,7 +423,70 @@ class FakeTelegram(ThreadedServer):
         return True
 
     def _m_getWebhookInfo(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
-        return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self.updates)}
+        """Bot API WebhookInfo: ``url`` ("" when none), ``pending_update_count``, the last delivery error."""
+        with self._state:
+            info: dict[str, Any] = {"url": self.webhook_url, "has_custom_certificate": False,
+                                    "pending_update_count": len(self.updates)}  # fmt: skip
+            if self.webhook_url:
+                info["max_connections"] = 40
+                if self.webhook_allowed_updates is not None:
+                    info["allowed_updates"] = self.webhook_allowed_updates
+                if self._webhook_error is not None:
+                    info["last_error_date"], info["last_error_message"] = self._webhook_error
+            return info
+
+    # --- webhook delivery (the fake's own loop, like Telegram's servers) ---------------------------------
+    async def _deliver_webhooks(self) -> None:
+        """POST pending updates in order; an update leaves the queue only on a 2xx answer."""
+        assert self._webhook_wake is not None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            attempts = 0
+            while True:
+                with self._state:
+                    url, secret = self.webhook_url, self.webhook_secret
+                    update = self.updates[0] if url and self.updates else None
+                if update is None:
+                    self._webhook_wake.clear()
+                    await self._webhook_wake.wait()
+                    continue
+                headers = {SECRET_HEADER: secret} if secret else {}
+                try:
+                    async with session.post(url, json=update, headers=headers) as response:
+                        status = response.status
+                        await response.read()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    status, error = 0, f"Connection failed: {type(exc).__name__}"
+                else:
+                    error = f"Wrong response from the webhook: {status}"
+                attempts += 1
+                with self._state:
+                    self.webhook_deliveries.append({"update_id": update["update_id"], "status": status})
+                    if 200 <= status < 300 or attempts >= self.webhook_max_attempts:
+                        if self.updates and self.updates[0] is update:
+                            self.updates.pop(0)
+                            self.confirmed.append(update["update_id"])
+                        attempts = 0
+                        continue
+                    self._webhook_error = (int(time.time()), error)
+                await asyncio.sleep(self.webhook_retry_seconds)
+
+    def repeat_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue the very same update (same ``update_id``) again: what Telegram does when our 200 was lost."""
+        with self._state:
+            self.updates.append(dict(update))
+        self._wake_clients()
+        return update
+
+    def webhook_statuses(self, update_id: int) -> list[int]:
+        """The HTTP status of every webhook attempt for ``update_id``, oldest first."""
+        with self._state:
+            return [d["status"] for d in self.webhook_deliveries if d["update_id"] == update_id]
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running() and self._webhook_task is not None:
+            task = self._webhook_task
+            self._loop.call_soon_threadsafe(task.cancel)
+        super().stop()
 
     async def _m_getUpdates(self, params: dict[str, Any], uploads: Any) -> list[dict[str, Any]]:
         """The Bot API's rules: ``offset`` confirms (and forgets) every update below it, a negative
@@ -354,6 +495,8 @@ class FakeTelegram(ThreadedServer):
         older one still waiting (that one gets 409 Conflict)."""
         if self.conflict_on_getupdates:
             raise _ApiError(409, DEFAULT_DESCRIPTIONS[409])
+        if self.webhook_url:
+            raise _ApiError(409, WEBHOOK_ACTIVE)
         offset = int(params.get("offset") or 0)
         limit = min(max(int(params.get("limit") or 100), 1), MAX_UPDATES_PER_CALL)
         timeout = min(max(float(params.get("timeout") or 0), 0.0), self.long_poll_cap)
@@ -533,9 +676,15 @@ class FakeTelegram(ThreadedServer):
             update = dict(update)
             update.setdefault("update_id", next(self._update_ids))
             self.updates.append(update)
-        if self._loop is not None and self._new_update is not None:
-            self._loop.call_soon_threadsafe(self._new_update.set)
+        self._wake_clients()
         return update
+
+    def _wake_clients(self) -> None:
+        """A new update: long-polling clients and the webhook sender look again."""
+        if self._loop is not None:
+            for event in (self._new_update, self._webhook_wake):
+                if event is not None:
+                    self._loop.call_soon_threadsafe(event.set)
 
     def add_file(self, data: bytes, name: str, mime: str | None = None) -> StoredFile:
         """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id."""
