@@ -20,9 +20,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from channels.discord import DiscordChannel
 from config.loader import load_settings
 from tests.fakes.discord import FakeDiscord, FakeInteraction
@@ -46,10 +46,7 @@ async def run(args: argparse.Namespace) -> list[FakeInteraction]:
     with FakeOpenAI() as llm, FakeDiscord() as fake, tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-                "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-                "memory": {"enabled": False},
+                **scratch_overrides(tmp, llm.base_url),
                 "channels": {
                     "discord": {
                         "enabled": True,

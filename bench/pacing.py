@@ -27,9 +27,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from bench.stream_slack import answer_text
 from bench.stream_telegram import StampedOpenAI, make_answer
 from channels.reply import CallKind, RateBudget
@@ -57,10 +57,7 @@ class PerChatOnlySlack(SlackChannel):
 def settings_for(tmp: str, llm: FakeOpenAI, channels: dict[str, Any] | None = None) -> Any:
     return load_settings(
         overrides={
-            "data_dir": str(Path(tmp) / "data"),
-            "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-            "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-            "memory": {"enabled": False},
+            **scratch_overrides(tmp, llm.base_url),
             "channels": channels or {},
         },
         env={},

@@ -31,9 +31,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from channels.dingtalk import DingTalkChannel
 from config.loader import load_settings
 from tests.fakes.dingtalk import FakeDingTalk
@@ -99,10 +99,7 @@ async def run(args: argparse.Namespace, mode: str) -> list[dict[str, Any]]:
         )
         settings = load_settings(
             overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-                "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-                "memory": {"enabled": False},
+                **scratch_overrides(tmp, llm.base_url),
                 "channels": {"dingtalk": channel_cfg},
             },
             env={},

@@ -23,9 +23,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from channels.feishu import TEXT_LIMIT, FeishuChannel
 from config.channels.feishu import FeishuConfig
 from config.loader import load_settings
@@ -89,10 +89,7 @@ async def run(args: argparse.Namespace, native: bool) -> dict[str, Any]:
     with TimedOpenAI() as llm, FakeLark() as lark, tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-                "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-                "memory": {"enabled": False},
+                **scratch_overrides(tmp, llm.base_url),
                 "channels": {
                     "feishu": {
                         "enabled": True,

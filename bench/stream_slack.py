@@ -21,9 +21,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from channels.slack import EDIT_INTERVAL, TEXT_LIMIT, SlackChannel
 from config.loader import load_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -74,10 +74,7 @@ async def run(args: argparse.Namespace, native: bool) -> dict[str, Any]:
     with TimedOpenAI() as llm, FakeSlack() as slack, tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-                "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-                "memory": {"enabled": False},
+                **scratch_overrides(tmp, llm.base_url),
                 "channels": {
                     "slack": {
                         "enabled": True,

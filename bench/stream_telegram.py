@@ -23,9 +23,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.settings import scratch_overrides
 from channels.telegram import TelegramChannel
 from config.channels.telegram import TelegramConfig
 from config.loader import load_settings
@@ -103,10 +103,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     with StampedOpenAI() as llm, FakeTelegram() as tg, tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             overrides={
-                "data_dir": str(Path(tmp) / "data"),
-                "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'data' / 'sb.db'}"},
-                "models": [{"name": "default", "model": "fake", "api_key": "sk-x", "base_url": llm.base_url}],
-                "memory": {"enabled": False},
+                **scratch_overrides(tmp, llm.base_url),
             },
             env={},
         )
