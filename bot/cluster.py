@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, text
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import make_url
 
 from bot.db import Database
@@ -60,6 +60,15 @@ claims_table = Table(
     Column("key", String(1000), primary_key=True),
     Column("entry_id", String(32), nullable=False, index=True),
     Column("holder", String(200), nullable=False, index=True),
+    Column("expires", Float, nullable=False),
+)
+
+leases_table = Table(
+    "cluster_leases",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("token", BigInteger, nullable=False),  # fencing: rises every time the holder changes
     Column("expires", Float, nullable=False),
 )
 
@@ -105,6 +114,24 @@ _HOLDER_ELSEWHERE = text(
 )
 _REQUEUE = text("UPDATE inbox SET status = 'pending' WHERE id = :id AND status = 'failed'")
 _REQUEUE_ALL = text("UPDATE inbox SET status = 'pending' WHERE status = 'failed'")
+
+_LEASE_ACQUIRE = text(
+    "INSERT INTO cluster_leases (name, holder, token, expires) "
+    f"VALUES (:name, :me, 1, {NOW} + :ttl) "
+    "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, "
+    "token = cluster_leases.token + CASE WHEN cluster_leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END "
+    f"WHERE cluster_leases.expires < {NOW} OR cluster_leases.holder = EXCLUDED.holder "
+    "RETURNING token"
+)
+_LEASE_RENEW = text(
+    f"UPDATE cluster_leases SET expires = {NOW} + :ttl "
+    "WHERE name = :name AND holder = :me AND token = :token RETURNING token"
+)
+#: Released by expiring it, not deleting it: the row keeps the token, so tokens only ever rise.
+_LEASE_RELEASE = text(
+    "UPDATE cluster_leases SET expires = 0 WHERE name = :name AND holder = :me AND token = :token"
+)
+_LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :name AND expires >= {NOW}")
 
 IsCommand = Callable[[InboundMessage], bool]
 
@@ -408,3 +435,55 @@ async def live_instances(db: Database, ttl: float) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+
+
+class Lease:
+    """A named lease that at most one instance holds: for a platform connection that must exist once
+    (Telegram long polling, the Discord gateway). Not wired to channels yet (docs/scale-out.md).
+
+    ``token`` is the fencing token: it rises every time the lease changes hands, so a former holder
+    that wakes up after its lease lapsed can tell (its renewal, keyed by its token, finds nothing).
+    """
+
+    def __init__(self, db: Database, name: str, holder: str, ttl: float) -> None:
+        self.db = db
+        self.name = name
+        self.holder = holder
+        self.ttl = ttl
+        self.token: int | None = None
+
+    async def acquire(self) -> bool:
+        """Take the lease if it is free or lapsed (or already ours); True when this instance holds it."""
+        async with self.db.engine.begin() as conn:
+            token = (
+                await conn.execute(_LEASE_ACQUIRE, {"name": self.name, "me": self.holder, "ttl": self.ttl})
+            ).scalar()
+        if token is not None and token != self.token:
+            log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, token)
+        self.token = token
+        return token is not None
+
+    async def renew(self) -> bool:
+        """Extend the lease; False (and no longer held) when it lapsed and another instance took it."""
+        if self.token is None:
+            return False
+        params = {"name": self.name, "me": self.holder, "token": self.token, "ttl": self.ttl}
+        async with self.db.engine.begin() as conn:
+            kept = (await conn.execute(_LEASE_RENEW, params)).scalar() is not None
+        if not kept:
+            log.warning("cluster: lease %s lost by %s", self.name, self.holder)
+            self.token = None
+        return kept
+
+    async def release(self) -> None:
+        if self.token is None:
+            return
+        async with self.db.engine.begin() as conn:
+            await conn.execute(_LEASE_RELEASE, {"name": self.name, "me": self.holder, "token": self.token})
+        self.token = None
+
+    async def current(self) -> tuple[str, int] | None:
+        """The live holder and its token, or None when nobody holds the lease."""
+        async with self.db.engine.connect() as conn:
+            row = (await conn.execute(_LEASE_HOLDER, {"name": self.name})).first()
+        return (row[0], int(row[1])) if row else None

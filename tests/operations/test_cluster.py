@@ -189,3 +189,57 @@ async def test_health_and_doctor_list_the_cluster_instances(tmp_path, llm, capsy
         "cluster: 2 instance(s) running: instance-a (0 claimed), instance-b (0 claimed)"
         in capsys.readouterr().out
     )
+
+
+async def test_an_instance_whose_claim_was_taken_over_stops_its_copy_of_the_turn(tmp_path, llm, caplog):
+    """Fencing: this instance was paused past the TTL and another one took the turn over.
+
+    The takeover is written as the row the other instance's claim pass writes (the holder changes).
+    """
+    llm.default_reply = lambda body: Reply(text="a very long answer " * 40, chunk_size=2, delay=0.05)
+    async with fresh_pg_database() as url:
+        a = instance(tmp_path, llm, url, "a", claim_ttl_seconds=1.5, poll_seconds=0.5)
+        await a.start()
+        try:
+            await a.chat.say("write an essay", chat="fenced", message_id="f1")
+            await until(lambda: any(m.text.startswith("a very") for m in a.chat.in_chat("fenced")))
+            async with a.service.db.engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "UPDATE cluster_claims SET holder = 'instance-other', "
+                        "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 600 WHERE holder = 'instance-a'"
+                    )
+                )
+            await until(lambda: "lost the claim" in caplog.text, seconds=10)
+            shown = [m.text for m in a.chat.in_chat("fenced")]
+            await asyncio.sleep(1)
+            assert [m.text for m in a.chat.in_chat("fenced")] == shown, "the stopped copy kept streaming"
+            assert a.chat.finished == []
+            assert await a.service.inbox.counts() == {"pending": 1}  # the other instance finishes it
+        finally:
+            await a.stop()
+
+
+async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_holder():
+    from bot import cluster
+    from bot.db import Database
+
+    async with fresh_pg_database() as url:
+        db = Database(url)
+        try:
+            await db.create_schema([cluster.metadata])
+            first = cluster.Lease(db, "channel:telegram", "instance-a", ttl=1)
+            second = cluster.Lease(db, "channel:telegram", "instance-b", ttl=1)
+            assert await first.acquire() and first.token == 1
+            assert not await second.acquire(), "held by a: nobody else may take it"
+            assert await first.renew()
+            assert await second.current() == ("instance-a", 1)
+            await asyncio.sleep(1.3)  # a stops renewing (dead or paused)
+            assert await second.acquire() and second.token == 2
+            assert not await first.renew(), "a's renewal with its old token must fail"
+            assert not await first.acquire()
+            await second.release()
+            assert await second.current() is None
+            assert await first.acquire() and first.token == 3
+        finally:
+            await db.close()

@@ -8,7 +8,6 @@ call, so "answered once" and "one visible comment" are checked where a user woul
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 import uuid
@@ -194,6 +193,10 @@ def test_kill_9_of_the_instance_running_a_turn_lets_the_other_finish_it_once(
         running[runner][1].send_signal(signal.SIGKILL)
         running[runner][1].wait(timeout=30)
         killed_at = time.monotonic()
+        [at_kill] = github.comments_on(REPO, 700)
+        versions = len(at_kill.history)
+        until(lambda: len(github.comments_on(REPO, 700)[0].history) > versions, seconds=30)
+        took_over = time.monotonic() - killed_at
         until(
             lambda: any(c.body.endswith("and a long tail") for c in github.comments_on(REPO, 700)), seconds=60
         )
@@ -207,5 +210,6 @@ def test_kill_9_of_the_instance_running_a_turn_lets_the_other_finish_it_once(
     [comment] = github.comments_on(REPO, 700)  # the placeholder became the answer: one comment
     assert comment.body.endswith("and a long tail")
     assert "took over inbox entry" in survivor_output
-    print(f"failover: kill -9 → answer finished by the survivor in {took:.1f} s")
-    assert os.environ.get("SWITCHBOARD_TEST_PG_URL")
+    print(
+        f"failover: kill -9 → survivor edits the comment after {took_over:.1f} s, answer done after {took:.1f} s"
+    )
