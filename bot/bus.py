@@ -8,7 +8,7 @@ nothing is acknowledged-then-dropped.
 
 With a :class:`bot.cluster.Cluster` (PostgreSQL) the bus does not queue what it accepts: it stores it,
 wakes the cluster, and a claim loop queues only what this instance claimed (oldest first, at most
-``bus.max_concurrent_turns`` at once), whichever instance accepted it. Pending entries wait in the
+``bus.max_concurrent_turns + cluster.claim_ahead`` at once), whichever instance accepted it. Pending entries wait in the
 database, not in memory, so the bound is on what runs here. Without one (SQLite) nothing changes.
 """
 
@@ -219,5 +219,11 @@ class MessageBus:
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(None)
-            if self._claimer is not None:
-                self._claimer.cancel()
+            if self.cluster is not None:
+                self.cluster.wake_here()  # the claim loop sees the bus closed and ends (finish_claiming)
+
+    async def finish_claiming(self) -> None:
+        """Cluster: wait for the claim loop to end after :meth:`close` (what it claimed last is released)."""
+        if self._claimer is not None:
+            await self._claimer
+            self._claimer = None

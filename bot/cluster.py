@@ -169,6 +169,7 @@ class Cluster:
         self._listener: Any = None  # asyncpg.Connection
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._notify_queued = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -227,14 +228,25 @@ class Cluster:
             await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
         self._wake.clear()
 
-    def wake(self) -> None:
-        """Look for work here now and tell the other instances to look too."""
+    def wake_here(self) -> None:
+        """Make this instance's claim loop look now (it ends there if the bus closed)."""
         self._wake.set()
-        self._spawn(self._notify(INBOX_CHANNEL, ""))
 
-    async def _notify(self, channel: str, payload: str) -> None:
+    def wake(self) -> None:
+        """Look for work here now and tell the other instances to look too.
+
+        Coalesced: a burst of accepts sends one NOTIFY while one is still waiting to be sent, and
+        another once that one has started (what is accepted during it needs its own).
+        """
+        self._wake.set()
+        if not self._notify_queued:
+            self._notify_queued = True
+            self._spawn(self._notify_inbox())
+
+    async def _notify_inbox(self) -> None:
+        self._notify_queued = False
         async with self.db.engine.begin() as conn:
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+            await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -289,6 +289,7 @@ class Service:
             self.bus.close()
         await self._each_channel("stop")
         if self.cluster is not None:  # after the drain: what is left is handed to the other instances
+            await self.bus.finish_claiming()
             await self.cluster.stop()
         for feature in reversed(self.features):
             try:
