@@ -5,24 +5,41 @@ Workers call :meth:`MessageBus.publish` (it is their ``InboundSink``); the manag
 bounded even when many messages wait in per-thread lanes. When full, ``publish`` raises
 :class:`channels.errors.Backpressure` *before* storing anything, so the platform redelivers later and
 nothing is acknowledged-then-dropped.
+
+With a :class:`bot.cluster.Cluster` (PostgreSQL) the bus does not queue what it accepts: it stores it,
+wakes the cluster, and a claim loop queues only what this instance claimed (oldest first, at most
+``bus.max_concurrent_turns + cluster.claim_ahead`` at once), whichever instance accepted it. Pending entries wait in the
+database, not in memory, so the bound is on what runs here. Without one (SQLite) nothing changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from bot.inbox import FAILED, Inbox, InboxEntry
 from channels.errors import Backpressure
 from channels.types import InboundMessage
 
+if TYPE_CHECKING:
+    from bot.cluster import Cluster, IsCommand
+
 log = logging.getLogger(__name__)
 
 
 class MessageBus:
-    def __init__(self, inbox: Inbox, capacity: int) -> None:
+    def __init__(
+        self, inbox: Inbox, capacity: int, *, cluster: Cluster | None = None, max_claims: int = 32
+    ) -> None:
         self.inbox = inbox
         self.capacity = capacity
+        self.cluster = cluster
+        self.max_claims = max_claims
+        self._claimer: asyncio.Task[None] | None = None
+        #: Cluster: entries accepted (or requeued) here that no full claim pass has looked at yet. They
+        #: count as unfinished, so ``wait_idle`` does not return before this instance had a chance.
+        self._unoffered = 0
         self._queue: asyncio.Queue[InboxEntry | None] = asyncio.Queue()
         self._in_flight: set[str] = set()
         self._reserved = 0
@@ -69,6 +86,17 @@ class MessageBus:
         if entry.duplicate and (entry.status != FAILED or entry.id in self._in_flight):
             self._unreserve()
             return False
+        if self.cluster is not None:
+            # Any instance may run it: wake them. A pending duplicate is running or waiting somewhere.
+            if entry.duplicate and entry.status == FAILED:
+                await self.cluster.requeue(entry.id)
+            elif not entry.duplicate:
+                self.cluster.wake()
+            else:
+                self._unreserve()
+                return False
+            self._unoffered += 1  # the reservation stays until a claim pass has seen it
+            return not entry.duplicate
         # New, or a redelivery of one that failed earlier and is not running: (re)run it.
         self._in_flight.add(entry.id)
         self._queue.put_nowait(entry)
@@ -76,6 +104,10 @@ class MessageBus:
 
     async def resume_unfinished(self) -> int:
         """Queue every message a previous run accepted but did not finish. Called once at start-up."""
+        if self.cluster is not None:  # pending ones are claimed like any other; failed ones run again
+            self._reserve()  # unfinished until the first claim pass has looked (wait_idle)
+            self._unoffered += 1
+            return await self.cluster.requeue_failed()
         entries = await self.inbox.unfinished()
         for entry in entries:
             if entry.id in self._in_flight:
@@ -92,6 +124,12 @@ class MessageBus:
         if self._closed:
             return 0
         queued = 0
+        if self.cluster is not None:  # back to pending: whichever instance claims it runs it
+            queued = len(await self.inbox.take_retries())
+            if queued:
+                self.cluster.wake()
+                log.info("retrying %d inbox message(s) an operator queued", queued)
+            return queued
         for entry in await self.inbox.take_retries():
             if entry.id in self._in_flight:
                 continue
@@ -119,7 +157,52 @@ class MessageBus:
         if self._closed:
             self.release(entry.id)
             return
+        if self.cluster is not None:  # back to pending; the claim loop (here or elsewhere) takes it
+            task = asyncio.get_running_loop().create_task(self.cluster.requeue(entry.id))
+            task.add_done_callback(lambda _t: self._requeued(entry.id))
+            return
         self._queue.put_nowait(entry)
+
+    def _requeued(self, entry_id: str) -> None:
+        if entry_id in self._in_flight:  # its reservation now waits for a claim pass instead
+            self._in_flight.discard(entry_id)
+            self._unoffered += 1
+
+    # --- cluster: claim what runs here ---------------------------------------------------------------
+    def start_claiming(self, is_command: IsCommand) -> None:
+        """Cluster only: take claimed entries to the manager from now on (it is ready to run them)."""
+        if self.cluster is not None and self._claimer is None:
+            self._claimer = asyncio.create_task(self._claim_loop(is_command), name="cluster-claims")
+
+    async def _claim_loop(self, is_command: IsCommand) -> None:
+        assert self.cluster is not None
+        cluster = self.cluster
+        while not self._closed:
+            free = self.max_claims - len(self._in_flight)
+            offered = self._unoffered
+            entries: list[InboxEntry] = []
+            complete = False
+            if free > 0:
+                try:
+                    entries, waiting_here = await cluster.claim(free, is_command)
+                    # It saw every runnable entry, and none waits behind a thread running here.
+                    complete = len(entries) < free and not waiting_here
+                except Exception as exc:  # PostgreSQL briefly away: the next wake-up or poll tries again
+                    log.warning("cluster: looking for work failed: %s", exc)
+            for entry in entries:
+                if self._closed:
+                    cluster.release(entry.id)
+                    continue
+                self._in_flight.add(entry.id)
+                self._reserve()
+                self._queue.put_nowait(entry)
+            if complete:  # what was accepted before this pass is claimed here, elsewhere, or waits its turn
+                self._unoffered -= offered
+                for _ in range(offered):
+                    self._unreserve()
+                await cluster.wait_for_work()
+            elif not entries or len(entries) < free:
+                await cluster.wait_for_work()
 
     async def get(self) -> InboxEntry | None:
         """Next message for the manager; ``None`` once the bus is closed and empty."""
@@ -130,9 +213,19 @@ class MessageBus:
         if entry_id in self._in_flight:
             self._in_flight.discard(entry_id)
             self._unreserve()
+        if self.cluster is not None:
+            self.cluster.release(entry_id)
 
     def close(self) -> None:
         """Refuse new input and wake the consumer so it can finish."""
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(None)
+            if self.cluster is not None:
+                self.cluster.wake_here()  # the claim loop sees the bus closed and ends (finish_claiming)
+
+    async def finish_claiming(self) -> None:
+        """Cluster: wait for the claim loop to end after :meth:`close` (what it claimed last is released)."""
+        if self._claimer is not None:
+            await self._claimer
+            self._claimer = None

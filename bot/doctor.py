@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from agent.models import ModelLoadError, build_chat_model
 from bot.db import Database
 from bot.registry import channel_class
@@ -20,6 +22,23 @@ async def _check_database(settings: Settings) -> tuple[bool, str]:
     if ok:
         return True, f"database: reachable ({db.engine.url.render_as_string(hide_password=True)})"
     return False, "database: cannot connect — check database.url and that the server is running"
+
+
+async def _check_cluster(settings: Settings) -> tuple[bool, str]:
+    """PostgreSQL: the instances sharing this database (live heartbeats), so an operator sees the cluster."""
+    from bot.cluster import live_instances
+
+    db = Database(settings.database.url)
+    try:
+        members = await live_instances(db, settings.cluster.claim_ttl_seconds)
+    except Exception:  # no cluster table yet: no instance has started on this database
+        members = []
+    finally:
+        await db.close()
+    if not members:
+        return True, "cluster: no instance running on this database"
+    listed = ", ".join(f"{m['id']} ({m['claims']} claimed)" for m in members)
+    return True, f"cluster: {len(members)} instance(s) running: {listed}"
 
 
 async def _check_model(settings: Settings) -> list[tuple[bool, str]]:
@@ -100,6 +119,8 @@ async def _check_mcp(settings: Settings) -> list[tuple[bool, str]]:
 async def run_doctor(settings: Settings) -> int:
     checks: list[tuple[bool, str]] = [(True, "config: valid")]
     checks.append(await _check_database(settings))
+    if checks[-1][0] and make_url(settings.database.url).get_backend_name() != "sqlite":
+        checks.append(await _check_cluster(settings))
     checks.append(await _check_sandbox(settings))
     if settings.mcp_servers:
         checks.extend(await _check_mcp(settings))

@@ -175,6 +175,22 @@ class ChannelManager:
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="manager-dispatch")
+        cluster = self.bus.cluster
+        if cluster is not None:  # PostgreSQL, several instances: run what this instance claims
+            cluster.on_stop = self.cancel_running
+            cluster.on_lost = self._abandon
+            self.bus.start_claiming(self.is_command)
+
+    def is_command(self, message: InboundMessage) -> bool:
+        """A chat command the manager answers itself (not a skill turn): it does not wait for a turn."""
+        parsed = parse_command(message.text)
+        return parsed is not None and self.commands.get(parsed.name) is not None
+
+    def _abandon(self, entry_id: str) -> None:
+        """Another instance took this entry's claim over (ours lapsed): stop the turn, reply nothing more."""
+        for lane in self._lanes.values():
+            if lane.current is not None and lane.current.entry_id == entry_id and lane.worker is not None:
+                lane.worker.cancel()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking messages, let running work finish for ``grace`` seconds, then cancel the rest.
@@ -329,6 +345,13 @@ class ChannelManager:
             return "idle"
         queued = len(lane.pending)
         return "running" + (f", {queued} queued" if queued else "")
+
+    async def stop_turn(self, message: InboundMessage, thread_id: str) -> bool:
+        """``/stop``: cancel the thread's running turn here, or on the instance that runs it."""
+        if self.cancel_running(thread_id):
+            return True
+        cluster = self.bus.cluster
+        return cluster is not None and await cluster.stop_elsewhere(message, thread_id)
 
     def cancel_running(self, thread_id: str) -> bool:
         lane = self._lanes.get(thread_id)

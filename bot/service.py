@@ -33,11 +33,13 @@ from sqlalchemy import MetaData
 
 from agent.events import Agent
 from bot import approvals as approvals_module
+from bot import cluster as cluster_module
 from bot import inbox as inbox_module
 from bot import migrations
 from bot import threads as threads_module
 from bot.approvals import ApprovalDesk
 from bot.bus import MessageBus
+from bot.cluster import Cluster
 from bot.commands import CommandRegistry
 from bot.db import Database
 from bot.features import Feature, Foundation, Running
@@ -91,7 +93,14 @@ class Service:
         pool = settings.bus.max_concurrent_turns + ROUTE_CONNECTIONS
         self.db = Database(settings.database.url, pool_size=pool)
         self.inbox = Inbox(self.db, max_attempts=settings.bus.max_attempts)
-        self.bus = MessageBus(self.inbox, settings.bus.queue_size)
+        # PostgreSQL: any instance runs any message, claimed in the database (docs/scale-out.md).
+        self.cluster = None if self.db.is_sqlite else Cluster(self.db, settings)
+        self.bus = MessageBus(
+            self.inbox,
+            settings.bus.queue_size,
+            cluster=self.cluster,
+            max_claims=settings.bus.max_concurrent_turns + settings.cluster.claim_ahead,
+        )
         self.threads = ThreadStore(self.db)
         base = Foundation(settings=settings, db=self.db, threads=self.threads)
         # The chat commands, known before the manager so channels can list them when they connect.
@@ -131,6 +140,8 @@ class Service:
             approvals_module.metadata,
             migrations.metadata,
         ]
+        if self.cluster is not None:
+            metadatas.append(cluster_module.metadata)
         metadatas.extend(self.agent_feature.tables())
         for feature in self.features:
             metadatas.extend(feature.tables())
@@ -172,6 +183,8 @@ class Service:
         await self.db.create_schema(self.tables())
         self.db.start_maintenance()
         await self.inbox.start()
+        if self.cluster is not None:
+            await self.cluster.start()
         self.channels = self.build_channels()  # before the agent's imports begin: SDK imports stay here
         self._agent_start = asyncio.create_task(self._start_agent(), name="agent-start")
         running = Running(channels=self.channels)
@@ -277,6 +290,9 @@ class Service:
         else:
             self.bus.close()
         await self._each_channel("stop")
+        if self.cluster is not None:  # after the drain: what is left is handed to the other instances
+            await self.bus.finish_claiming()
+            await self.cluster.stop()
         for feature in reversed(self.features):
             try:
                 await feature.stop()
@@ -312,4 +328,5 @@ class Service:
             "mcp": self.agent.mcp_status() if self.agent is not None else {},
             "channels": channels,
             "inbox": {"unfinished": self.bus.load},
+            **({"cluster": await self.cluster.health()} if self.cluster is not None else {}),
         }

@@ -198,6 +198,20 @@ class BusConfig(Section):
     retry_poll_seconds: float = Field(2, gt=0)
 
 
+class ClusterConfig(Section):
+    """Several instances on one PostgreSQL database (docs/scale-out.md); ignored with SQLite."""
+
+    #: This instance's name in claims, ``/health`` and ``switchboard doctor``; empty: host-pid-random.
+    instance_id: str = ""
+    #: A claim (a running turn) not renewed for this long is taken over by another instance.
+    claim_ttl_seconds: float = Field(30, gt=0, le=30)
+    #: The slow fallback look for work when no NOTIFY arrives (takeovers of lapsed claims ride on it).
+    poll_seconds: float = Field(5, gt=0)
+    #: Entries an instance claims beyond ``bus.max_concurrent_turns`` (they route while turns run);
+    #: 0 spreads turns strictly by free turn slots.
+    claim_ahead: int = Field(64, ge=0)
+
+
 class ChannelsConfig(Section):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
@@ -230,6 +244,7 @@ class Settings(Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     bus: BusConfig = Field(default_factory=BusConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
 
     @model_validator(mode="after")

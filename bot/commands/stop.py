@@ -5,7 +5,7 @@ from bot.commands.base import Command, CommandContext
 
 async def stop(ctx: CommandContext) -> None:
     conv = await ctx.conversation()
-    if ctx.manager.cancel_running(conv.thread_id):
+    if await ctx.manager.stop_turn(ctx.message, conv.thread_id):
         await ctx.reply("Stopping the current reply.")
     else:
         await ctx.reply("Nothing is running right now.")

@@ -1,0 +1,501 @@
+"""Several ``serve`` instances on one PostgreSQL database: claims, instances and wake-ups.
+
+Why: with one database and two instances, each used to run only what it accepted itself, so a
+redelivery the *other* instance was still running looked pending and was answered twice, and a dead
+instance's unfinished turns waited for it to come back. Here any instance may run any pending inbox
+entry, and a claim row says who runs it:
+
+- **A claim per conversation** (``conv:<provider>/<workspace>/<chat>/<topic>``) for turns: only the
+  oldest pending turn of a conversation can be claimed, and the key is the primary key of
+  ``cluster_claims``, so at most one turn per thread runs anywhere and the thread keeps its order.
+- **A claim per entry** (``entry:<id>``) for chat commands (``/stop``, ``/help``…): they run at once,
+  as on one instance, instead of waiting behind the turn they may be about to stop.
+
+A claim expires ``cluster.claim_ttl_seconds`` after its last renewal (PostgreSQL's clock, so skewed
+hosts agree); the heartbeat renews every claim this instance holds. A lapsed claim is taken over by the
+next instance that looks for work, and the entry's saved reply reference and answer come with it. An
+instance that finds a claim it thought it held renewed by nobody (it was paused past the TTL and
+another instance took over) cancels that turn without replying.
+
+Wake-ups are ``LISTEN/NOTIFY`` on one asyncpg connection per instance: ``switchboard_inbox`` when work
+appears or a claim is freed, ``switchboard_stop`` (payload: a thread id) for ``/stop`` sent to another
+instance. A slow poll (``cluster.poll_seconds``) covers a lost notification and finds lapsed claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, text
+from sqlalchemy.engine import make_url
+
+from bot.db import Database
+from bot.inbox import Inbox, InboxEntry
+from channels.types import InboundMessage
+from config.schema import Settings
+
+log = logging.getLogger(__name__)
+
+metadata = MetaData()
+instances_table = Table(
+    "cluster_instances",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+)
+claims_table = Table(
+    "cluster_claims",
+    metadata,
+    Column("key", String(1000), primary_key=True),
+    Column("entry_id", String(32), nullable=False, index=True),
+    Column("holder", String(200), nullable=False, index=True),
+    Column("expires", Float, nullable=False),
+)
+
+leases_table = Table(
+    "cluster_leases",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("token", BigInteger, nullable=False),  # fencing: rises every time the holder changes
+    Column("expires", Float, nullable=False),
+)
+
+INBOX_CHANNEL = "switchboard_inbox"
+STOP_CHANNEL = "switchboard_stop"
+#: Pending entries read per look for work (oldest first). A backlog beyond this waits its turn.
+SCAN_LIMIT = 500
+NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
+
+_LIVE_KEYS = text(f"SELECT key, holder FROM cluster_claims WHERE expires >= {NOW}")
+_PENDING = text("SELECT * FROM inbox WHERE status = 'pending' ORDER BY created_at, id LIMIT :limit")
+#: Taken before a claim is written, without waiting: two instances claiming the same key in overlapping
+#: passes skip instead of queueing on each other's rows (which could deadlock across two passes).
+CLAIM_LOCKSPACE = 17017
+_TRY_LOCK = text("SELECT pg_try_advisory_xact_lock(:space, hashtext(:key))")
+_PREVIOUS = text("SELECT holder FROM cluster_claims WHERE key = :key")
+_UPSERT = text(
+    "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
+    f"VALUES (:key, :entry, :me, {NOW} + :ttl) "
+    "ON CONFLICT (key) DO UPDATE SET entry_id = EXCLUDED.entry_id, holder = EXCLUDED.holder, "
+    f"expires = EXCLUDED.expires WHERE cluster_claims.expires < {NOW} RETURNING key"
+)
+_STILL_PENDING = text("SELECT * FROM inbox WHERE id = :id AND status = 'pending'")
+_OLDER_IN_CHAT = text(
+    "SELECT payload FROM inbox WHERE provider = :provider AND workspace = :workspace AND chat = :chat "
+    "AND status = 'pending' AND (created_at < :created OR (created_at = :created AND id < :id))"
+)
+_RENEW = text(f"UPDATE cluster_claims SET expires = {NOW} + :ttl WHERE holder = :me RETURNING entry_id")
+_RELEASE = text("DELETE FROM cluster_claims WHERE entry_id = :id AND holder = :me")
+_HEARTBEAT = text(
+    "INSERT INTO cluster_instances (id, host, pid, started_at, heartbeat_at) "
+    f"VALUES (:me, :host, :pid, {NOW}, {NOW}) "
+    "ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at, pid = EXCLUDED.pid"
+)
+_LIVE_INSTANCES = text(
+    f"SELECT id, host, pid, {NOW} - heartbeat_at AS age, "
+    "(SELECT count(*) FROM cluster_claims c WHERE c.holder = i.id AND c.expires >= "
+    f"{NOW}) AS claims FROM cluster_instances i WHERE heartbeat_at >= {NOW} - :ttl ORDER BY id"
+)
+_FORGET_DEAD = text(f"DELETE FROM cluster_instances WHERE heartbeat_at < {NOW} - 3600")
+_HOLDER_ELSEWHERE = text(
+    f"SELECT holder FROM cluster_claims WHERE key = :key AND holder <> :me AND expires >= {NOW}"
+)
+_REQUEUE = text("UPDATE inbox SET status = 'pending' WHERE id = :id AND status = 'failed'")
+_REQUEUE_ALL = text("UPDATE inbox SET status = 'pending' WHERE status = 'failed'")
+
+_LEASE_ACQUIRE = text(
+    "INSERT INTO cluster_leases (name, holder, token, expires) "
+    f"VALUES (:name, :me, 1, {NOW} + :ttl) "
+    "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, "
+    "token = cluster_leases.token + CASE WHEN cluster_leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END "
+    f"WHERE cluster_leases.expires < {NOW} OR cluster_leases.holder = EXCLUDED.holder "
+    "RETURNING token"
+)
+_LEASE_RENEW = text(
+    f"UPDATE cluster_leases SET expires = {NOW} + :ttl "
+    "WHERE name = :name AND holder = :me AND token = :token RETURNING token"
+)
+#: Released by expiring it, not deleting it: the row keeps the token, so tokens only ever rise.
+_LEASE_RELEASE = text(
+    "UPDATE cluster_leases SET expires = 0 WHERE name = :name AND holder = :me AND token = :token"
+)
+_LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :name AND expires >= {NOW}")
+
+IsCommand = Callable[[InboundMessage], bool]
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def conversation_claim_key(message: InboundMessage) -> str:
+    return "conv:" + "/".join(message.conversation_key)
+
+
+def claim_key(entry: InboxEntry, is_command: IsCommand) -> str:
+    return f"entry:{entry.id}" if is_command(entry.message) else conversation_claim_key(entry.message)
+
+
+class _NotOurs(Exception):
+    """Roll a claim back: the entry was finished, or an older turn of its thread is still waiting."""
+
+
+class Cluster:
+    """This instance's membership: claims it holds, its heartbeat, and its LISTEN connection."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.instance_id = settings.cluster.instance_id or default_instance_id()
+        self.ttl = settings.cluster.claim_ttl_seconds
+        self.poll_seconds = min(settings.cluster.poll_seconds, self.ttl / 2)
+        self.held: set[str] = set()  # inbox entry ids this instance claimed and has not released
+        #: Told the thread id of a ``/stop`` another instance received (the manager's cancel_running).
+        self.on_stop: Callable[[str], object] | None = None
+        #: Told an entry id whose claim another instance took over (this instance must stop its turn).
+        self.on_lost: Callable[[str], object] | None = None
+        self._wake = asyncio.Event()
+        self._listener: Any = None  # asyncpg.Connection
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._notify_queued = False
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._beat()
+        await self._listen()
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="cluster-heartbeat")
+        log.info("cluster: instance %s joined (claim ttl %.0f s)", self.instance_id, self.ttl)
+
+    async def stop(self) -> None:
+        """Release everything still held (another instance takes it at once) and leave the cluster."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        try:
+            async with self.db.engine.begin() as conn:
+                await conn.execute(
+                    text("DELETE FROM cluster_claims WHERE holder = :me"), {"me": self.instance_id}
+                )
+                await conn.execute(
+                    text("DELETE FROM cluster_instances WHERE id = :me"), {"me": self.instance_id}
+                )
+                await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+        except Exception as exc:  # the claims lapse by themselves after the TTL
+            log.warning("cluster: leaving cleanly failed: %s", exc)
+        self.held.clear()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+
+    async def _listen(self) -> None:
+        import asyncpg
+
+        url = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        try:
+            self._listener = await asyncpg.connect(url)
+            await self._listener.add_listener(INBOX_CHANNEL, self._on_inbox)
+            await self._listener.add_listener(STOP_CHANNEL, self._on_stop)
+        except Exception as exc:  # the fallback poll still finds work, only later
+            log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
+
+    def _on_inbox(self, *_args: object) -> None:
+        self._wake.set()
+
+    def _on_stop(self, _conn: object, _pid: int, _channel: str, thread_id: str) -> None:
+        if self.on_stop is not None:
+            self.on_stop(thread_id)
+
+    # --- wake-ups ------------------------------------------------------------------------------------
+    async def wait_for_work(self) -> None:
+        """Until a NOTIFY (or a local event) says there may be work, or the fallback poll is due."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+        self._wake.clear()
+
+    def wake_here(self) -> None:
+        """Make this instance's claim loop look now (it ends there if the bus closed)."""
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Look for work here now and tell the other instances to look too.
+
+        Coalesced: a burst of accepts sends one NOTIFY while one is still waiting to be sent, and
+        another once that one has started (what is accepted during it needs its own).
+        """
+        self._wake.set()
+        if not self._notify_queued:
+            self._notify_queued = True
+            self._spawn(self._notify_inbox())
+
+    async def _notify_inbox(self) -> None:
+        self._notify_queued = False
+        async with self.db.engine.begin() as conn:
+            await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("cluster: background write failed: %s", task.exception())
+
+    # --- claims --------------------------------------------------------------------------------------
+    async def claim(self, limit: int, is_command: IsCommand) -> tuple[list[InboxEntry], int]:
+        """Claim up to ``limit`` runnable entries, oldest first: commands, and each thread's oldest turn.
+
+        Also returns how many pending entries wait behind a thread this instance holds: they are this
+        instance's to run next, so it still counts them as unfinished (``wait_idle``).
+        """
+        if limit <= 0:
+            return [], 0
+        async with self.db.engine.connect() as conn:
+            live = {row[0]: row[1] for row in await conn.execute(_LIVE_KEYS)}
+            rows = (await conn.execute(_PENDING, {"limit": SCAN_LIMIT})).mappings().all()
+        seen: set[str] = set()
+        entries: list[tuple[str, InboxEntry]] = []
+        candidates: list[tuple[str, InboxEntry]] = []
+        for row in rows:
+            entry = Inbox._entry(row)
+            key = claim_key(entry, is_command)
+            entries.append((key, entry))
+            if key in seen:  # a later turn of a thread whose oldest turn is ahead of it
+                continue
+            seen.add(key)
+            if key not in live and entry.id not in self.held:
+                candidates.append((key, entry))
+        claimed: list[InboxEntry] = []
+        mine = {key for key, holder in live.items() if holder == self.instance_id}
+        took_over: list[tuple[str, str]] = []
+        if candidates:
+            # One transaction for the pass, a savepoint per candidate (one that is not ours rolls back).
+            async with self.db.engine.begin() as conn:
+                for key, entry in candidates:
+                    if len(claimed) >= limit:
+                        break
+                    got = await self._try_claim(conn, key, entry, is_command)
+                    if got is not None:
+                        fresh, previous = got
+                        claimed.append(fresh)
+                        mine.add(key)
+                        if previous is not None and previous != self.instance_id:
+                            took_over.append((fresh.id, previous))
+            self.held.update(entry.id for entry in claimed)
+        for entry_id, previous in took_over:
+            log.warning(
+                "cluster: took over inbox entry %s from instance %s (its claim lapsed)", entry_id, previous
+            )
+        taken = {entry.id for entry in claimed} | self.held
+        waiting = sum(1 for key, entry in entries if key in mine and entry.id not in taken)
+        return claimed, waiting
+
+    async def _try_claim(
+        self, conn: Any, key: str, entry: InboxEntry, is_command: IsCommand
+    ) -> tuple[InboxEntry, str | None] | None:
+        """Claim ``key`` for ``entry`` inside ``conn``'s transaction: the entry (read again) and the
+        previous holder of a lapsed claim, or None when it is not ours to run now."""
+        try:
+            async with conn.begin_nested():
+                if not (await conn.execute(_TRY_LOCK, {"space": CLAIM_LOCKSPACE, "key": key})).scalar():
+                    return None  # another instance is claiming this key right now
+                previous = (await conn.execute(_PREVIOUS, {"key": key})).scalar()
+                got = await conn.execute(
+                    _UPSERT, {"key": key, "entry": entry.id, "me": self.instance_id, "ttl": self.ttl}
+                )
+                if got.first() is None:
+                    return None  # someone else holds this thread (or this command) right now
+                # Read again after the claim (a fresh snapshot): finished meanwhile, or not its turn yet?
+                row = (await conn.execute(_STILL_PENDING, {"id": entry.id})).mappings().first()
+                if row is None:
+                    raise _NotOurs
+                fresh = Inbox._entry(row)
+                if not key.startswith("entry:"):
+                    older = await conn.execute(
+                        _OLDER_IN_CHAT,
+                        {
+                            "provider": fresh.message.provider,
+                            "workspace": fresh.message.workspace,
+                            "chat": fresh.message.chat,
+                            "created": row["created_at"],
+                            "id": fresh.id,
+                        },
+                    )
+                    if self._older_turn_waits(older, fresh.message, is_command):
+                        raise _NotOurs
+        except _NotOurs:
+            return None
+        return fresh, previous
+
+    @staticmethod
+    def _older_turn_waits(rows: Any, message: InboundMessage, is_command: IsCommand) -> bool:
+        for (payload,) in rows:
+            older = InboundMessage.from_json(json.loads(payload))
+            if older.conversation_key == message.conversation_key and not is_command(older):
+                return True
+        return False
+
+    def release(self, entry_id: str) -> None:
+        """The entry is finished here (done, failed, or left at shutdown): free its claim, wake others.
+
+        Called after the entry's done/failed mark is committed, so nobody can claim a finished entry.
+        """
+        if entry_id not in self.held:
+            return
+        self.held.discard(entry_id)
+        self._spawn(self._release(entry_id))
+
+    async def _release(self, entry_id: str) -> None:
+        async with self.db.engine.begin() as conn:
+            await conn.execute(_RELEASE, {"id": entry_id, "me": self.instance_id})
+            await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+        self._wake.set()
+
+    async def requeue(self, entry_id: str) -> None:
+        """A failed entry runs again (on whichever instance claims it first)."""
+        async with self.db.engine.begin() as conn:
+            await conn.execute(_REQUEUE, {"id": entry_id})
+        self.wake()
+
+    async def requeue_failed(self) -> int:
+        """At start: failed entries run again, as a single instance resumes them at its start."""
+        async with self.db.engine.begin() as conn:
+            moved = (await conn.execute(_REQUEUE_ALL)).rowcount
+        self.wake()
+        return int(moved or 0)
+
+    async def stop_elsewhere(self, message: InboundMessage, thread_id: str) -> bool:
+        """``/stop`` for a thread whose turn runs on another instance: tell that instance. True if one does."""
+        async with self.db.engine.begin() as conn:
+            holder = (
+                await conn.execute(
+                    _HOLDER_ELSEWHERE, {"key": conversation_claim_key(message), "me": self.instance_id}
+                )
+            ).scalar()
+            if holder is None:
+                return False
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": STOP_CHANNEL, "p": thread_id})
+        log.info("cluster: /stop for a turn on instance %s sent there", holder)
+        return True
+
+    # --- heartbeat -----------------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self._beat()
+            except Exception as exc:  # PostgreSQL briefly away: claims lapse only after the whole TTL
+                log.warning("cluster: heartbeat failed: %s", exc)
+
+    async def _beat(self) -> None:
+        held = set(self.held)  # committed before the renewal below starts, so it must see them
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                _HEARTBEAT, {"me": self.instance_id, "host": socket.gethostname(), "pid": os.getpid()}
+            )
+            renewed = {
+                row[0] for row in await conn.execute(_RENEW, {"me": self.instance_id, "ttl": self.ttl})
+            }
+            await conn.execute(_FORGET_DEAD)
+        for entry_id in held - renewed:
+            if entry_id in self.held:
+                log.warning("cluster: lost the claim on inbox entry %s to another instance", entry_id)
+                self.held.discard(entry_id)
+                if self.on_lost is not None:
+                    self.on_lost(entry_id)
+
+    # --- visibility ----------------------------------------------------------------------------------
+    async def instances(self) -> list[dict[str, Any]]:
+        """The live instances (heartbeat within the TTL) and how many claims each holds."""
+        return await live_instances(self.db, self.ttl)
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            members: Sequence[dict[str, Any]] | str = await self.instances()
+        except Exception as exc:
+            members = f"unavailable: {type(exc).__name__}"
+        return {"instance": self.instance_id, "claims": len(self.held), "instances": members}
+
+
+async def live_instances(db: Database, ttl: float) -> list[dict[str, Any]]:
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(_LIVE_INSTANCES, {"ttl": ttl})).mappings().all()
+    return [
+        {
+            "id": r["id"],
+            "host": r["host"],
+            "pid": r["pid"],
+            "claims": int(r["claims"]),
+            "heartbeat_age_seconds": round(float(r["age"]), 1),
+        }
+        for r in rows
+    ]
+
+
+class Lease:
+    """A named lease that at most one instance holds: for a platform connection that must exist once
+    (Telegram long polling, the Discord gateway). Not wired to channels yet (docs/scale-out.md).
+
+    ``token`` is the fencing token: it rises every time the lease changes hands, so a former holder
+    that wakes up after its lease lapsed can tell (its renewal, keyed by its token, finds nothing).
+    """
+
+    def __init__(self, db: Database, name: str, holder: str, ttl: float) -> None:
+        self.db = db
+        self.name = name
+        self.holder = holder
+        self.ttl = ttl
+        self.token: int | None = None
+
+    async def acquire(self) -> bool:
+        """Take the lease if it is free or lapsed (or already ours); True when this instance holds it."""
+        async with self.db.engine.begin() as conn:
+            token = (
+                await conn.execute(_LEASE_ACQUIRE, {"name": self.name, "me": self.holder, "ttl": self.ttl})
+            ).scalar()
+        if token is not None and token != self.token:
+            log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, token)
+        self.token = token
+        return token is not None
+
+    async def renew(self) -> bool:
+        """Extend the lease; False (and no longer held) when it lapsed and another instance took it."""
+        if self.token is None:
+            return False
+        params = {"name": self.name, "me": self.holder, "token": self.token, "ttl": self.ttl}
+        async with self.db.engine.begin() as conn:
+            kept = (await conn.execute(_LEASE_RENEW, params)).scalar() is not None
+        if not kept:
+            log.warning("cluster: lease %s lost by %s", self.name, self.holder)
+            self.token = None
+        return kept
+
+    async def release(self) -> None:
+        if self.token is None:
+            return
+        async with self.db.engine.begin() as conn:
+            await conn.execute(_LEASE_RELEASE, {"name": self.name, "me": self.holder, "token": self.token})
+        self.token = None
+
+    async def current(self) -> tuple[str, int] | None:
+        """The live holder and its token, or None when nobody holds the lease."""
+        async with self.db.engine.connect() as conn:
+            row = (await conn.execute(_LEASE_HOLDER, {"name": self.name})).first()
+        return (row[0], int(row[1])) if row else None

@@ -1,0 +1,245 @@
+"""Two Switchboard instances on one PostgreSQL database share the work (issue 17).
+
+Each instance is a whole in-process ``Service`` with its own engine, inbox, bus, claim loop, heartbeat
+and LISTEN connection; both run in this test's event loop. The platform is the memory channel, shared
+the way one chat platform is shared by two connections of one app: both instances hear messages (each
+is delivered to one of them, alternately) and both post into the same chats, so "answered once" and
+"one visible reply" are checked across the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from channels.memory import MemoryChannel
+from tests.conftest import fresh_pg_database, make_settings
+from tests.fakes.openai_server import Reply, echo_reply
+from tests.harness import Harness
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def shared_platform(first: MemoryChannel, second: MemoryChannel) -> None:
+    """One platform seen by two connections: the same chats and message ids; ``calls`` stay per instance."""
+    second.messages = first.messages
+    second.finished = first.finished
+    second._ids = first._ids
+    second._msg_ids = first._msg_ids
+    second.file_store = first.file_store
+
+
+async def until(predicate: Any, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def sends(channel: MemoryChannel) -> int:
+    return sum(1 for call in channel.calls if call[0] == "send")
+
+
+def instance(tmp_path, llm, url: str, name: str, turns: int = 4, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+    settings = make_settings(
+        tmp_path / name,
+        llm,
+        database={"url": url},
+        cluster={"instance_id": f"instance-{name}", **cluster},
+        bus={"max_concurrent_turns": turns},
+    )
+    return Harness(settings, channels={"memory": MemoryChannel("memory")})
+
+
+def slow_echo(delay: float, chunk_size: int = 8) -> Any:
+    def reply(body: dict[str, Any]) -> Reply:
+        echoed = echo_reply(body)
+        return Reply(text=echoed.text, chunk_size=chunk_size, delay=delay)
+
+    return reply
+
+
+async def test_two_instances_answer_every_message_once_in_order_and_both_work(tmp_path, llm):
+    llm.default_reply = slow_echo(0.02)
+    async with fresh_pg_database() as url:
+        a, b = instance(tmp_path, llm, url, "a"), instance(tmp_path, llm, url, "b")
+        shared_platform(a.chat, b.chat)
+        await a.start()
+        await b.start()
+        try:
+            sent: dict[str, list[str]] = defaultdict(list)
+            for n in range(60):
+                chat = f"chat-{n % 12}"
+                message = a.chat.make_message(f"m{n}", chat=chat, message_id=f"p{n}")
+                sent[chat].append(message.platform_message_id)
+                await (a.chat if n % 2 == 0 else b.chat).deliver(message)
+            # A redelivery of every tenth message, to the *other* instance, while it may still run.
+            for n in range(0, 60, 10):
+                again = a.chat.make_message(f"m{n}", chat=f"chat-{n % 12}", message_id=f"p{n}")
+                assert await (b.chat if n % 2 == 0 else a.chat).deliver(again) is False
+            await until(lambda: len(a.chat.finished) >= 60)
+            await asyncio.sleep(1)  # a second answer, if any, would land now
+        finally:
+            await a.stop()
+            await b.stop()
+    assert Counter(a.chat.finished) == Counter({f"p{n}": 1 for n in range(60)})
+    position = {pid: i for i, pid in enumerate(a.chat.finished)}
+    for chat, ids in sent.items():
+        assert sorted(ids, key=position.__getitem__) == ids, f"{chat} answered out of order"
+    finals = sorted(m.text for m in a.chat.messages.values())
+    assert finals == sorted(f"echo: m{n}" for n in range(60))
+    assert sends(a.chat) > 0 and sends(b.chat) > 0, "both instances must have done work"
+
+
+async def test_a_lapsed_claim_is_taken_over_and_its_placeholder_becomes_the_one_answer(tmp_path, llm):
+    """An instance died mid-turn (its claim and heartbeat stopped, its placeholder is in the chat).
+
+    The dead instance is written as the database rows a kill -9 leaves behind: a pending entry with
+    its saved reply reference, and a claim by an instance whose heartbeat stopped.
+    """
+    from bot.db import Database
+    from bot.inbox import Inbox
+
+    async with fresh_pg_database() as url:
+        first = instance(tmp_path, llm, url, "a")
+        await first.start()  # the schema
+        await first.stop()
+        chat = first.chat
+        placeholder = await chat.reply_transport(chat.make_message("x")).send("…")
+        message = chat.make_message("survive this", chat="crashed", message_id="c1")
+        db = Database(url)
+        inbox = Inbox(db)
+        await inbox.start()
+        entry = await inbox.accept(message)
+        await inbox.save_reply_ref(entry.id, placeholder)
+        await inbox.close()
+        async with db.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
+                    "VALUES (:key, :id, 'instance-dead', EXTRACT(EPOCH FROM clock_timestamp()) + 3)"
+                ),
+                {"key": "conv:" + "/".join(message.conversation_key), "id": entry.id},
+            )
+        await db.close()
+        survivor = instance(tmp_path, llm, url, "b", claim_ttl_seconds=3, poll_seconds=0.5)
+        shared_platform(chat, survivor.chat)
+        await survivor.start()
+        try:
+            await asyncio.sleep(1)
+            assert chat.finished == [], "the claim has not lapsed yet: nobody may take it over"
+            await until(lambda: chat.finished == ["c1"], seconds=20)
+            await asyncio.sleep(1)
+            assert await survivor.service.inbox.counts() == {"done": 1}
+        finally:
+            await survivor.stop()
+    assert chat.finished == ["c1"]
+    [visible] = chat.in_chat("crashed") + [m for m in chat.messages.values() if m.ref == placeholder]
+    assert visible.ref == placeholder and visible.text == "echo: survive this"
+    assert len(llm.completions) == 1
+
+
+async def test_stop_sent_through_one_instance_stops_the_turn_running_on_the_other(tmp_path, llm):
+    llm.default_reply = lambda body: Reply(text="a very long answer " * 40, chunk_size=2, delay=0.05)
+    async with fresh_pg_database() as url:
+        # b runs one turn at a time and claims nothing ahead, so while it streams /stop lands on a.
+        a = instance(tmp_path, llm, url, "a")
+        b = instance(tmp_path, llm, url, "b", turns=1, claim_ahead=0)
+        shared_platform(a.chat, b.chat)
+        await b.start()
+        try:
+            await b.chat.say("write an essay", chat="long", message_id="e1")
+            await until(lambda: any(m.text.startswith("a very") for m in b.chat.in_chat("long")))
+            await a.start()
+            await a.chat.say("/stop", chat="long", message_id="e2")
+            await until(lambda: "e1" in a.chat.finished and "e2" in a.chat.finished, seconds=20)
+        finally:
+            await a.stop()
+            await b.stop()
+    texts = [m.text for m in a.chat.in_chat("long")]
+    assert "Stopping the current reply." in texts
+    assert any(call[2] == "Stopping the current reply." for call in a.chat.calls), "a answered the /stop"
+    assert not any(call[2] == "Stopping the current reply." for call in b.chat.calls)
+    assert any(t.endswith("⏹ Stopped.") for t in texts), texts
+    assert not any(t.startswith("Nothing is running") for t in texts)
+
+
+async def test_health_and_doctor_list_the_cluster_instances(tmp_path, llm, capsys):
+    from bot.doctor import run_doctor
+
+    async with fresh_pg_database() as url:
+        a, b = instance(tmp_path, llm, url, "a"), instance(tmp_path, llm, url, "b")
+        await a.start()
+        await b.start()
+        try:
+            health = await a.service.health()
+            await run_doctor(b.settings)
+        finally:
+            await a.stop()
+            await b.stop()
+    assert health["cluster"]["instance"] == "instance-a"
+    assert [m["id"] for m in health["cluster"]["instances"]] == ["instance-a", "instance-b"]
+    assert (
+        "cluster: 2 instance(s) running: instance-a (0 claimed), instance-b (0 claimed)"
+        in capsys.readouterr().out
+    )
+
+
+async def test_an_instance_whose_claim_was_taken_over_stops_its_copy_of_the_turn(tmp_path, llm, caplog):
+    """Fencing: this instance was paused past the TTL and another one took the turn over.
+
+    The takeover is written as the row the other instance's claim pass writes (the holder changes).
+    """
+    llm.default_reply = lambda body: Reply(text="a very long answer " * 40, chunk_size=2, delay=0.05)
+    async with fresh_pg_database() as url:
+        a = instance(tmp_path, llm, url, "a", claim_ttl_seconds=1.5, poll_seconds=0.5)
+        await a.start()
+        try:
+            await a.chat.say("write an essay", chat="fenced", message_id="f1")
+            await until(lambda: any(m.text.startswith("a very") for m in a.chat.in_chat("fenced")))
+            async with a.service.db.engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "UPDATE cluster_claims SET holder = 'instance-other', "
+                        "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 600 WHERE holder = 'instance-a'"
+                    )
+                )
+            await until(lambda: "lost the claim" in caplog.text, seconds=10)
+            shown = [m.text for m in a.chat.in_chat("fenced")]
+            await asyncio.sleep(1)
+            assert [m.text for m in a.chat.in_chat("fenced")] == shown, "the stopped copy kept streaming"
+            assert a.chat.finished == []
+            assert await a.service.inbox.counts() == {"pending": 1}  # the other instance finishes it
+        finally:
+            await a.stop()
+
+
+async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_holder():
+    from bot import cluster
+    from bot.db import Database
+
+    async with fresh_pg_database() as url:
+        db = Database(url)
+        try:
+            await db.create_schema([cluster.metadata])
+            first = cluster.Lease(db, "channel:telegram", "instance-a", ttl=1)
+            second = cluster.Lease(db, "channel:telegram", "instance-b", ttl=1)
+            assert await first.acquire() and first.token == 1
+            assert not await second.acquire(), "held by a: nobody else may take it"
+            assert await first.renew()
+            assert await second.current() == ("instance-a", 1)
+            await asyncio.sleep(1.3)  # a stops renewing (dead or paused)
+            assert await second.acquire() and second.token == 2
+            assert not await first.renew(), "a's renewal with its old token must fail"
+            assert not await first.acquire()
+            await second.release()
+            assert await second.current() is None
+            assert await first.acquire() and first.token == 3
+        finally:
+            await db.close()
