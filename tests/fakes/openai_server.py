@@ -110,6 +110,17 @@ class FakeOpenAI(ThreadedServer):
     def completions(self) -> list[dict[str, Any]]:
         return [r["body"] for r in self.requests if r["path"] == "/v1/chat/completions"]
 
+    @property
+    def completion_times(self) -> list[tuple[float, float | None]]:
+        """(started, finished) per completion request, in arrival order, on ``time.monotonic()``.
+
+        ``finished`` is None until the whole answer was written (and stays None for an error answer).
+        """
+        with self._lock:
+            return [
+                (r["started"], r["finished"]) for r in self.requests if r["path"] == "/v1/chat/completions"
+            ]
+
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._script_lock:
             if self._script:
@@ -127,7 +138,15 @@ class FakeOpenAI(ThreadedServer):
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.api_key_seen.append(request.headers.get("Authorization", ""))
-        self.record({"path": "/v1/chat/completions", "body": body})
+        # When the answer started and (once its last byte is written) finished, on time.monotonic(): a
+        # test can tell which model answers were complete at a given moment.
+        entry: dict[str, Any] = {
+            "path": "/v1/chat/completions",
+            "body": body,
+            "started": time.monotonic(),
+            "finished": None,
+        }
+        self.record(entry)
         if self.context_limit is not None and request_tokens(body) > self.context_limit:
             with self._lock:
                 self.rejected.append(body)
@@ -163,6 +182,7 @@ class FakeOpenAI(ThreadedServer):
             if reply.delay:  # as long as the streamed answer would take
                 chunks = max(1, -(-len(reply.text) // max(1, reply.chunk_size)))
                 await asyncio.sleep(reply.delay * chunks)
+            entry["finished"] = time.monotonic()
             return web.json_response(self._full(completion_id, model, reply, usage))
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -221,6 +241,7 @@ class FakeOpenAI(ThreadedServer):
             await response.write(f"data: {json.dumps(final)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        entry["finished"] = time.monotonic()
         return response
 
     def _full(self, completion_id: str, model: str, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:

@@ -3,6 +3,11 @@
 Two reply chains in one group are two conversations answered at once, drawing on the same group cap.
 A short answer that finishes while the other is still streaming must not wait behind that stream's
 paced edits: its final text is the next call after its placeholder.
+
+The long answer streams for about 9 s and the short one's placeholder goes out after at most two group
+slots (about 4 s), so the long answer is still being written when the short final is due; the test
+checks that precondition (a long answer that had finished too would rightly send its own final first,
+both being finals).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from .conftest import BOT_USERNAME, telegram_config
 GROUP = -1005550
 #: A slow group cap (one call per 2 s), so the long answer always has an edit waiting for it.
 GROUP_INTERVAL = 2.0
-LONG = " ".join(f"long{i}" for i in range(160))
+LONG = " ".join(f"long{i}" for i in range(160))  # 147 chunks of 8 characters
+#: Seconds per chunk of the long answer: about 9 s of streaming, twice the short answer's worst wait.
+LONG_DELAY = 0.06
 SHORT = "the short answer"
 
 
@@ -44,12 +51,16 @@ def reply_calls(tg: FakeTelegram) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 async def test_a_group_final_goes_ahead_of_the_other_answers_pending_edit(tg: FakeTelegram, tg_harness, llm):
-    llm.script(Reply(text=LONG, chunk_size=8, delay=0.04), Reply(text=SHORT, chunk_size=100))
+    llm.script(Reply(text=LONG, chunk_size=8, delay=LONG_DELAY), Reply(text=SHORT, chunk_size=100))
     tg.user_message(GROUP, f"@{BOT_USERNAME} write a long story", chat_type="supergroup")
-    await tg.wait_until(lambda: any("long1" in m.text for m in tg.bot_messages(GROUP)), timeout=30)
+    # The first words are on screen: the long answer's pump now always has an edit waiting.
+    await tg.wait_until(lambda: any("long0" in m.text for m in tg.bot_messages(GROUP)), timeout=30)
 
     tg.user_message(GROUP, f"@{BOT_USERNAME} and a short one", chat_type="supergroup", user_id=1002)
     short = await tg.wait_for_bot_text(GROUP, SHORT, timeout=30)
+    (_, long_finished), (_, short_finished) = llm.completion_times
+    assert short_finished is not None
+    assert long_finished is None, "the long answer must still be streaming when the short final is sent"
     await tg.wait_for_bot_text(GROUP, "long159", timeout=60)
     await tg_harness.idle()
 
