@@ -118,7 +118,6 @@ class FakeDingTalk(ThreadedServer):
         self.ack_log: list[tuple[str, int]] = []  # (stream messageId, ACK code), in arrival order
         self.pushes: dict[str, int] = {}  # stream messageId → times pushed
         self.given_up: list[str] = []
-        self._retries: set[asyncio.Task[None]] = set()
         self.client_id = client_id
         self.client_secret = client_secret
         self.corp_id = corp_id
@@ -536,9 +535,7 @@ class FakeDingTalk(ThreadedServer):
             before = self._acks_of(message_id)
             await self._send(frame)
             if redeliver:
-                task = asyncio.create_task(self._repush_until_acked(frame, before))
-                self._retries.add(task)
-                task.add_done_callback(self._retries.discard)
+                self.redeliver(self._repush_until_acked(frame, before))
 
         self.call(push)
         return message_id
@@ -583,23 +580,6 @@ class FakeDingTalk(ThreadedServer):
             self.frames_sent.append(frame)
             self.pushes[message_id] = self.pushes.get(message_id, 0) + 1
         await self._sockets[-1].send_str(json.dumps(frame))
-
-    @property
-    def retrying(self) -> int:
-        """Callbacks still waiting for their 200 ACK (and pushed again if none comes)."""
-        return len(self._retries)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._loop.is_running():
-
-            async def cancel() -> None:
-                tasks = list(self._retries)
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-            self.call(cancel)
-        super().stop()
 
     def ping(self) -> str:
         """A SYSTEM ping, as the gateway sends; the client must ACK it with the same data."""

@@ -195,7 +195,6 @@ class FakeLark(ThreadedServer):
         self.retry_delays = retry_delays
         self.given_up: list[str] = []  # event ids never answered with 200, retries exhausted
         self.pushes: dict[str, int] = {}  # event id → how many times it was pushed
-        self._retries: set[asyncio.Task[None]] = set()
         # A fresh app_id per fake: lark-oapi caches tenant tokens process-wide, keyed by app_id.
         self.app_id = app_id or f"cli_{uuid.uuid4().hex[:16]}"
         self.app_secret = app_secret
@@ -424,9 +423,7 @@ class FakeLark(ThreadedServer):
             for ws, service_id in list(self._sockets):
                 await self._send_parts(ws, service_id, frame_id, parts)
             if redeliver:
-                task = asyncio.create_task(self._repush_until_answered(frame_id, parts, acks_before))
-                self._retries.add(task)
-                task.add_done_callback(self._retries.discard)
+                self.redeliver(self._repush_until_answered(frame_id, parts, acks_before))
 
         self.call(send)
 
@@ -479,23 +476,6 @@ class FakeLark(ThreadedServer):
                 return
         with self._lock:
             self.given_up.append(frame_id)
-
-    @property
-    def retrying(self) -> int:
-        """Events still waiting for their 200 answer (and re-pushed if none comes)."""
-        return len(self._retries)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._loop.is_running():
-
-            async def cancel() -> None:
-                tasks = list(self._retries)
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-            self.call(cancel)
-        super().stop()
 
     # --- injection: user messages ------------------------------------------------------------------
     def message_event(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any
 
@@ -27,6 +27,7 @@ class ThreadedServer:
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._redeliveries: set[asyncio.Task[None]] = set()
 
     # subclasses -------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -86,8 +87,32 @@ class ThreadedServer:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(wrapper(), self._loop)
         return future.result(10)
 
+    def redeliver(self, loop_until_confirmed: Coroutine[Any, Any, None]) -> None:
+        """Run a platform's redelivery loop (push again until the bot confirms) on the server's loop.
+
+        Call from the server's loop. The loops are kept here so :attr:`retrying` can count them and
+        :meth:`stop` cancels them instead of leaving pending tasks behind.
+        """
+        task = asyncio.get_running_loop().create_task(loop_until_confirmed)
+        self._redeliveries.add(task)
+        task.add_done_callback(self._redeliveries.discard)
+
+    @property
+    def retrying(self) -> int:
+        """Deliveries still waiting for the bot's confirmation (and pushed again if none comes)."""
+        return len(self._redeliveries)
+
     def stop(self) -> None:
         if self._loop is not None and self._loop.is_running():
+            if self._redeliveries:
+
+                async def cancel() -> None:
+                    tasks = list(self._redeliveries)
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+
+                self.call(cancel)
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)

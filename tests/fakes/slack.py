@@ -179,7 +179,6 @@ class FakeSlack(ThreadedServer):
         self.connections_opened = 0
         self.hellos_sent = 0
         self._sockets: list[web.WebSocketResponse] = []
-        self._retries: set[asyncio.Task[None]] = set()
         self._failures: dict[str, list[Failure]] = {}
         #: (calls, window) per method; a test may tighten or drop an entry before the bot starts.
         self.method_limits: dict[str, tuple[int, float]] = dict(METHOD_LIMITS)
@@ -641,9 +640,7 @@ class FakeSlack(ThreadedServer):
         async def push() -> None:
             await self._push(envelope)
             if redeliver:
-                task = asyncio.create_task(self._deliver_until_acked(payload, envelope))
-                self._retries.add(task)
-                task.add_done_callback(self._retries.discard)
+                self.redeliver(self._deliver_until_acked(payload, envelope))
 
         self.call(push)
         return {"event_id": event_id, "envelope_id": envelope["envelope_id"], "event": event}
@@ -832,11 +829,6 @@ class FakeSlack(ThreadedServer):
     def acked(self, envelope_id: str) -> bool:
         with self._lock:
             return any(a.get("envelope_id") == envelope_id for a in self.acks)
-
-    @property
-    def retrying(self) -> int:
-        """Events still being watched for an ack (and retried if none comes)."""
-        return len(self._retries)
 
     def deliveries(self, event_id: str) -> list[dict[str, Any]]:
         """Every envelope that carried ``event_id``, in the order sent (the first, then retries)."""
