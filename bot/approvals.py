@@ -1,14 +1,16 @@
 """Approving risky commands from chat: the durable record, the waiting turn, and ``/approve``/``/deny``.
 
 A turn whose ``bash`` call is risky (``agent/approval.py``) asks through its :class:`ChatApproval` gate:
-the request is stored (``approvals`` table), shown in the chat with the exact command and its id, and
-the turn waits until the person who asked answers ``/approve ID`` or ``/deny ID``, or the timeout
-passes. Every decision is written to the log as an audit line (who, when, what).
+the request is stored (``approvals`` table), shown in the chat with the exact command, its id and
+Approve / Deny buttons where the platform has buttons, and the turn waits until the person who asked
+presses one (or types ``/approve ID`` / ``/deny ID``: a button *is* that command), or the timeout
+passes. Every decision is written to the log as an audit line (who, when, what), and the request's
+message is edited to say what happened, which also takes its buttons away.
 
-Only the person whose message started the turn may decide, from the same conversation: in a group,
-somebody else's "yes" must not run a command on another person's behalf. Decisions are taken with a
-conditional UPDATE on a pending row, so a decision delivered twice (a redelivered message, two
-clicks) acts once.
+Only the person whose message started the turn may decide, from the same conversation, or one of the
+channel's ``admins``: in a group, somebody else's "yes" must not run a command on another person's
+behalf. Decisions are taken with a conditional UPDATE on a pending row, so a decision delivered twice
+(a redelivered press, two clicks) acts once.
 
 A restart never runs a command approved for the old process: pending requests are marked expired at
 start-up and their chats are told; the interrupted turn runs again and asks afresh if it still needs to.
@@ -17,18 +19,20 @@ start-up and their chats are told; the interrupted turn runs again and asks afre
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sqlalchemy import Column, Float, MetaData, String, Table, Text, select, update
 
 from agent.events import ApprovalDecision
 from bot.db import Database
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("switchboard.audit")
@@ -47,21 +51,43 @@ approvals_table = Table(
     Column("decided_by", String(200)),
     Column("created_at", Float, nullable=False),
     Column("decided_at", Float),
+    # The request's message in the chat (migration step 2), edited with the outcome; None: not known.
+    Column("notice_ref", Text),
 )
 
 PENDING, APPROVED, DENIED, EXPIRED, CANCELLED = "pending", "approved", "denied", "expired", "cancelled"
+POSTED_WAIT_SECONDS = 10.0  # longest a decision waits for its request's message to be posted
 ID_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: read aloud and typed on a phone
 
-#: Posts one message in the conversation of an inbound message (the manager's ``send_notice``).
-Notify = Callable[[InboundMessage, str], Awaitable[None]]
+
+class Notify(Protocol):
+    """Posts one message in an inbound message's conversation, or edits ``resume_ref`` into it (the
+    manager's ``send_notice``); returns the posted message's reference where the platform gives one."""
+
+    async def __call__(
+        self,
+        message: InboundMessage,
+        text: str,
+        *,
+        actions: Sequence[Action] = (),
+        resume_ref: str | None = None,
+    ) -> str | None: ...
 
 
 def _who(message: InboundMessage) -> str:
     return f"{message.provider}:{message.sender.id}"
 
 
-def _conversation(message: InboundMessage) -> tuple[str, str, str, str]:
-    return message.conversation_key
+def _buttons(approval_id: str) -> tuple[Action, ...]:
+    return (
+        Action(f"/approve {approval_id}", "Approve", "primary"),
+        Action(f"/deny {approval_id}", "Deny", "danger"),
+    )
+
+
+def _settled_text(row: Mapping[str, Any], outcome: str) -> str:
+    """The request's message once it is no longer waiting: the command, and what became of it."""
+    return f"🔐 Approval {row['id']} — this command {row['reason']}:\n```\n{row['command']}\n```\n{outcome}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +96,8 @@ class Verdict:
 
     ok: bool
     text: str
+    #: The request's own message now shows the outcome (a press needs no second message saying it).
+    edited: bool = False
 
 
 class ApprovalDesk:
@@ -80,6 +108,9 @@ class ApprovalDesk:
         self.notify = notify
         self.timeout = timeout
         self._waiting: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        # Set once a request's message is posted and its reference stored: a press that arrives in
+        # between waits for it, so the outcome edits the request instead of missing it.
+        self._posted: dict[str, asyncio.Event] = {}
 
     async def expire_leftovers(self) -> int:
         """At start-up: requests a previous process left pending are expired, and their chats told."""
@@ -100,16 +131,24 @@ class ApprovalDesk:
                 row["command"],
                 extra={"fields": {"approval": row["id"], "decision": EXPIRED, "by": "restart"}},
             )
-            message = InboundMessage.from_json(json.loads(row["message"]))
-            try:
-                await self.notify(
-                    message,
-                    f"⌛ Approval {row['id']} expired: the bot restarted before it was answered, so the "
-                    "command did not run. The reply continues and asks again if it still needs it.",
-                )
-            except Exception as exc:  # the platform may be down; the record is already expired
-                log.warning("could not tell a chat its approval %s expired: %s", row["id"], exc)
+            await self._announce(
+                dict(row),
+                f"⌛ Approval {row['id']} expired: the bot restarted before it was answered, so the "
+                "command did not run. The reply continues and asks again if it still needs it.",
+            )
         return len(rows)
+
+    async def _announce(self, row: Mapping[str, Any], outcome: str) -> None:
+        """Say what became of a request: its message edited in place (buttons gone), else a new message."""
+        message = InboundMessage.from_json(json.loads(row["message"]))
+        ref = row.get("notice_ref")
+        try:
+            if ref:
+                await self.notify(message, _settled_text(row, outcome), resume_ref=ref)
+            else:
+                await self.notify(message, outcome)
+        except Exception as exc:  # the platform may be down; the record is already settled
+            log.warning("could not tell a chat what became of approval %s: %s", row["id"], exc)
 
     async def request(
         self, message: InboundMessage, thread_id: str, command: str, reason: str
@@ -118,6 +157,7 @@ class ApprovalDesk:
         approval_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._waiting[approval_id] = future
+        posted = self._posted[approval_id] = asyncio.Event()
         try:
             async with self.db.engine.begin() as conn:
                 await conn.execute(
@@ -133,12 +173,21 @@ class ApprovalDesk:
                     )
                 )
             minutes = max(1, round(self.timeout / 60))
-            await self.notify(
+            ref = await self.notify(
                 message,
                 f"🔐 Approval needed — this command {reason}:\n```\n{command}\n```\n"
                 f"Reply /approve {approval_id} to run it or /deny {approval_id} to refuse "
                 f"(only {message.sender.name or 'the person who asked'} can; expires in {minutes} min).",
+                actions=_buttons(approval_id),
             )
+            if ref:
+                async with self.db.engine.begin() as conn:
+                    await conn.execute(
+                        update(approvals_table)
+                        .where(approvals_table.c.id == approval_id)
+                        .values(notice_ref=ref)
+                    )
+            posted.set()
             try:
                 return await asyncio.wait_for(asyncio.shield(future), self.timeout)
             except TimeoutError:
@@ -149,7 +198,10 @@ class ApprovalDesk:
                         command,
                         extra={"fields": {"approval": approval_id, "decision": EXPIRED, "by": "timeout"}},
                     )
-                    await self.notify(message, f"⌛ Approval {approval_id} expired; the command did not run.")
+                    await self._announce(
+                        await self._row(approval_id),
+                        f"⌛ Approval {approval_id} expired; the command did not run.",
+                    )
                     return ApprovalDecision(
                         False,
                         f"Nobody approved the command within {self.timeout:g} s, so it did not run. "
@@ -159,26 +211,38 @@ class ApprovalDesk:
         except asyncio.CancelledError:
             # /stop, or a shutdown cutting the turn off: withdrawn for good, and the chat says so (the
             # turn resumed after a restart asks again).
-            await asyncio.shield(self._withdraw(approval_id, message))
+            await asyncio.shield(self._withdraw(approval_id))
             raise
         finally:
             self._waiting.pop(approval_id, None)
+            self._posted.pop(approval_id, None)
 
-    async def decide(self, approval_id: str, message: InboundMessage, *, approve: bool) -> Verdict:
-        """``/approve`` / ``/deny`` from ``message``'s sender."""
-        approval_id = approval_id.strip().upper()
+    async def _row(self, approval_id: str) -> dict[str, Any]:
         async with self.db.engine.connect() as conn:
             row = (
                 (await conn.execute(select(approvals_table).where(approvals_table.c.id == approval_id)))
                 .mappings()
                 .first()
             )
-        if row is None:
+        return dict(row) if row is not None else {}
+
+    async def decide(
+        self, approval_id: str, message: InboundMessage, *, approve: bool, admin: bool = False
+    ) -> Verdict:
+        """``/approve`` / ``/deny`` (typed or pressed) from ``message``'s sender; ``admin``: the sender is
+        one of the channel's admins, who may decide for anybody in any conversation of that channel."""
+        approval_id = approval_id.strip().upper()
+        posted = self._posted.get(approval_id)
+        if posted is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(posted.wait(), POSTED_WAIT_SECONDS)
+        row = await self._row(approval_id)
+        if not row:
             return Verdict(False, f"There is no approval request {approval_id or '(missing id)'}.")
         asked_in = InboundMessage.from_json(json.loads(row["message"]))
-        if _conversation(asked_in) != _conversation(message):
+        if asked_in.conversation_key != message.conversation_key and not admin:
             return Verdict(False, f"Approval {approval_id} belongs to another conversation.")
-        if row["requester"] != _who(message):
+        if row["requester"] != _who(message) and not admin:
             return Verdict(
                 False,
                 f"Sorry, only {asked_in.sender.name or 'the person who asked'} can decide on approval "
@@ -209,11 +273,17 @@ class ApprovalDesk:
         )
         if future is not None and not future.done():
             future.set_result(decision)
+        who = message.sender.name or message.sender.id
+        await self._announce(
+            row, f"✅ Approved by {who} — running it." if approve else f"🚫 Denied by {who}; it did not run."
+        )
         return Verdict(
-            True, f"✅ Approved {approval_id} — running it." if approve else f"🚫 Denied {approval_id}."
+            True,
+            f"✅ Approved {approval_id} — running it." if approve else f"🚫 Denied {approval_id}.",
+            edited=bool(row.get("notice_ref")),
         )
 
-    async def _withdraw(self, approval_id: str, message: InboundMessage) -> None:
+    async def _withdraw(self, approval_id: str) -> None:
         try:
             if not await self._settle(approval_id, CANCELLED, "stop"):
                 return
@@ -222,8 +292,8 @@ class ApprovalDesk:
                 approval_id,
                 extra={"fields": {"approval": approval_id, "decision": CANCELLED, "by": "stop"}},
             )
-            await self.notify(
-                message,
+            await self._announce(
+                await self._row(approval_id),
                 f"⌛ Approval {approval_id} withdrawn: the reply stopped first; the command did not run.",
             )
         except Exception as exc:  # shutting down: the database or platform may be gone already

@@ -161,8 +161,9 @@ class Cluster:
         self.ttl = settings.cluster.claim_ttl_seconds
         self.poll_seconds = min(settings.cluster.poll_seconds, self.ttl / 2)
         self.held: set[str] = set()  # inbox entry ids this instance claimed and has not released
-        #: Told the thread id of a ``/stop`` another instance received (the manager's cancel_running).
-        self.on_stop: Callable[[str], object] | None = None
+        #: Told the thread id (and a Stop button's turn token, if any) of a ``/stop`` another instance
+        #: received (the manager's cancel_running).
+        self.on_stop: Callable[[str, str | None], object] | None = None
         #: Told an entry id whose claim another instance took over (this instance must stop its turn).
         self.on_lost: Callable[[str], object] | None = None
         self._wake = asyncio.Event()
@@ -217,9 +218,10 @@ class Cluster:
     def _on_inbox(self, *_args: object) -> None:
         self._wake.set()
 
-    def _on_stop(self, _conn: object, _pid: int, _channel: str, thread_id: str) -> None:
+    def _on_stop(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        thread_id, _, token = payload.partition(" ")
         if self.on_stop is not None:
-            self.on_stop(thread_id)
+            self.on_stop(thread_id, token or None)
 
     # --- wake-ups ------------------------------------------------------------------------------------
     async def wait_for_work(self) -> None:
@@ -381,8 +383,10 @@ class Cluster:
         self.wake()
         return int(moved or 0)
 
-    async def stop_elsewhere(self, message: InboundMessage, thread_id: str) -> bool:
-        """``/stop`` for a thread whose turn runs on another instance: tell that instance. True if one does."""
+    async def stop_elsewhere(self, message: InboundMessage, thread_id: str, token: str | None = None) -> bool:
+        """``/stop`` for a thread whose turn runs on another instance: tell that instance. True if one does.
+
+        ``token`` (a Stop button's) makes that instance stop only the turn the button belongs to."""
         async with self.db.engine.begin() as conn:
             holder = (
                 await conn.execute(
@@ -391,7 +395,8 @@ class Cluster:
             ).scalar()
             if holder is None:
                 return False
-            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": STOP_CHANNEL, "p": thread_id})
+            payload = f"{thread_id} {token}" if token else thread_id
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": STOP_CHANNEL, "p": payload})
         log.info("cluster: /stop for a turn on instance %s sent there", holder)
         return True
 

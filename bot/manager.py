@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
+import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.commands import CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
-from bot.inbox import DEAD, FAILED, Inbox, InboxEntry
+from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
@@ -33,7 +35,7 @@ from bot.threads import Conversation, ThreadStore
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 from config.schema import Settings
 from connections import ConnectionStore
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
+STOP_LABEL = "⏹ Stop"
 PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
 DEAD_LETTER_NOTE = (
     "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
@@ -73,6 +76,15 @@ class TurnOutcome:
     hidden: bool
     stopped: bool
     failed: bool
+
+
+class StopResult(enum.Enum):
+    """What a ``/stop`` (typed, or a Stop button's ``/stop TOKEN``) did."""
+
+    STOPPED = "stopped"  # the turn is being cancelled (here, or on the instance that runs it)
+    NOTHING = "nothing"  # no turn runs in this conversation
+    FINISHED = "finished"  # the button's turn is not the one running (it ended; its button is stale)
+    NOT_YOURS = "not_yours"  # the button's turn was asked for by somebody else
 
 
 #: Asked right before a turn starts: None to run it, or a sentence that ends its reply instead.
@@ -117,6 +129,9 @@ class Turn:
     reply: ReplyStream | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
+    #: Its inbox entry id where it has one, so any instance can look up who asked.
+    token: str = field(default_factory=lambda: secrets.token_hex(6))
 
 
 @dataclass(slots=True)
@@ -346,20 +361,58 @@ class ChannelManager:
         queued = len(lane.pending)
         return "running" + (f", {queued} queued" if queued else "")
 
-    async def stop_turn(self, message: InboundMessage, thread_id: str) -> bool:
-        """``/stop``: cancel the thread's running turn here, or on the instance that runs it."""
-        if self.cancel_running(thread_id):
-            return True
-        cluster = self.bus.cluster
-        return cluster is not None and await cluster.stop_elsewhere(message, thread_id)
+    def is_admin(self, message: InboundMessage) -> bool:
+        """The sender is one of their channel's ``admins``: may stop and approve for anybody."""
+        channel = self.channels.get(message.provider)
+        return channel is not None and channel.is_admin(message)
 
-    def cancel_running(self, thread_id: str) -> bool:
+    async def stop_turn(
+        self, message: InboundMessage, thread_id: str, token: str | None = None
+    ) -> StopResult:
+        """``/stop``: cancel the thread's running turn here, or on the instance that runs it.
+
+        With ``token`` (a Stop button) only the turn that button belongs to is stopped, and only for the
+        person who asked for it or an admin: a stale button never stops the next answer, and nobody
+        stops somebody else's answer by pressing its button.
+        """
+        lane = self._lanes.get(thread_id)
+        turn = lane.current if lane is not None else None
+        cluster = self.bus.cluster
+        if token is not None:
+            if turn is not None and turn.token == token:
+                asker: InboundMessage | None = turn.message
+            elif cluster is not None:  # it may run on another instance: its inbox entry names the asker
+                entry = await self.inbox.get(token)
+                asker = entry.message if entry is not None and entry.status == PENDING else None
+            else:
+                asker = None
+            if asker is None:
+                return StopResult.FINISHED
+            if (
+                asker.sender.id != message.sender.id or asker.provider != message.provider
+            ) and not self.is_admin(message):
+                return StopResult.NOT_YOURS
+        if self.cancel_running(thread_id, token):
+            return StopResult.STOPPED
+        if cluster is not None and await cluster.stop_elsewhere(message, thread_id, token):
+            return StopResult.STOPPED
+        return StopResult.FINISHED if token is not None else StopResult.NOTHING
+
+    def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
+        """Cancel the thread's running turn (only the one ``token`` names, when given)."""
         lane = self._lanes.get(thread_id)
         if lane is None or lane.agent_task is None or lane.agent_task.done():
+            return False
+        if token is not None and (lane.current is None or lane.current.token != token):
             return False
         lane.stop_requested = True
         lane.agent_task.cancel()
         return True
+
+    @staticmethod
+    def live_actions(turn: Turn) -> tuple[Action, ...]:
+        """The buttons a turn's reply shows while it streams: Stop, for this turn only."""
+        return (Action(f"/stop {turn.token}", STOP_LABEL, "danger"),)
 
     async def submit_turn(
         self,
@@ -394,6 +447,8 @@ class ChannelManager:
             before_start=before_start,
             after_delivery=after_delivery,
         )
+        if entry_id is not None:
+            turn.token = entry_id
         lane = self._lanes.get(conversation.thread_id)
         if lane is None:
             lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
@@ -478,7 +533,7 @@ class ChannelManager:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
                 try:
-                    await reply.start(PLACEHOLDER)
+                    await reply.start(PLACEHOLDER, self.live_actions(turn))
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
@@ -687,12 +742,24 @@ class ChannelManager:
                 )
 
     # --- outbound helpers -----------------------------------------------------------------------------
-    async def send_notice(self, message: InboundMessage, text: str, *, private: bool = False) -> None:
+    async def send_notice(
+        self,
+        message: InboundMessage,
+        text: str,
+        *,
+        private: bool = False,
+        actions: Sequence[Action] = (),
+        resume_ref: str | None = None,
+    ) -> str | None:
         """A one-off answer (command output, gate messages): one message, no placeholder.
 
-        ``private`` asks for an answer only the sender sees where the platform has one.
+        ``private`` asks for an answer only the sender sees where the platform has one; ``actions`` are
+        buttons that stay on it; ``resume_ref`` edits that earlier notice instead (its buttons go).
+        Returns the message's reference, where the platform gives one.
         """
-        await self.channels[message.provider].open_reply(message, private=private).finish(text)
+        reply = self.channels[message.provider].open_reply(message, private=private, resume_ref=resume_ref)
+        await reply.finish(text, actions=actions)
+        return reply.ref
 
     async def _complete(self, entry_id: str) -> None:
         await self.inbox.mark_done(entry_id)

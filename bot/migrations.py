@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = MetaData()
@@ -31,9 +31,20 @@ async def _discord_cursors(conn: AsyncConnection) -> None:
     await conn.run_sync(discord_backfill.metadata.create_all)
 
 
+async def _approval_notice_ref(conn: AsyncConnection) -> None:
+    """Where an approval request was posted, so its outcome edits it (and its buttons go away)."""
+    from bot import approvals
+
+    await conn.run_sync(approvals.metadata.create_all)  # a database older than approvals has no table
+    columns = await conn.run_sync(lambda sync: {c["name"] for c in inspect(sync).get_columns("approvals")})
+    if "notice_ref" not in columns:
+        await conn.execute(text("ALTER TABLE approvals ADD COLUMN notice_ref TEXT"))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
+    (2, "approvals.notice_ref: the request's message, edited with the outcome", _approval_notice_ref),
 ]
 
 

@@ -44,6 +44,8 @@ class Channel(ABC):
         self._sink: InboundSink | None = None
         #: The service's chat commands, for platforms with a command menu (set before :meth:`start`).
         self.commands: tuple[ChatCommand, ...] = ()
+        #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).
+        self.admins: frozenset[str] = frozenset()
 
     def offer_commands(self, commands: Sequence[ChatCommand]) -> None:
         """Called by the service just before :meth:`start`: the commands the manager answers.
@@ -117,6 +119,11 @@ class Channel(ABC):
     def is_allowed(self, message: InboundMessage) -> bool:
         """The channel's allow-list. Applied by the manager *after* ``/connect`` had its chance."""
         return True
+
+    def is_admin(self, message: InboundMessage) -> bool:
+        """The sender is one of this channel's ``admins`` (config): may press anybody's Stop button and
+        decide anybody's approval request. Default: the platform user id is in :attr:`admins`."""
+        return message.sender.id in self.admins
 
     def system_prompt(self, message: InboundMessage) -> str | None:
         """An extra system prompt for this message's agent (e.g. a GitHub agent's); None for the default."""

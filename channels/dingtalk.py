@@ -181,6 +181,7 @@ class DingTalkChannel(Channel):
                 supports_edit=False,
             )
         super().__init__()
+        self.admins = frozenset(config.admins)
         self.api = DingTalkApi(
             config.api_base_url, config.client_id, config.client_secret, config.oapi_base_url
         )

@@ -38,6 +38,7 @@ from channels.dingtalk_api import DingTalkApi, as_edit_failure
 from channels.dingtalk_markdown import title_for, to_dingtalk_markdown
 from channels.errors import ChannelError, EditFailed, RetryAfter
 from channels.reply import ReplyTransport
+from channels.types import Action
 
 log = logging.getLogger(__name__)
 
@@ -187,12 +188,12 @@ class WebhookTransport(ReplyTransport):
             )
         return f"{MARKDOWN_PREFIX}{uuid.uuid4().hex[:12]}"
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if self.progress is not None:
             await self.progress.cancel()
         return await self.post_markdown(text)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         raise EditFailed("DingTalk markdown messages cannot be edited")
 
     async def finished(self) -> None:
@@ -239,7 +240,7 @@ class CardTransport(WebhookTransport):
         self.content_key = content_key
         self._cards: dict[str, _Card] = {}  # outTrackId → what it shows and where its flowStatus is
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self.post_markdown(text)
         content = to_dingtalk_markdown(text)
@@ -254,7 +255,7 @@ class CardTransport(WebhookTransport):
         self._cards[out_track_id] = _Card(content)
         return f"{CARD_PREFIX}{out_track_id}"
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if not ref.startswith(CARD_PREFIX):
             raise EditFailed("DingTalk markdown messages cannot be edited")
         out_track_id = ref[len(CARD_PREFIX) :]

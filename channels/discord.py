@@ -125,6 +125,7 @@ class DiscordChannel(Channel):
                 text_limit=DISCORD_LIMITS.text_limit, min_edit_interval=config.edit_interval_seconds
             )
         super().__init__()
+        self.admins = frozenset(config.admins)
         self.config = config
         self.settings = settings
         self._client: _Client | None = None

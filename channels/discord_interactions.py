@@ -42,7 +42,7 @@ from channels.discord_transport import (
 )
 from channels.errors import Backpressure, ChannelError, EditFailed
 from channels.reply import ReplyTransport
-from channels.types import InboundMessage, Sender
+from channels.types import Action, InboundMessage, Sender
 
 if TYPE_CHECKING:
     from channels.discord import DiscordChannel
@@ -166,7 +166,7 @@ class LiveInteraction:
                 )
             return f"{FOLLOWUP_PREFIX}{sent.id}"
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if self.expired():
             raise EditFailed("the Discord interaction token expired")
         with discord_errors():
@@ -227,7 +227,7 @@ class InteractionTransport(ReplyTransport):
             self._fallback = DiscordTransport(self.channel, message)
         return self._fallback
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if self._fallback is None and self.live is not None:
             try:
                 return await self.live.send(text, private=self.private)
@@ -235,7 +235,7 @@ class InteractionTransport(ReplyTransport):
                 log.info("Discord interaction %s is over; answering with an ordinary message", self.live.id)
         return await (await self._fallen_back()).send(text, fallback=fallback)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if ref != ORIGINAL and not ref.startswith(FOLLOWUP_PREFIX):
             # A channel message: sent after the fallback, or (after a restart) before it.
             await (await self._fallen_back()).edit(ref, text)

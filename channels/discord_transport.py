@@ -25,7 +25,7 @@ from channels.errors import (
     RetryAfter,
 )
 from channels.reply import ReplyTransport
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 
 if TYPE_CHECKING:
     from channels.discord import DiscordChannel
@@ -111,7 +111,7 @@ class DiscordTransport(ReplyTransport):
         # A partial messageable needs no cache: replies keep working across restarts and reconnects.
         return self.channel.client.get_partial_messageable(self.target_id)
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         kwargs: dict[str, object] = {"content": text, "allowed_mentions": NO_MENTIONS}
         if self.reference is not None:
             kwargs["reference"] = self.reference
@@ -121,7 +121,7 @@ class DiscordTransport(ReplyTransport):
         self._keep_typing()
         return str(sent.id)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if not ref.isdigit():  # an interaction's message, whose token this process no longer holds
             raise EditFailed(f"cannot edit {ref!r} as a channel message")
         with discord_errors():

@@ -34,7 +34,7 @@ from channels.feishu_api import LarkApi, is_image
 from channels.feishu_content import Mention, card_content, parse_content, text_content
 from channels.feishu_stream import CardKitStream
 from channels.reply import NativeStream, ReplyTransport
-from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.feishu import FeishuConfig
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,12 @@ class FeishuTransport(ReplyTransport):
         self.chat_id = str(message.context.get("chat_id") or message.chat)
         self.in_thread = bool(message.context.get("in_thread"))
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self._post("text", text_content(text))
         return await self._post("interactive", card_content(text))
 
-    def native_stream(self) -> NativeStream | None:
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
         if not self.channel.config.native_streaming or self.channel.native_refused:
             return None
         return CardKitStream(self, self.api)
@@ -116,7 +116,7 @@ class FeishuTransport(ReplyTransport):
             log.info("replying to %s failed (%s); posting to the chat instead", self.message_id, exc)
             return await self.api.create(self.chat_id, msg_type, content)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         await self.api.patch(ref, card_content(text))
 
     async def send_files(self, files: Sequence[Path]) -> None:
@@ -152,6 +152,7 @@ class FeishuChannel(Channel):
             raise ValueError("the feishu channel needs app_id and app_secret")
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
+        self.admins = frozenset(config.admins)
         self.config = config
         self.settings = settings
         self.api = LarkApi(config.app_id, config.app_secret, config.domain)

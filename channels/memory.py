@@ -16,7 +16,7 @@ from pathlib import Path
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError
 from channels.reply import ReplyTransport
-from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
 
 
 @dataclass(slots=True)
@@ -28,6 +28,10 @@ class VisibleMessage:
     topic: str | None
     history: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    #: The buttons the message shows now (an edit replaces them, like on every platform).
+    actions: tuple[Action, ...] = ()
+    workspace: str = ""
+    private: bool = True
 
     @property
     def text(self) -> str:
@@ -35,22 +39,29 @@ class VisibleMessage:
 
 
 class MemoryTransport(ReplyTransport):
+    supports_actions = True
+
     def __init__(self, channel: MemoryChannel, message: InboundMessage) -> None:
         self.channel = channel
         self.message = message
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         self.channel._maybe_fail("send")
         ref = f"m{next(self.channel._ids)}"
-        visible = VisibleMessage(ref, self.message.chat, self.message.topic, [text])
+        m = self.message
+        visible = VisibleMessage(
+            ref, m.chat, m.topic, [text], actions=tuple(actions), workspace=m.workspace, private=m.is_private
+        )
         self.channel.messages[ref] = visible
         self.channel.calls.append(("send", ref, text))
         self.channel._changed()
         return ref
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         self.channel._maybe_fail("edit")
-        self.channel.messages[ref].history.append(text)
+        visible = self.channel.messages[ref]
+        visible.history.append(text)
+        visible.actions = tuple(actions)
         self.channel.calls.append(("edit", ref, text))
         self.channel._changed()
 
@@ -79,12 +90,14 @@ class MemoryChannel(Channel):
         *,
         limits: ReplyLimits | None = None,
         allowed_users: Sequence[str] = (),
+        admins: Sequence[str] = (),
     ) -> None:
         self.provider = provider  # type: ignore[misc]
         if limits is not None:
             self.limits = limits  # type: ignore[misc]
         super().__init__()
         self.allowed_users = set(allowed_users)
+        self.admins = frozenset(admins)
         self.messages: dict[str, VisibleMessage] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.sent_files: list[Path] = []
@@ -155,6 +168,37 @@ class MemoryChannel(Channel):
             raise RuntimeError("channel not started")
         message = self.make_message(text, **kwargs)
         await self._sink(message)
+        return message
+
+    def press_message(
+        self, ref: str, label: str, *, sender: str = "user-1", sender_name: str | None = None
+    ) -> InboundMessage:
+        """The inbound event of ``sender`` pressing the button ``label`` on message ``ref``.
+
+        Refuses a button the message does not show (a user cannot press what is gone). Each call is a
+        new press with its own id; deliver the same object twice to model a platform redelivering it.
+        """
+        visible = self.messages[ref]
+        action = next((a for a in visible.actions if a.label == label), None)
+        if action is None:
+            shown = ", ".join(a.label for a in visible.actions) or "none"
+            raise LookupError(f"message {ref} shows no button {label!r} (it shows: {shown})")
+        return InboundMessage(
+            provider=self.provider,
+            workspace=visible.workspace,
+            chat=visible.chat,
+            topic=visible.topic,
+            sender=Sender(id=sender, name=sender_name or sender),
+            text=action.command,
+            platform_message_id=f"press-{next(self._msg_ids)}",
+            is_private=visible.private,
+            pressed=ref,
+        )
+
+    async def press(self, ref: str, label: str, **kwargs) -> InboundMessage:  # type: ignore[no-untyped-def]
+        """Press a button, as the platform would report it. Returns the press delivered."""
+        message = self.press_message(ref, label, **kwargs)
+        await self.deliver(message)
         return message
 
     async def deliver(self, message: InboundMessage) -> bool:

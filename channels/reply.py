@@ -7,6 +7,11 @@ sent; stale intermediate updates are dropped), ``retry_after`` handling, splitti
 and the guarantee that the final text is delivered — first in line, by editing, by retrying, and finally
 by a new message.
 
+A reply can carry *actions* (buttons, :class:`~channels.types.Action`): *live* actions (Stop) ride on the
+last visible message while the reply streams and disappear with the final text; *final* actions
+(Approve / Deny on a notice) stay on the final message until somebody edits it again. A transport
+without buttons ignores them: every action's command can also be typed.
+
 Two optional platform features also live behind the transport, so the manager never learns which
 platform it talks to: a *native stream* (a platform's own primitive for a message that is still being
 written, e.g. Telegram drafts) used instead of the placeholder-and-edit path where the transport offers
@@ -31,7 +36,7 @@ from typing import Literal, Protocol, TypeVar
 from channels import observe
 from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
 from channels.splitter import split_text
-from channels.types import ReplyLimits
+from channels.types import Action, ReplyLimits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,16 +49,21 @@ FINAL_RETRY_BACKOFF = 0.5  # seconds before the 2nd try of a failed final; doubl
 class ReplyTransport(ABC):
     """The platform half of a reply: the few calls a channel must implement.
 
-    ``send`` returns an opaque reference to the created message; ``edit`` replaces its whole text.
-    Both raise :mod:`channels.errors` types. ``fallback=True`` asks for the plainest form the platform
-    has (e.g. a text message instead of a card) after an edit failed.
+    ``send`` returns an opaque reference to the created message; ``edit`` replaces its whole text *and*
+    its buttons (an edit without ``actions`` removes any the message had). Both raise
+    :mod:`channels.errors` types. ``fallback=True`` asks for the plainest form the platform has (e.g. a
+    text message instead of a card) after an edit failed. A transport whose platform has no buttons
+    leaves ``supports_actions`` False and ignores ``actions``.
     """
 
-    @abstractmethod
-    async def send(self, text: str, *, fallback: bool = False) -> str: ...
+    #: Whether ``actions`` become buttons on this platform (False: they are ignored, commands are typed).
+    supports_actions: bool = False
 
     @abstractmethod
-    async def edit(self, ref: str, text: str) -> None: ...
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str: ...
+
+    @abstractmethod
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None: ...
 
     async def send_files(self, files: Sequence[Path]) -> None:
         """Deliver files produced by the agent. Channels without file support say so in text."""
@@ -68,8 +78,12 @@ class ReplyTransport(ABC):
     async def typing(self) -> None:  # noqa: B027 - optional hook
         """Show a typing indicator where the platform has one."""
 
-    def native_stream(self) -> NativeStream | None:
-        """The platform's own streaming primitive for this reply, or None for placeholder-and-edit."""
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
+        """The platform's own streaming primitive for this reply, or None for placeholder-and-edit.
+
+        ``actions`` are the reply's live actions: a platform whose live message cannot show them returns
+        None here when it has buttons elsewhere, so the Stop button is not lost to a nicer preview.
+        """
         return None
 
     async def finished(self) -> None:  # noqa: B027 - optional hook
@@ -140,15 +154,16 @@ class ObservedTransport(ReplyTransport):
         self.inner = inner
         self.provider = provider
         self.typing_interval = inner.typing_interval
+        self.supports_actions = inner.supports_actions
 
     async def _counted(self, call: Awaitable[T]) -> T:
         return await _counted(self.provider, call)
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
-        return await self._counted(self.inner.send(text, fallback=fallback))
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
+        return await self._counted(self.inner.send(text, fallback=fallback, actions=actions))
 
-    async def edit(self, ref: str, text: str) -> None:
-        await self._counted(self.inner.edit(ref, text))
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
+        await self._counted(self.inner.edit(ref, text, actions=actions))
 
     async def send_files(self, files: Sequence[Path]) -> None:
         await self._counted(self.inner.send_files(files))
@@ -156,8 +171,8 @@ class ObservedTransport(ReplyTransport):
     async def typing(self) -> None:
         await self._counted(self.inner.typing())
 
-    def native_stream(self) -> NativeStream | None:
-        native = self.inner.native_stream()
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
+        native = self.inner.native_stream(actions)
         return None if native is None else _ObservedNative(native, self.provider)
 
     async def finished(self) -> None:
@@ -355,9 +370,11 @@ class ReplyStream:
         self.transport: ReplyTransport = ObservedTransport(transport, provider)
         self.pacing = budget if isinstance(budget, Pacing) else Pacing(budget)
         self.limits = limits
-        self._sent: list[tuple[str, str]] = []  # (ref, text) per visible message, in order
+        # (ref, text, buttons) per visible message, in order; buttons None = not known (a resumed message)
+        self._sent: list[tuple[str, str, tuple[Action, ...] | None]] = []
         if resume_ref:
-            self._sent.append((resume_ref, ""))
+            self._sent.append((resume_ref, "", None))
+        self._live: tuple[Action, ...] = ()  # buttons shown while streaming (Stop), gone with the final
         self._latest: str | None = None
         self._wake = asyncio.Event()
         self._closing = False
@@ -366,8 +383,10 @@ class ReplyStream:
         self._prepaid: tuple[RateBudget, ...] = ()  # budgets the pump already waited on for its next call
         self._kind: CallKind = "send"  # kind of the call made last (a RetryAfter holds its budgets)
         self.finished = False
-        # A resumed reply continues a message that already exists: only the edit path can do that.
-        self._native: NativeStream | None = None if resume_ref else self.transport.native_stream()
+        # A resumed reply continues a message that already exists: only the edit path can do that. The
+        # native stream is chosen at start(), once the live actions are known.
+        self._native: NativeStream | None = None
+        self._native_pending = not resume_ref
         self._native_open = False
         self._native_ref: str | None = None
         self._native_shown = ""
@@ -399,9 +418,18 @@ class ReplyStream:
         self.pacing.penalize(self._kind, exc.retry_after)
 
     # --- start ---------------------------------------------------------------------------------------
-    async def start(self, placeholder: str = "…") -> None:
+    async def start(self, placeholder: str = "…", actions: Sequence[Action] = ()) -> None:
+        """Show ``placeholder`` (or continue an earlier message) with ``actions`` as live buttons.
+
+        Called again on a reply that is already visible (a queued notice whose turn now starts), it
+        changes the text and the live buttons in place.
+        """
         if not self.limits.supports_edit:
             return  # final-only platforms: nothing to show until finish()
+        self._live = tuple(actions) if self.transport.supports_actions else ()
+        if self._native_pending:
+            self._native_pending = False
+            self._native = self.transport.native_stream(self._live)
         if self._native_open:
             if placeholder != self._native_shown:
                 self.update(placeholder)
@@ -411,15 +439,16 @@ class ReplyStream:
             return
         if not self._sent:
             try:
-                ref = await self._call("send", lambda: self.transport.send(placeholder))
+                live = self._live
+                ref = await self._call("send", lambda: self.transport.send(placeholder, actions=live))
             except RetryAfter as exc:
                 # The placeholder (or a queued notice) shares the chat's budget: whatever goes to this
                 # chat next waits as long as the platform asked.
                 self._penalize(exc)
                 raise
-            self._sent.append((ref, placeholder))
+            self._sent.append((ref, placeholder, self._live))
             self._last_visible = time.monotonic()
-        elif self._sent[0][1] != placeholder:
+        elif self._sent[0][1] != placeholder or self._sent[-1][2] != self._live:
             self.update(placeholder)
         self._start_typing()
 
@@ -558,35 +587,53 @@ class ReplyStream:
     def _abandon_native(self) -> None:
         """Continue on the edit path: a live message the platform created becomes the message to edit."""
         if self._native_ref is not None and not self._sent:
-            self._sent.append((self._native_ref, self._native_shown))
+            self._sent.append((self._native_ref, self._native_shown, None))
         self._native, self._native_open = None, False
 
     def _chunks(self, text: str) -> list[str]:
         """While streaming, full chunks settle and only the last one keeps being edited."""
         return split_text(text if text.strip() else "…", self.limits.text_limit)
 
-    async def _sync(self, chunks: list[str], *, allow_new: bool, priority: bool = False) -> None:
+    async def _sync(
+        self,
+        chunks: list[str],
+        *,
+        allow_new: bool,
+        priority: bool = False,
+        actions: tuple[Action, ...] | None = None,
+    ) -> None:
         """Make the visible messages equal ``chunks``: edit what differs, send what is missing.
 
-        Each call waits for the budgets of its kind; ``priority`` (the final) goes ahead of ordinary calls.
+        The buttons (``actions``; the live ones by default) go on the last message only, and come off a
+        message that is no longer last. Each call waits for the budgets of its kind; ``priority`` (the
+        final) goes ahead of ordinary calls.
         """
+        buttons = self._live if actions is None else actions
+        last = len(chunks) - 1
         for index, chunk in enumerate(chunks):
+            want = buttons if index == last else ()
             if index < len(self._sent):
-                ref, shown = self._sent[index]
-                if shown == chunk:
+                ref, shown, on = self._sent[index]
+                if shown == chunk and on == want:
                     continue
+                edit = partial(self.transport.edit, ref, chunk, actions=want)
                 with contextlib.suppress(MessageNotModified):
-                    await self._call("edit", partial(self.transport.edit, ref, chunk), priority=priority)
-                self._sent[index] = (ref, chunk)
+                    await self._call("edit", edit, priority=priority)
+                self._sent[index] = (ref, chunk, want)
             elif allow_new:
-                ref = await self._call("send", partial(self.transport.send, chunk), priority=priority)
-                self._sent.append((ref, chunk))
+                send = partial(self.transport.send, chunk, actions=want)
+                ref = await self._call("send", send, priority=priority)
+                self._sent.append((ref, chunk, want))
 
     # --- finish --------------------------------------------------------------------------------------
-    async def finish(self, text: str, files: Sequence[Path] = ()) -> None:
-        """Deliver the final text (always) and any files. Safe to call once."""
+    async def finish(self, text: str, files: Sequence[Path] = (), actions: Sequence[Action] = ()) -> None:
+        """Deliver the final text (always) and any files. Safe to call once.
+
+        The live buttons come off; ``actions`` (e.g. Approve / Deny) stay on the final message.
+        """
         if self.finished:
             return
+        final_actions = tuple(actions) if self.transport.supports_actions else ()
         self._closing = True
         self._wake.set()
         if self._typing is not None:
@@ -611,7 +658,7 @@ class ReplyStream:
         chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
         if self._native_open:
             await self._close_native(chunks[0])
-        await self._deliver_final(chunks)
+        await self._deliver_final(chunks, final_actions)
         if files:
             try:
                 await self._call("files", lambda: self.transport.send_files(files), priority=True)
@@ -642,15 +689,15 @@ class ReplyStream:
                 log.info("closing the native live reply failed (attempt %d): %s", attempt, exc)
                 break
             if ref is not None:
-                self._sent = [(ref, first)]
+                self._sent = [(ref, first, ())]
             self._native, self._native_open = None, False
             return
         self._abandon_native()
 
-    async def _deliver_final(self, chunks: list[str]) -> None:
+    async def _deliver_final(self, chunks: list[str], actions: tuple[Action, ...]) -> None:
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
             try:
-                await self._sync(chunks, allow_new=True, priority=True)
+                await self._sync(chunks, allow_new=True, priority=True, actions=actions)
                 return
             except RetryAfter as exc:
                 log.info("final reply rate limited (attempt %d): %s", attempt, exc)
@@ -664,14 +711,15 @@ class ReplyStream:
         await self._send_fresh(chunks)
 
     async def _send_fresh(self, chunks: list[str]) -> None:
-        """Last resort: post the reply as new messages, in the platform's plainest form."""
+        """Last resort: post the reply as new messages, in the platform's plainest form (no buttons:
+        every action can still be typed, and a button may be what the platform refused)."""
         remaining = [c for i, c in enumerate(chunks) if i >= len(self._sent) or self._sent[i][1] != c]
         for chunk in remaining:
             for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
                 try:
                     send = partial(self.transport.send, chunk, fallback=True)
                     ref = await self._call("send", send, priority=True)
-                    self._sent.append((ref, chunk))
+                    self._sent.append((ref, chunk, ()))
                     break
                 except RetryAfter as exc:
                     self._penalize(exc)

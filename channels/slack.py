@@ -87,6 +87,7 @@ class SlackChannel(Channel):
             raise ValueError("channels.slack needs bot_token (xoxb-…) and app_token (xapp-…)")
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
+        self.admins = frozenset(config.admins)
         self.config = config
         self.settings = settings
         self.allowed_users = set(config.allowed_users)

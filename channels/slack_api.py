@@ -26,6 +26,7 @@ from channels.errors import (
 )
 from channels.reply import NativeStream, ReplyTransport
 from channels.slack_format import to_mrkdwn
+from channels.types import Action
 
 #: The message can no longer be edited: the stream falls back to posting a new one.
 EDIT_ERRORS = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
@@ -205,7 +206,7 @@ class SlackTransport(ReplyTransport):
         self.typing_interval = status_interval if thread_ts is not None else None
         self._status_refused = False
 
-    def native_stream(self) -> NativeStream | None:
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
         if not self.native or self.thread_ts is None:
             return None
         return SlackStream(self, self.thread_ts, self.user, self.team)
@@ -226,7 +227,7 @@ class SlackTransport(ReplyTransport):
             self._status_refused = True
             raise
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         with calling("chat.postMessage"):
             response = await self.client.chat_postMessage(
                 channel=self.channel,
@@ -237,7 +238,7 @@ class SlackTransport(ReplyTransport):
             )
         return str(response["ts"])
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         with calling("chat.update"):
             await self.client.chat_update(channel=self.channel, ts=ref, text=to_mrkdwn(text))
 

@@ -36,7 +36,7 @@ from channels.errors import ChannelError, EditFailed, Forbidden
 from channels.reply import NativeStream, ReplyTransport
 from channels.slack_api import calling
 from channels.slack_format import to_mrkdwn
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class SlackEphemeralTransport(ReplyTransport):
         self.fallback = fallback
         self._refused = False
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if self._refused:
             return await self.fallback.send(text, fallback=fallback)
         try:
@@ -183,7 +183,7 @@ class SlackEphemeralTransport(ReplyTransport):
             return await self.fallback.send(text, fallback=fallback)
         return EPHEMERAL_REF + str(response.get("message_ts") or "")
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if ref.startswith(EPHEMERAL_REF):
             raise EditFailed("chat.update cannot edit an ephemeral message")
         await self.fallback.edit(ref, text)
@@ -219,7 +219,7 @@ class SlackResponseTransport(ReplyTransport):
         self.session = session
         self._posted = 0  # responses this transport made; the newest one is the one replace_original hits
 
-    def native_stream(self) -> NativeStream | None:
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
         return FinalOnly()
 
     async def _respond(self, text: str, *, replace: bool) -> bool:
@@ -257,7 +257,7 @@ class SlackResponseTransport(ReplyTransport):
             return False
         return True
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if await self._respond(text, replace=False):
             self._posted += 1
             return f"{RESPONSE_REF}{self._posted}"
@@ -267,7 +267,7 @@ class SlackResponseTransport(ReplyTransport):
             self._explain(exc)
             raise
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if not ref.startswith(RESPONSE_REF):
             await self.fallback.edit(ref, text)
             return

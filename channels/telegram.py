@@ -87,6 +87,7 @@ class TelegramChannel(Channel):
         # Instance limits so the configured private-chat spacing feeds the base class's budgets.
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
+        self.admins = frozenset(config.admins)
         # Every chat (private or group) is paced by the base class's per-chat budget (about 1 call/s);
         # a group's calls also draw on its cap, and message calls on the bot-wide cap.
         self._group_budgets = BudgetRegistry(

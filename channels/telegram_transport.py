@@ -23,7 +23,7 @@ from telegram.constants import ChatAction, ParseMode
 from channels import errors
 from channels.reply import Budget, NativeStream, ReplyTransport
 from channels.telegram_markup import markdown_to_html
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 
 if TYPE_CHECKING:
     from channels.telegram import TelegramChannel
@@ -176,7 +176,7 @@ class TelegramTransport(ReplyTransport):
             raise map_error(exc) from exc
         return await _call(lambda: call(text, None))
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         async def call(body: str, mode: str | None) -> Any:
             return await self.bot.send_message(
                 chat_id=self.chat_id,
@@ -190,7 +190,7 @@ class TelegramTransport(ReplyTransport):
         self.channel.remember_reply(self.chat_id, sent.message_id, self.message.topic)
         return str(sent.message_id)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         async def call(body: str, mode: str | None) -> Any:
             return await self.bot.edit_message_text(
                 text=body,
@@ -252,7 +252,7 @@ class TelegramTransport(ReplyTransport):
             self.channel.remember_reply(self.chat_id, sent.message_id, self.message.topic)
             return
 
-    def native_stream(self) -> NativeStream | None:
+    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
         """Drafts in private chats (where Telegram allows them); groups keep the edited message."""
         if not self.message.is_private or not self.channel.config.private_drafts:
             return None

@@ -23,11 +23,12 @@ import sys
 import termios
 import tty
 import uuid
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from channels.base import Channel, InboundSink
 from channels.reply import ReplyTransport
-from channels.types import InboundMessage, ReplyLimits, Sender
+from channels.types import Action, InboundMessage, ReplyLimits, Sender
 
 #: How the manager starts a reply that reports a failed turn (``⚠️ <what went wrong> (trace …)``).
 FAILED_MARK = "⚠️"
@@ -45,12 +46,12 @@ class TerminalTransport(ReplyTransport):
         self.text = ""
         self.printed = ""
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         self.text = text
         self._render(final=False)
         return self.message.platform_message_id
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         self.text = text
         self._render(final=False)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,20 @@ class ChatCommand:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A button on a reply. Pressing it means exactly what typing ``command`` in that chat means.
+
+    The command is the text fallback (every platform can type ``/approve K7PX2M``) and the whole
+    payload a platform carries back on a press (Telegram's 64-byte ``callback_data``, a Discord
+    ``custom_id``, a Slack button ``value``), so a press needs no lookup table that a restart would lose.
+    """
+
+    command: str
+    label: str
+    style: Literal["primary", "danger"] | None = None
+
+
 @dataclass(slots=True)
 class InboundMessage:
     """One message from a platform, normalised.
@@ -46,6 +60,11 @@ class InboundMessage:
     ``topic`` the thread/reply chain inside it (``None`` for the chat itself). The four together with the
     provider are the *conversation key*; ``platform_message_id`` makes the inbox dedupe key.
     ``context`` carries opaque, JSON-safe values the channel needs to reply (e.g. a session webhook).
+
+    A button press is an inbound message too: ``text`` is the pressed :class:`Action`'s command,
+    ``pressed`` the reference of the reply the button was on (as the transport returned it), and
+    ``platform_message_id`` the platform's id of that press, so a press delivered twice dedupes like a
+    message delivered twice.
     """
 
     provider: str
@@ -61,6 +80,7 @@ class InboundMessage:
     context: dict[str, Any] = field(default_factory=dict)
     thread_id: str | None = None
     received_at: float = field(default_factory=time.time)
+    pressed: str | None = None
 
     @property
     def conversation_key(self) -> tuple[str, str, str, str]:
@@ -87,6 +107,7 @@ class InboundMessage:
             "context": self.context,
             "thread_id": self.thread_id,
             "received_at": self.received_at,
+            "pressed": self.pressed,
         }
 
     @classmethod

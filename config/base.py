@@ -52,6 +52,8 @@ class ChannelSection(Section):
     """Common shape of a channel section. ``enabled`` gates both start-up and secret checks."""
 
     enabled: bool = False
+    #: Platform user ids who may stop anybody's reply and decide anybody's approval request here.
+    admins: list[str] = []
 
     def required_secrets(self) -> dict[str, str | None]:
         """Map of key name → value that must be non-empty when the channel is enabled."""

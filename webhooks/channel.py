@@ -9,12 +9,13 @@ shared :class:`~channels.reply.ReplyStream` at ``edit_interval_seconds``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from channels.base import Channel, InboundSink
 from channels.errors import Forbidden
 from channels.reply import ReplyTransport
-from channels.types import InboundMessage, ReplyLimits
+from channels.types import Action, InboundMessage, ReplyLimits
 from config.channels.github import GitHubAgent, GitHubConfig
 from webhooks.errors import map_github_error
 from webhooks.tokens import (
@@ -59,7 +60,7 @@ class GitHubTransport(ReplyTransport):
             raise Forbidden(f"no installation id for {self.repo}: install the App or set installation_id")
         return {"Authorization": f"token {await tokens.token(self.installation_id)}"}
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         owner, name = self.repo.split("/", 1)
         headers = await self._headers()
         try:
@@ -71,7 +72,7 @@ class GitHubTransport(ReplyTransport):
             self._forget_token_on_401(exc)
             raise map_github_error(exc) from None
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         owner, name = self.repo.split("/", 1)
         headers = await self._headers()
         try:
@@ -101,6 +102,7 @@ class GitHubChannel(Channel):
             text_limit=COMMENT_LIMIT, min_edit_interval=config.edit_interval_seconds
         )
         super().__init__()
+        self.admins = frozenset(config.admins)
         self._transport = SharedTransport()
         self.github = github_client(config.api_base_url, self._transport)
         self.tokens: TokenProvider | None = None

@@ -13,7 +13,15 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
     if not ctx.args:
         await ctx.reply(f"Usage: /{'approve' if approve else 'deny'} ID (the id in the approval request).")
         return
-    verdict = await desk.decide(ctx.args.split()[0], ctx.message, approve=approve)
+    verdict = await desk.decide(
+        ctx.args.split()[0], ctx.message, approve=approve, admin=ctx.manager.is_admin(ctx.message)
+    )
+    if verdict.ok and verdict.edited and ctx.message.pressed:
+        return  # a button press: the request's own message now says what happened
+    if not verdict.ok and ctx.message.pressed:
+        # Somebody else's press, or a stale button: only the presser needs to hear why.
+        await ctx.manager.send_notice(ctx.message, verdict.text, private=True)
+        return
     await ctx.reply(verdict.text)
 
 

@@ -1,14 +1,30 @@
+"""``/stop``: stop the reply in progress. A Stop button sends ``/stop TOKEN`` for its own turn."""
+
 from __future__ import annotations
 
 from bot.commands.base import Command, CommandContext
+from bot.manager import StopResult
+
+ANSWERS = {
+    StopResult.STOPPED: "Stopping the current reply.",
+    StopResult.NOTHING: "Nothing is running right now.",
+    StopResult.FINISHED: "That reply has already finished.",
+}
 
 
 async def stop(ctx: CommandContext) -> None:
     conv = await ctx.conversation()
-    if await ctx.manager.stop_turn(ctx.message, conv.thread_id):
-        await ctx.reply("Stopping the current reply.")
-    else:
-        await ctx.reply("Nothing is running right now.")
+    token = ctx.args.split()[0] if ctx.args else None
+    result = await ctx.manager.stop_turn(ctx.message, conv.thread_id, token)
+    if result is StopResult.NOT_YOURS:
+        await ctx.manager.send_notice(
+            ctx.message,
+            "Sorry, only the person who asked (or an admin) can stop this reply.",
+            private=True,
+        )
+        ctx.replies.append("not yours")
+        return
+    await ctx.reply(ANSWERS[result])
 
 
 COMMAND = Command(name="stop", help="stop the reply in progress", handler=stop)

@@ -103,6 +103,54 @@ async def test_in_a_group_only_the_person_who_asked_can_approve(tmp_path, llm):
         assert not (workspace / "build").exists()
 
 
+def request_message(h: Harness, approval_id: str, chat: str = "chat-1"):  # type: ignore[no-untyped-def]
+    return next(m for m in h.chat.in_chat(chat) if approval_id in m.text and m.text.startswith("🔐"))
+
+
+async def test_the_approve_button_runs_it_once_and_the_request_says_who_approved(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm)
+        request = request_message(h, approval_id)
+        assert [(a.label, a.command) for a in request.actions] == [
+            ("Approve", f"/approve {approval_id}"),
+            ("Deny", f"/deny {approval_id}"),
+        ]
+        press = h.chat.press_message(request.ref, "Approve")
+        await h.chat.deliver(press)
+        await h.chat.deliver(h.chat.press_message(request.ref, "Approve"))  # a second click, at once
+        await h.chat.wait_for_text("done with the build directory", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()
+        assert request.text.endswith("✅ Approved by user-1 — running it."), request.text
+        assert RISKY in request.text and request.actions == (), "the buttons outlived the decision"
+        # The press needed no second message; the second click was told nothing changed.
+        texts = [m.text for m in h.chat.in_chat()]
+        assert not any(t.startswith(f"✅ Approved {approval_id}") for t in texts)
+        assert (
+            texts.count(f"Approval {approval_id} was already decided; nothing changed.")
+            + texts.count(f"Approval {approval_id} is approved; nothing changed.")
+            == 1
+        )
+        assert tool_results(llm.completions[-1])[-1].startswith("[exit code 0]")
+
+
+async def test_deny_by_button_in_a_group_only_from_the_asker_or_an_admin(tmp_path, llm):
+    chat = MemoryChannel("memory", admins=["lead"])
+    async with Harness.running(settings_for(tmp_path, llm), channels={"memory": chat}) as h:
+        group = {"chat": "team", "private": False, "mentioned": True}
+        approval_id, workspace = await start_risky_turn(h, llm, **group)
+        request = request_message(h, approval_id, "team")
+        await h.chat.press(request.ref, "Approve", sender="user-2", sender_name="mallory")
+        await h.chat.wait_for_text("Sorry, only user-1 can decide", chat="team")
+        assert (workspace / "build" / "out").exists() and request.actions, "a stranger's press decided"
+        await h.chat.press(request.ref, "Deny", sender="lead", sender_name="Lee")
+        await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
+        await h.idle()
+        assert (workspace / "build" / "out").exists()
+        assert request.text.endswith("🚫 Denied by Lee; it did not run.") and request.actions == ()
+        assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
+
+
 async def test_ordinary_commands_run_without_asking_and_never_means_never(tmp_path, llm):
     async with Harness.running(settings_for(tmp_path, llm, approval="never")) as h:
         llm.script(

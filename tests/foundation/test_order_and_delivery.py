@@ -11,7 +11,7 @@ from pathlib import Path
 from bot.identity import Identity, unbound_owner
 from channels.memory import MemoryChannel, MemoryTransport
 from channels.reply import ReplyTransport
-from channels.types import InboundMessage
+from channels.types import Action, InboundMessage
 from tests.conftest import make_settings
 from tests.connections.conftest import running_app
 from tests.fakes.openai_server import Reply, last_user_text
@@ -69,15 +69,15 @@ async def test_the_identity_gate_applies_in_group_chats_too(tmp_path, llm):
 class CrashingTransport(MemoryTransport):
     """Delivering the final answer never completes: the process dies while sending it."""
 
-    async def send(self, text: str, *, fallback: bool = False) -> str:
+    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if isinstance(self.channel, CrashOnFinal) and self.channel.crash and text.startswith("echo:"):
             await asyncio.Event().wait()
-        return await super().send(text, fallback=fallback)
+        return await super().send(text, fallback=fallback, actions=actions)
 
-    async def edit(self, ref: str, text: str) -> None:
+    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if isinstance(self.channel, CrashOnFinal) and self.channel.crash and text.startswith("echo:"):
             await asyncio.Event().wait()
-        await super().edit(ref, text)
+        await super().edit(ref, text, actions=actions)
 
     async def send_files(self, files: Sequence[Path]) -> None:
         await super().send_files(files)
