@@ -1,0 +1,184 @@
+"""Buttons on DingTalk: Stop and Approve/Deny on AI cards, pressed through card callbacks on the stream.
+
+What a DingTalk user notices: while an answer streams into its AI card, the card shows a Stop button;
+pressing it stops the answer ("⏹ Stopped.") and the button is gone from the finished card; somebody
+else's press is refused politely and the answer goes on; an approval request card has Approve and Deny,
+Approve runs the command, Deny doesn't and the model is told, and the card is edited with the outcome
+(buttons gone); a press DingTalk delivers twice acts once. Without a card template (markdown replies)
+nothing can carry a button, and the typed ``/approve ID`` does the same job.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.agent.helpers import all_tool_results, tool_results
+from tests.channels.dingtalk.conftest import Rig
+from tests.fakes.dingtalk import Bubble
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+
+pytestmark = pytest.mark.slow  # a whole service + fake DingTalk per test
+
+STOP = "⏹ Stop"
+FINISHED = "3"
+RISKY = "rm -rf /mnt/user-data/workspace/build"
+ASKED = re.compile(r"/approve ([A-Z2-9]{6})")
+HOST = {"sandbox": {"mode": "host"}}
+
+
+def slow_answer(llm: FakeOpenAI, words: int = 200) -> None:
+    llm.script(Reply(text=" ".join(f"word{i}" for i in range(words)), chunk_size=8, delay=0.05))
+
+
+async def buttons_rig(start_rig, **settings: object) -> Rig:  # type: ignore[no-untyped-def]
+    return await start_rig("card", dict(settings), card_actions_key="actions")  # type: ignore[no-any-return]
+
+
+async def live_card(rig: Rig, conversation: str) -> Bubble:
+    """The streaming answer's card, once it shows text and its Stop button."""
+
+    def found() -> Bubble | None:
+        for card in rig.fake.card_bubbles(conversation):
+            if "word3" in card.text and STOP in card.button_labels:
+                return card
+        return None
+
+    return await rig.fake.wait_for(found)
+
+
+async def test_pressing_stop_stops_the_answer_and_the_button_goes_away(start_rig, llm):
+    rig = await buttons_rig(start_rig)
+    slow_answer(llm)
+    rig.fake.send_bot_message("1", "tell me a long story", sender_id="alice")
+    card = await live_card(rig, rig.p2p("alice"))
+
+    press = rig.fake.press_button(card, STOP, user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.harness.idle(timeout=20)
+
+    assert card.params["content"].endswith("⏹ Stopped."), card.params["content"]
+    assert "word199" not in card.params["content"]
+    assert card.buttons == [], "the Stop button outlived its answer"
+    assert card.flow[-1] == FINISHED
+    assert rig.final_texts(rig.p2p("alice"))[1:] == ["Stopping the current reply."]
+
+
+async def test_somebody_elses_press_is_refused_and_the_answer_goes_on(start_rig, llm):
+    rig = await buttons_rig(start_rig)
+    slow_answer(llm, words=60)
+    rig.fake.send_bot_message(
+        "2", "a long story please", sender_id="bob", conversation_id="cid-ops", at_bot=True
+    )
+    card = await live_card(rig, "cid-ops")
+
+    press = rig.fake.press_button(card, STOP, user_id="carol")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.wait_text("cid-ops", "only the person who asked")
+    await rig.harness.idle(timeout=20)
+
+    assert "word59" in card.params["content"] and "Stopped" not in card.params["content"]
+    assert card.buttons == [] and card.flow[-1] == FINISHED
+
+
+async def test_a_press_delivered_twice_acts_once(start_rig, llm):
+    rig = await buttons_rig(start_rig)
+    slow_answer(llm)
+    rig.fake.send_bot_message("1", "tell me a long story", sender_id="alice")
+    card = await live_card(rig, rig.p2p("alice"))
+
+    press = rig.fake.press_button(card, STOP, user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    rig.fake.push_again(press)  # the gateway missed the ACK and pushes the same callback again
+    await rig.fake.wait_for(lambda: [code for mid, code in rig.fake.ack_log if mid == press] == [200, 200])
+    await rig.harness.idle(timeout=20)
+
+    assert card.params["content"].endswith("⏹ Stopped.")
+    # Acted on once: the redelivery got no "That reply has already finished." of its own.
+    assert rig.final_texts(rig.p2p("alice"))[1:] == ["Stopping the current reply."]
+
+
+async def start_risky_turn(rig: Rig, llm: FakeOpenAI) -> tuple[Bubble, str, Path]:
+    """The model wants to run RISKY in a workspace that has a build/ directory.
+
+    Returns the approval request's card, the approval id, and the workspace.
+    """
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+        Reply(text="done with the build directory"),
+    )
+    rig.fake.send_bot_message("1", "clean up the build", sender_id="alice")
+
+    def request() -> Bubble | None:
+        for card in rig.fake.card_bubbles(rig.p2p("alice")):
+            if card.text.startswith("🔐 Approval needed") and card.flow[-1:] == [FINISHED]:
+                return card
+        return None
+
+    card = await rig.fake.wait_for(request, timeout=30)
+    assert RISKY in card.text
+    match = ASKED.search(card.text)
+    assert match is not None, card.text
+    [workspace] = Path(rig.harness.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+    return card, match.group(1), workspace
+
+
+async def test_approve_runs_the_command_and_the_request_card_says_so(start_rig, llm):
+    rig = await buttons_rig(start_rig, **HOST)
+    card, approval_id, workspace = await start_risky_turn(rig, llm)
+    assert [(b["label"], b["command"]) for b in card.buttons] == [
+        ("Approve", f"/approve {approval_id}"),
+        ("Deny", f"/deny {approval_id}"),
+    ]
+    assert (workspace / "build" / "out").exists()  # waiting: nothing ran yet
+
+    press = rig.fake.press_button(card, "Approve", user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.wait_text(rig.p2p("alice"), "done with the build directory", timeout=30)
+    await rig.harness.idle()
+
+    assert not (workspace / "build").exists()
+    assert card.params["content"].endswith("✅ Approved by alice — running it."), card.params["content"]
+    assert card.buttons == [], "the buttons outlived the decision"
+    assert tool_results(llm.completions[-1])[-1].startswith("[exit code 0]")
+
+
+async def test_deny_keeps_the_files_and_the_model_is_told(start_rig, llm):
+    rig = await buttons_rig(start_rig, **HOST)
+    card, _, workspace = await start_risky_turn(rig, llm)
+
+    press = rig.fake.press_button(card, "Deny", user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.wait_text(rig.p2p("alice"), "done with the build directory", timeout=30)
+    await rig.harness.idle()
+
+    assert (workspace / "build" / "out").exists()
+    assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
+    assert card.params["content"].endswith("🚫 Denied by alice; it did not run.")
+    assert card.buttons == []
+
+
+async def test_without_a_card_template_the_typed_command_approves(start_rig, llm):
+    rig = await start_rig("markdown", HOST)
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+        Reply(text="done with the build directory"),
+    )
+    rig.fake.send_bot_message("1", "clean up the build", sender_id="alice")
+    request = await rig.wait_text(rig.p2p("alice"), "🔐 Approval needed", timeout=30)
+    match = ASKED.search(request.text)
+    assert match is not None, request.text
+    [workspace] = Path(rig.harness.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+
+    rig.fake.send_bot_message("1", f"/approve {match.group(1)}", sender_id="alice")
+    await rig.wait_text(rig.p2p("alice"), "done with the build directory", timeout=30)
+    await rig.harness.idle()
+
+    assert not (workspace / "build").exists()
+    assert request.kind == "markdown"
+    # Markdown messages carry no buttons: nothing tried to put any on a card.
+    assert not rig.fake.calls("/v1.0/card/")
