@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.helpers import all_tool_results, tool_results
-from tests.channels.dingtalk.conftest import Rig
+from tests.channels.dingtalk.conftest import Rig, _rig
 from tests.fakes.dingtalk import Bubble
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -100,16 +100,18 @@ async def test_a_press_delivered_twice_acts_once(start_rig, llm):
     assert rig.final_texts(rig.p2p("alice"))[1:] == ["Stopping the current reply."]
 
 
-async def start_risky_turn(rig: Rig, llm: FakeOpenAI) -> tuple[Bubble, str, Path]:
-    """The model wants to run RISKY in a workspace that has a build/ directory.
+async def start_risky_turn(rig: Rig, llm: FakeOpenAI, *, scripted: bool = False) -> tuple[Bubble, str, Path]:
+    """The model wants to run RISKY in a workspace that has a build/ directory (``scripted``: the test
+    scripted the model itself).
 
     Returns the approval request's card, the approval id, and the workspace.
     """
-    llm.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
-        Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
-        Reply(text="done with the build directory"),
-    )
+    if not scripted:
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+            Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+            Reply(text="done with the build directory"),
+        )
     rig.fake.send_bot_message("1", "clean up the build", sender_id="alice")
 
     def request() -> Bubble | None:
@@ -182,3 +184,44 @@ async def test_without_a_card_template_the_typed_command_approves(start_rig, llm
     assert request.kind == "markdown"
     # Markdown messages carry no buttons: nothing tried to put any on a card.
     assert not rig.fake.calls("/v1.0/card/")
+
+
+async def test_after_a_restart_the_old_cards_are_edited_in_place_and_the_new_request_works(
+    tmp_path, llm, fake_dingtalk
+):
+    first = await _rig(tmp_path, llm, fake_dingtalk, "card", HOST, card_actions_key="actions")
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+    )
+    try:
+        old_request, old_id, workspace = await start_risky_turn(first, llm, scripted=True)
+    finally:
+        await first.harness.stop(grace=0.5)  # the turn is cut off while it waits for the decision
+    assert "withdrawn" in old_request.params["content"] and old_request.buttons == []
+
+    # A new process knows none of the cards: the resumed turn continues its answer card and asks anew.
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]), Reply(text="second try done"))
+    second = await _rig(tmp_path, llm, fake_dingtalk, "card", HOST, card_actions_key="actions")
+    try:
+        conversation = second.p2p("alice")
+
+        def new_request() -> Bubble | None:
+            for card in second.fake.card_bubbles(conversation):
+                if card.text.startswith("🔐 Approval needed") and old_id not in card.text and card.buttons:
+                    return card
+            return None
+
+        request = await second.fake.wait_for(new_request, timeout=30)
+        press = second.fake.press_button(request, "Approve", user_id="alice")
+        assert await second.fake.wait_ack(press) == 200
+        await second.wait_text(conversation, "second try done", timeout=30)
+        await second.harness.idle()
+    finally:
+        await second.harness.stop()
+
+    assert not (workspace / "build").exists()
+    answer = second.fake.card_bubbles(conversation)[0]
+    assert "second try done" in answer.params["content"], answer.params
+    assert answer.flow[-1] == FINISHED and answer.buttons == [], "the resumed answer kept its Stop button"
+    assert all(card.flow[-1] == FINISHED for card in second.fake.card_bubbles(conversation))
