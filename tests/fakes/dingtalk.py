@@ -640,28 +640,16 @@ class FakeDingTalk(ThreadedServer):
             self.pushes[message_id] = self.pushes.get(message_id, 0) + 1
         await self._sockets[-1].send_str(json.dumps(frame))
 
-    def press_button(self, card: Bubble, label: str, user_id: str = "user-1") -> str:
-        """``user_id`` presses the button ``label`` on ``card``: a card callback over the stream.
-
-        Shaped like DingTalk's card callback (``/v1.0/card/instances/callback``): outTrackId, corpId,
-        userId (a staff id: ``userIdType`` 1), the delivery space, and ``content`` — a JSON string whose
-        ``cardPrivateData`` has the pressed component's ``actionIds`` and its callback ``params``; the
-        template's button sends its list item's ``command``. Redelivered until ACKed with 200, like any
-        callback. Refused (LookupError) for a button the card does not show now, and (RuntimeError) when
-        no callback could arrive: a card not created with callbackType STREAM, or an app that did not
-        subscribe to the card topic. Returns the frame's messageId.
-        """
+    def button_callback(self, card: Bubble, label: str, user_id: str = "user-1") -> dict[str, Any]:
+        """The ``data`` of the card callback DingTalk sends when ``user_id`` presses ``label`` on ``card``
+        (see :meth:`press_button`); LookupError for a button the card does not show now."""
         shown = card.buttons
         button = next((b for b in shown if b["label"] == label), None)
         if button is None:
             labels = ", ".join(b["label"] for b in shown) or "none"
             raise LookupError(f"card {card.ref} shows no button {label!r} (it shows: {labels})")
-        if not card.streaming:
-            raise RuntimeError("the card was not created with callbackType STREAM: no callback on the stream")
-        if not self._sockets or CARD_TOPIC not in self._socket_topics.get(id(self._sockets[-1]), []):
-            raise RuntimeError(f"the connected app did not subscribe to {CARD_TOPIC}")
         space_type, space_id = card.space
-        data = {
+        return {
             "extension": "{}",
             "corpId": self.corp_id,
             "spaceType": space_type,
@@ -679,6 +667,23 @@ class FakeDingTalk(ThreadedServer):
                 }
             ),
         }
+
+    def press_button(self, card: Bubble, label: str, user_id: str = "user-1") -> str:
+        """``user_id`` presses the button ``label`` on ``card``: a card callback over the stream.
+
+        Shaped like DingTalk's card callback (``/v1.0/card/instances/callback``): outTrackId, corpId,
+        userId (a staff id: ``userIdType`` 1), the delivery space, and ``content`` — a JSON string whose
+        ``cardPrivateData`` has the pressed component's ``actionIds`` and its callback ``params``; the
+        template's button sends its list item's ``command``. Redelivered until ACKed with 200, like any
+        callback. Refused (LookupError) for a button the card does not show now, and (RuntimeError) when
+        no callback could arrive: a card not created with callbackType STREAM, or an app that did not
+        subscribe to the card topic. Returns the frame's messageId.
+        """
+        data = self.button_callback(card, label, user_id)
+        if not card.streaming:
+            raise RuntimeError("the card was not created with callbackType STREAM: no callback on the stream")
+        if not self._sockets or CARD_TOPIC not in self._socket_topics.get(id(self._sockets[-1]), []):
+            raise RuntimeError(f"the connected app did not subscribe to {CARD_TOPIC}")
         message_id = self.push_callback(data, CARD_TOPIC)
         with self._lock:
             self.presses.append(message_id)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
+from channels.dingtalk import DingTalkChannel
 from tests.agent.helpers import all_tool_results, tool_results
-from tests.channels.dingtalk.conftest import Rig, _rig
+from tests.channels.dingtalk.conftest import Rig, _rig, dingtalk_config
 from tests.fakes.dingtalk import Bubble
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
@@ -225,3 +227,42 @@ async def test_after_a_restart_the_old_cards_are_edited_in_place_and_the_new_req
     assert "second try done" in answer.params["content"], answer.params
     assert answer.flow[-1] == FINISHED and answer.buttons == [], "the resumed answer kept its Stop button"
     assert all(card.flow[-1] == FINISHED for card in second.fake.card_bubbles(conversation))
+
+
+@pytest.mark.parametrize(
+    ("kind", "space", "conversation_id"),
+    [("1", "dtv1.card//IM_ROBOT.bob", None), ("2", "dtv1.card//IM_GROUP.cid-ops", "cid-ops")],
+)
+async def test_a_press_on_a_card_the_process_never_sent_is_in_that_chats_conversation(
+    fake_dingtalk, kind, space, conversation_id
+):
+    """After a restart the channel knows no card: the press is placed by the callback's delivery space,
+    and must land in exactly the conversation (key and privacy) of that chat's robot messages."""
+    fake = fake_dingtalk
+    async with httpx.AsyncClient(base_url=fake.url) as client:
+        token = await client.post(
+            "/v1.0/oauth2/accessToken", json={"appKey": fake.client_id, "appSecret": fake.client_secret}
+        )
+        client.headers["x-acs-dingtalk-access-token"] = token.json()["accessToken"]
+        buttons = '[{"label": "Approve", "command": "/approve K7PX2M", "color": "blue"}]'
+        await client.post(
+            "/v1.0/card/instances",
+            json={
+                "cardTemplateId": "t.schema",
+                "outTrackId": "sb-old",
+                "cardData": {"cardParamMap": {"content": "🔐 Approval needed", "actions": buttons}},
+                "callbackType": "STREAM",
+            },
+        )
+        await client.post(
+            "/v1.0/card/instances/deliver",
+            json={"outTrackId": "sb-old", "openSpaceId": space, "userIdType": 1},
+        )
+    channel = DingTalkChannel(dingtalk_config(fake, "card", card_actions_key="actions"))
+    message = channel.to_inbound(fake.build_message(kind, "hi", "bob", conversation_id, at_bot=kind == "2"))
+    press = channel.press_to_inbound(fake.button_callback(fake.cards["sb-old"], "Approve", "bob"), "frame-1")
+
+    assert message is not None and press is not None
+    assert press.conversation_key == message.conversation_key
+    assert press.is_private == message.is_private == (kind == "1")
+    assert (press.text, press.pressed, press.sender.id) == ("/approve K7PX2M", "card:sb-old", "bob")
