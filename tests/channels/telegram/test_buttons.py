@@ -127,6 +127,34 @@ async def test_a_press_delivered_twice_acts_once_and_both_deliveries_are_answere
     await tg.wait_for_bot_text(42, "still listening")
 
 
+async def test_a_press_stored_but_never_confirmed_is_redelivered_after_a_restart_and_acts_once(
+    tg: FakeTelegram, tg_settings, llm
+):
+    before = TelegramChannel(telegram_config(tg), settings=tg_settings)
+    first = Harness(tg_settings, channels={"telegram": before})  # type: ignore[dict-item]
+    await first.start()
+    try:
+        slow_answer(llm)
+        tg.user_message(42, "tell me a long story")
+        reply = await live_reply(tg, 42)
+        press = tg.press(42, reply.message_id, STOP)
+        await tg.wait_until(lambda: reply.text.endswith("⏹ Stopped."), timeout=20)
+        await first.idle(timeout=20)
+    finally:
+        await first.stop()
+    # What a crash between storing and confirming leaves: Telegram still holds the very same update.
+    tg.repeat_update(press)
+    channel = TelegramChannel(telegram_config(tg), settings=tg_settings)
+    async with Harness.running(tg_settings, channels={"telegram": channel}) as restarted:  # type: ignore[dict-item]
+        await tg.wait_until(lambda: len(tg.calls("answerCallbackQuery")) == 2, timeout=20)
+        await restarted.idle(timeout=20)
+        await tg.wait_until(lambda: tg.pending_updates() == [], timeout=10)
+    notices = [m.text for m in tg.bot_messages(42) if m.text.startswith(("Stopping", "That reply"))]
+    assert notices == ["Stopping the current reply."], "the redelivered press was run again"
+    assert reply.text.endswith("⏹ Stopped.") and reply.keyboard is None
+    assert answer_statuses(tg) == [200, 400] and tg.unanswered() == []
+
+
 # --- Approve / Deny --------------------------------------------------------------------------------------
 async def start_risky_turn(tg: FakeTelegram, h: Harness, llm: FakeOpenAI) -> tuple[FakeMessage, str, Path]:
     """The model wants RISKY in a workspace with a build/ directory: (request message, id, workspace)."""
