@@ -769,10 +769,13 @@ class FakeTelegram(ThreadedServer):
         user_id: int = 1001,
         username: str | None = "alice",
         first_name: str = "Alice",
+        inaccessible: bool = False,
     ) -> dict[str, Any]:
         """A user taps the inline button ``label`` on message ``message_id``: pushes (and returns) the
         ``callback_query`` update. Refuses a button the message does not show now (nobody can tap what
-        is gone). Each call is a new query with its own id."""
+        is gone). Each call is a new query with its own id. ``inaccessible``: the query carries only an
+        InaccessibleMessage (chat, message_id, ``date: 0``), as Telegram sends for a message the bot
+        can no longer read."""
         with self._state:
             message = self.messages.get((chat_id, message_id))
             if message is None:
@@ -786,7 +789,10 @@ class FakeTelegram(ThreadedServer):
             user = {"id": user_id, "is_bot": False, "first_name": first_name}
             if username:
                 user["username"] = username
-            query = {"id": query_id, "from": user, "message": dict(message.payload),
+            shown = dict(message.payload)
+            if inaccessible:
+                shown = {"chat": shown["chat"], "message_id": message_id, "date": 0}
+            query = {"id": query_id, "from": user, "message": shown,
                      "chat_instance": f"{abs(chat_id) * 7919}", "data": button["callback_data"]}  # fmt: skip
             self.callback_queries[query_id] = {"query": query, "answered": False, "answers": []}
         return self.push_update({"callback_query": query})

@@ -93,6 +93,18 @@ async def test_somebody_elses_press_in_a_group_is_refused_and_the_answer_goes_on
     assert tg.unanswered() == [] and answer_statuses(tg) == [200]
 
 
+async def test_an_admin_may_stop_anybodys_answer_by_numeric_user_id(tg: FakeTelegram, tg_settings, llm):
+    channel = TelegramChannel(telegram_config(tg, admins=["2002"]), settings=tg_settings)
+    async with Harness.running(tg_settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
+        slow_answer(llm)
+        tg.user_message(GROUP, f"@{BOT_USERNAME} a long story please", chat_type="supergroup")
+        reply = await live_reply(tg, GROUP)
+        tg.press(GROUP, reply.message_id, STOP, user_id=2002, username="lead", first_name="Lee")
+        await tg.wait_until(lambda: reply.text.endswith("⏹ Stopped."), timeout=20)
+        await harness.idle(timeout=20)
+        assert reply.keyboard is None and tg.unanswered() == []
+
+
 async def test_the_asker_stops_an_answer_in_a_forum_topic(tg: FakeTelegram, tg_harness, llm):
     """A press carries the topic of the message its button is on: the same conversation as the asker's."""
     slow_answer(llm)
@@ -105,6 +117,19 @@ async def test_the_asker_stops_an_answer_in_a_forum_topic(tg: FakeTelegram, tg_h
     assert reply.keyboard is None
     notice = await tg.wait_for_bot_text(GROUP, "Stopping the current reply.")
     assert notice.thread_id == 77, "the answer to the press stays in the topic"
+
+
+async def test_a_press_on_a_message_telegram_no_longer_shows_the_bot_still_stops_it(
+    tg: FakeTelegram, tg_harness, llm
+):
+    """The query then carries only chat and message id (InaccessibleMessage): enough in a private chat."""
+    slow_answer(llm)
+    tg.user_message(42, "tell me a long story")
+    reply = await live_reply(tg, 42)
+    tg.press(42, reply.message_id, STOP, inaccessible=True)
+    await tg.wait_until(lambda: reply.text.endswith("⏹ Stopped."), timeout=20)
+    await tg_harness.idle(timeout=20)
+    assert tg.unanswered() == []
 
 
 async def test_a_press_delivered_twice_acts_once_and_both_deliveries_are_answered(
