@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.manager import STOPPED_NOTE
@@ -195,3 +196,34 @@ async def test_buttons_are_blocks_slack_accepts_and_an_edit_without_them_removes
             await http.post("chat.update", json={"channel": "C1", "ts": ref, "text": "x" * 40_001})
         ).json()
         assert answer["error"] == "msg_too_long"
+
+
+@pytest.mark.slow  # waits for the fake's 3-second ack timeout
+async def test_a_press_the_bus_cannot_store_is_not_acked_and_slacks_redelivery_stops_the_answer(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    settings = {"bus": {"queue_size": 2}, "sandbox": {"mode": "host", "approval_timeout_seconds": 2}}
+    with FakeSlack(retry_delays=(0.0, 0.5, 1.0)) as slack:
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+            Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+            Reply(text=" ".join(f"word{i}" for i in range(400)), chunk_size=8, delay=0.05),
+            Reply(text="done with the build directory"),
+        )
+        async with running_bot(tmp_path, llm, slack, settings_overrides=settings) as bot:
+            # Two unfinished messages fill the bus: U2's turn waiting for an approval (it expires
+            # after 2 s and then finishes), and U1's long answer.
+            slack.dm("U2", "clean up the build")
+            await approval_request(slack, "DU2")
+            slack.dm("U1", "a very long story")
+            live = await live_answer(slack, "DU1")
+            press = slack.press("DU1", live.ts, STOP, user="U1")
+            await slack.wait_for(lambda: bot.service.bus.refused >= 1, 10, "the bus to refuse the press")
+            await slack.wait_for(lambda: live.text.endswith(STOPPED_NOTE), 30, "the redelivered press")
+            await bot.harness.idle(timeout=30)
+            await slack.wait_for(lambda: not slack.retrying, 15, "retries to settle")
+        deliveries = slack.press_deliveries(press)
+    assert len(deliveries) >= 2, "the refused press must have been delivered again"
+    assert not slack.acked(deliveries[0]["envelope_id"]), "acked before it was stored"
+    assert slack.acked(deliveries[-1]["envelope_id"])
+    assert "word399" not in live.text and live.labels == []
