@@ -118,6 +118,10 @@ async def test_approve_runs_the_command_and_the_request_shows_the_outcome_withou
         assert request.thread_ts == root and request.labels == ["Approve", "Deny"]
         assert [b.get("style") for b in request.buttons] == ["primary", "danger"]
         assert (workspace_of(bot) / "build" / "out").exists(), "nothing runs before the decision"
+        slack.press("C1", request.ts, "Approve", user="U2")  # somebody else in the channel
+        await slack.wait_for(lambda: slack.ephemerals_for("U2", "C1"), 30, "the refusal")
+        assert "Sorry, only" in slack.ephemerals_for("U2", "C1")[0].text
+        assert request.labels == ["Approve", "Deny"] and (workspace_of(bot) / "build" / "out").exists()
         slack.press("C1", request.ts, "Approve", user="U1")
         await slack.wait_for_text("done with the build directory", "C1", thread_ts=root, timeout=30)
         await bot.harness.idle(timeout=30)
@@ -137,6 +141,17 @@ async def test_deny_keeps_the_files_and_the_model_is_told(tmp_path: Path, llm: F
         assert (workspace_of(bot) / "build" / "out").exists()
     assert "🚫 Denied by" in request.text and request.labels == []
     assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
+
+
+async def test_an_admin_may_stop_somebody_elses_answer(tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack):
+    slow_answer(llm)
+    async with running_bot(tmp_path, llm, slack, admins=["UBOSS"]) as bot:
+        root = slack.mention("C1", "U1", "a long story please")["event"]["ts"]
+        live = await live_answer(slack, "C1", root)
+        slack.press("C1", live.ts, STOP, user="UBOSS")
+        await slack.wait_for(lambda: live.text.endswith(STOPPED_NOTE), 30, "the admin's stop")
+        await bot.harness.idle(timeout=30)
+    assert live.labels == [] and slack.ephemerals == []
 
 
 async def test_a_press_slack_delivers_twice_acts_once(tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack):
