@@ -89,6 +89,7 @@ PRESS_BUSY_ANSWER = (
     "I'm overloaded right now and could not take that press — please press it again in a minute."
 )
 PRESS_FAILED_ANSWER = "I could not take that press just now — please press it again in a minute."
+PRESS_RESTARTING_ANSWER = "I'm restarting — please press that button again in a minute."
 
 State = Literal["open", "deferred", "answered", "dead"]
 
@@ -379,7 +380,7 @@ class Interactions:
             await live.refuse(NOT_HERE_ANSWER)
             return
         if self.channel._paused:
-            await live.refuse(RESTARTING_ANSWER)
+            await live.refuse(PRESS_RESTARTING_ANSWER)
             return
         if live.timer is None:
             live.timer = asyncio.create_task(self._acknowledge_press_in_time(live), name="discord-press-ack")

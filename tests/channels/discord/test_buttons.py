@@ -126,6 +126,21 @@ async def test_a_press_delivered_twice_acts_once(discord_harness, discord_fake, 
     assert (pressed.pressed, pressed.platform_message_id, pressed.sender.id) == (reply.id, press.id, USER_ID)
 
 
+async def test_the_stop_button_on_a_turn_a_slash_command_started_stops_it(discord_harness, discord_fake, llm):
+    # The turn streams into a followup of the command's interaction; the button rides on its webhook.
+    await eventually(lambda: discord_fake.app_commands, what="the slash commands to be registered")
+    slow_answer(llm)
+    dm = discord_fake.new_id()
+    command = discord_fake.interaction_create(dm, USER_ID, "goal", "tell a long story")
+    reply = await live_reply(discord_fake, dm)
+    assert reply.id in command.followups
+    press = discord_fake.press(reply.id, STOP, USER_ID)
+    await eventually(lambda: reply.text.endswith("⏹ Stopped."), what="the answer to stop")
+    await discord_harness.idle(timeout=20)
+    assert "word199" not in reply.text and reply.components == []
+    assert press.callback_type == DEFERRED_UPDATE and acknowledged_once(press)
+
+
 async def test_a_press_the_inbox_cannot_take_is_answered_busy_to_the_presser_only(
     tmp_path, llm, discord_fake
 ):
