@@ -71,11 +71,12 @@ class Booting:
         if self._app is not None:
             await self._app(scope, receive, send)
             return
-        if scope["type"] == "http" and scope["path"] == "/health":
+        probe = scope["type"] == "http" and scope["method"] == "GET"  # other methods: the app's 405
+        if probe and scope["path"] == "/health":
             body = dict(self._starting_health, status="failed" if self._failed else "starting")
             await _json(send, 503 if self._failed else 200, body)
             return
-        if scope["type"] == "http" and scope["path"] == "/ready":
+        if probe and scope["path"] == "/ready":
             await _json(send, 503, NOT_READY)
             return
         await self._done.wait()
