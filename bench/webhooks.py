@@ -131,8 +131,9 @@ async def wait_healthy(base: str, process: subprocess.Popen[bytes], limit: float
             if process.poll() is not None:
                 raise RuntimeError("switchboard serve exited during start-up")
             try:
-                if (await client.get("/health")).status_code in (200, 503):
-                    return
+                health = await client.get("/health")
+                if health.status_code in (200, 503) and health.json().get("status") != "starting":
+                    return  # "starting": answered before the service opened (bot/boot.py)
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.2)
