@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import orjson
 from sqlalchemy import (
     Column,
     Float,
@@ -456,4 +457,5 @@ class DeliveryStore:
 
 
 def _json(value: dict[str, Any] | None) -> str | None:
-    return json.dumps(value) if value is not None else None
+    """A dispatch summary as stored (orjson: a few times cheaper than json, on the path GitHub waits on)."""
+    return orjson.dumps(value).decode() if value is not None else None
