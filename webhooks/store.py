@@ -103,8 +103,10 @@ OpKind = Literal["claim", "finish", "take_retries"]
 
 _TABLE = deliveries_table.name
 _COLUMNS = ", ".join(c.name for c in deliveries_table.columns)
-#: The statements of a batch, as plain SQL both SQLite (3.35+) and PostgreSQL accept, so the one batch
-#: function below serves the delivery log's own sqlite3 connection and SQLAlchemy alike.
+#: The statements of a batch as plain SQL that SQLite (3.35+) and PostgreSQL both accept, with named
+#: parameters that sqlite3 and SQLAlchemy's ``text()`` both bind, so one batch function serves the
+#: delivery log's own sqlite3 connection and SQLAlchemy alike. The one-row insert is sqlite3's only
+#: (SQLAlchemy inserts a batch's claims in one statement: ``claim_statement``).
 _INSERT_ONE = (
     f"INSERT INTO {_TABLE} ({', '.join(CLAIM_COLUMNS)}) VALUES ({', '.join('?' * len(CLAIM_COLUMNS))}) "
     "ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id"
