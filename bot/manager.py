@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agent.errors import describe_error
 from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
@@ -63,6 +64,18 @@ CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
 )
+
+
+ApprovalMode = Literal["never", "risky", "always"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("never", "risky", "always")
+
+
+def approval_mode(stored: str | None) -> ApprovalMode | None:
+    """A conversation's stored ``/approval`` override, or None (also for a value this build lacks)."""
+    for mode in APPROVAL_MODES:
+        if stored == mode:
+            return mode
+    return None
 
 
 @dataclass(slots=True)
@@ -651,6 +664,7 @@ class ChannelManager:
                 if self.approvals
                 else None
             ),
+            approval_mode=approval_mode(turn.conversation.approval),
         )
 
         async def consume() -> None:
