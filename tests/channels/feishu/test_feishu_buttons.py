@@ -103,6 +103,24 @@ async def test_somebody_elses_press_is_refused_politely_and_the_answer_goes_on(
     assert answered_in_time(lark, press)
 
 
+async def test_a_press_in_a_topic_thread_stops_that_threads_answer_and_is_answered_there(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    slow_answer(llm)
+    async with running_bot(tmp_path, llm, lark) as bot:
+        lark.send_message_event(
+            GROUP, "group", ALICE, "a story", mentions_bot=True, root_id="om_root1", thread_id="omt_1"
+        )
+        card = await live_card(lark, GROUP)
+        assert card.reply_in_thread
+        lark.press(card, STOP, ALICE)
+        notice = await lark.wait_for_text(GROUP, "Stopping the current reply.", timeout=30)
+        await bot.harness.idle(timeout=30)
+
+    assert card.text.endswith("⏹ Stopped.") and card.buttons == []
+    assert notice.reply_in_thread and notice.reply_to == card.message_id, "the notice left the thread"
+
+
 async def test_a_press_delivered_twice_acts_once(tmp_path: Path, llm: FakeOpenAI, lark: FakeLark):
     slow_answer(llm)
     async with running_bot(tmp_path, llm, lark) as bot:
