@@ -84,9 +84,9 @@ class _LongConnection(lark.ws.Client):
     Feishu's pages say ``card.action.trigger`` comes over the long connection like an event, and
     lark-oapi routes ``type=event`` frames with that event type to ``register_p2_card_action_trigger``
     (its answer goes back base64-encoded in the response frame). Deployments report card callbacks in
-    ``type=card`` frames too, which lark-oapi < 1.8 drops *unanswered* — the user sees "something went
-    wrong" (200340) and nothing happens. So a card frame is relabelled an event before the SDK reads
-    it: the same dispatcher, the same 3-second answer.
+    ``type=card`` frames too, which lark-oapi 1.7.x (1.7.5 checked) drops *unanswered* — the user sees
+    "something went wrong" (200340) and nothing happens. So a card frame is relabelled an event before
+    the SDK reads it: the same dispatcher, the same 3-second answer.
     """
 
     async def _handle_data_frame(self, frame: Any) -> None:

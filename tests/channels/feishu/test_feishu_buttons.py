@@ -69,7 +69,7 @@ async def test_the_stop_button_works_on_patched_cards_and_when_feishu_sends_a_ca
     tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
 ):
     """Without CardKit the card is patched with and then without its button. The press comes in a
-    ``type=card`` frame, which lark-oapi < 1.8 would drop unanswered (the user sees an error)."""
+    ``type=card`` frame, which lark-oapi 1.7.x would drop unanswered (the user sees an error)."""
     slow_answer(llm)
     async with running_bot(tmp_path, llm, lark, native_streaming=False) as bot:
         lark.send_message_event(P2P, "p2p", ALICE, "tell me a long story")
