@@ -80,6 +80,12 @@ def test_lark_oapi_internals_used_by_channels_feishu():
     assert client._conn is None
     assert client._auto_reconnect is True
     assert callable(client.on_reconnecting) and callable(client.on_reconnected)
+    # _LongConnection relabels card frames before the SDK's private data-frame handler reads them.
+    handler = inspect.signature(ws_module.Client._handle_data_frame)
+    assert list(handler.parameters) == ["self", "frame"]
+    assert inspect.iscoroutinefunction(ws_module.Client._handle_data_frame)
+    # normalise_press / _on_card_action: the callback registration and its answer type.
+    assert callable(lark.EventDispatcherHandler.builder("", "").register_p2_card_action_trigger)
 
 
 def test_dingtalk_stream_internals_used_by_channels_dingtalk():
