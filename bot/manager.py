@@ -78,6 +78,24 @@ def approval_mode(stored: str | None) -> ApprovalMode | None:
     return None
 
 
+#: How often a stopped turn that is still running is cancelled again (see _keep_cancelling).
+RECANCEL_SECONDS = 0.25
+
+
+async def _keep_cancelling(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` again until it ends: one cancellation can be lost.
+
+    Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
+    awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
+    that step used to take effect only when the model's stream ended (20 s and more, measured on the
+    Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
+    """
+    while not task.done():
+        await asyncio.sleep(RECANCEL_SECONDS)
+        if not task.done():
+            task.cancel()
+
+
 @dataclass(slots=True)
 class TurnOutcome:
     """What a finished turn looked like; after-turn hooks (goals, memory) read it."""
@@ -419,7 +437,11 @@ class ChannelManager:
         if token is not None and (lane.current is None or lane.current.token != token):
             return False
         lane.stop_requested = True
-        lane.agent_task.cancel()
+        task = lane.agent_task
+        task.cancel()
+        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
+        self._handlers.add(watch)
+        watch.add_done_callback(self._handlers.discard)
         return True
 
     @staticmethod
