@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, inspect, select, text
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = MetaData()
@@ -31,22 +32,26 @@ async def _discord_cursors(conn: AsyncConnection) -> None:
     await conn.run_sync(discord_backfill.metadata.create_all)
 
 
+def _columns(sync: Connection, table: str) -> set[str]:
+    """The columns ``table`` has now (empty when there is no such table)."""
+    inspector = inspect(sync)
+    return {c["name"] for c in inspector.get_columns(table)} if inspector.has_table(table) else set()
+
+
 async def _approval_notice_ref(conn: AsyncConnection) -> None:
     """Where an approval request was posted, so its outcome edits it (and its buttons go away)."""
     from bot import approvals
 
     await conn.run_sync(approvals.metadata.create_all)  # a database older than approvals has no table
-    columns = await conn.run_sync(lambda sync: {c["name"] for c in inspect(sync).get_columns("approvals")})
+    columns = await conn.run_sync(lambda sync: _columns(sync, "approvals"))
     if "notice_ref" not in columns:
         await conn.execute(text("ALTER TABLE approvals ADD COLUMN notice_ref TEXT"))
 
 
 async def _conversation_approval(conn: AsyncConnection) -> None:
     """A chat's own ``sandbox.approval`` mode, set by an admin with ``/approval``."""
-    columns = await conn.run_sync(
-        lambda sync: {c["name"] for c in inspect(sync).get_columns("conversations")}
-    )
-    if "approval" not in columns:
+    columns = await conn.run_sync(lambda sync: _columns(sync, "conversations"))
+    if columns and "approval" not in columns:  # no table: whoever creates it creates the column too
         await conn.execute(text("ALTER TABLE conversations ADD COLUMN approval VARCHAR(16)"))
 
 
