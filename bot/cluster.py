@@ -132,6 +132,7 @@ _LEASE_RELEASE = text(
     "UPDATE cluster_leases SET expires = 0 WHERE name = :name AND holder = :me AND token = :token"
 )
 _LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :name AND expires >= {NOW}")
+_LEASE_LAPSES_IN = text(f"SELECT expires - {NOW} FROM cluster_leases WHERE name = :name")
 
 IsCommand = Callable[[InboundMessage], bool]
 
@@ -456,7 +457,7 @@ async def live_instances(db: Database, ttl: float) -> list[dict[str, Any]]:
 
 class Lease:
     """A named lease that at most one instance holds: for a platform connection that must exist once
-    (Telegram long polling, the Discord gateway). Not wired to channels yet (docs/scale-out.md).
+    (Telegram long polling, the Discord gateway); :class:`bot.leases.LeaseKeeper` holds them.
 
     ``token`` is the fencing token: it rises every time the lease changes hands, so a former holder
     that wakes up after its lease lapsed can tell (its renewal, keyed by its token, finds nothing).
@@ -468,6 +469,9 @@ class Lease:
         self.holder = holder
         self.ttl = ttl
         self.token: int | None = None
+        #: After a failed :meth:`acquire`: seconds until the current holder's lease lapses (PostgreSQL's
+        #: clock), so a standby can try again right then instead of a whole period later.
+        self.lapses_in: float = 0.0
 
     async def acquire(self) -> bool:
         """Take the lease if it is free or lapsed (or already ours); True when this instance holds it."""
@@ -475,6 +479,9 @@ class Lease:
             token = (
                 await conn.execute(_LEASE_ACQUIRE, {"name": self.name, "me": self.holder, "ttl": self.ttl})
             ).scalar()
+            if token is None:
+                left = (await conn.execute(_LEASE_LAPSES_IN, {"name": self.name})).scalar()
+                self.lapses_in = max(float(left or 0.0), 0.0)
         if token is not None and token != self.token:
             log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, token)
         self.token = token

@@ -10,6 +10,7 @@ is delivered to one of them, alternately) and both post into the same chats, so 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -243,3 +244,79 @@ async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_h
             assert await first.acquire() and first.token == 3
         finally:
             await db.close()
+
+
+def telegram_instance(tmp_path, llm, url: str, tg: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+    from channels.telegram import TelegramChannel
+    from tests.channels.telegram.conftest import telegram_config
+
+    settings = make_settings(
+        tmp_path / name,
+        llm,
+        database={"url": url},
+        cluster={"instance_id": f"instance-{name}", **cluster},
+    )
+    channel = TelegramChannel(telegram_config(tg), settings=settings)
+    return Harness(settings, channels={"telegram": channel})  # type: ignore[dict-item]
+
+
+def conflicts(tg: Any) -> int:
+    return sum(1 for call in tg.calls("getUpdates") if call["status"] == 409)
+
+
+async def test_only_the_telegram_lease_holder_polls_and_one_whose_lease_moved_stops_at_once(
+    tmp_path, llm, caplog
+):
+    """Two instances, one bot token: the first up holds ``channel:telegram`` and polls; the other only
+    replies. The lease is then moved away (what a takeover after a pause looks like): the holder stops
+    polling at once, nobody polls while the foreign lease lasts, and after it lapses polling resumes and
+    what was sent meanwhile is answered once."""
+    from tests.fakes.telegram import FakeTelegram
+
+    caplog.set_level(logging.INFO, logger="bot.leases")
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=1.5)
+            b = telegram_instance(tmp_path, llm, url, tg, "b", lease_ttl_seconds=1.5)
+            await a.start()
+            await b.start()
+            try:
+                health_a, health_b = await a.service.health(), await b.service.health()
+                assert health_a["cluster"]["leases"] == [{"name": "channel:telegram", "token": 1}]
+                assert health_b["cluster"]["leases"] == []
+                assert "replies only" in health_b["channels"]["telegram"]["detail"]
+                for n in range(6):
+                    tg.user_message(40 + n % 3, f"first {n}")
+                for n in range(6):
+                    await tg.wait_for_bot_text(40 + n % 3, f"echo: first {n}")
+                await asyncio.sleep(1)  # a few long polls of the holder, none overlapping another
+                assert conflicts(tg) == 0, "two instances polled at once"
+
+                async with a.service.db.engine.begin() as conn:
+                    await conn.execute(
+                        text(
+                            "UPDATE cluster_leases SET holder = 'instance-other', token = token + 1, "
+                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 2.5"
+                        )
+                    )
+                await until(lambda: "lease channel:telegram lost" in caplog.text, seconds=5)
+                lost_at = time.time()
+                tg.user_message(50, "sent while nobody polls")
+                await asyncio.sleep(1.2)
+                polled = [c for c in tg.calls("getUpdates") if c["at"] > lost_at + 0.1]
+                assert polled == [], "an instance polled without holding the lease"
+                assert tg.bot_messages(50) == []
+                await tg.wait_for_bot_text(50, "echo: sent while nobody polls", timeout=10)
+                holders = [
+                    (await h.service.health())["cluster"]["leases"] for h in (a, b) if h.service.leases
+                ]
+                assert sorted(len(leases) for leases in holders) == [0, 1]
+                assert [lease["token"] for leases in holders for lease in leases] == [3]
+                await asyncio.sleep(0.5)
+            finally:
+                await a.stop()
+                await b.stop()
+        assert tg.bot_texts(50) == ["echo: sent while nobody polls"]
+        for n in range(3):
+            assert tg.bot_texts(40 + n) == [f"echo: first {n}", f"echo: first {n + 3}"]
+    assert "acquired (token 3)" in caplog.text
