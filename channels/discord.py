@@ -241,7 +241,14 @@ class DiscordChannel(Channel):
         self._paused = False
         self._ready.clear()
         self.status.set("starting", "connecting the gateway")
-        self._runner = asyncio.create_task(self._connect(self._client), name="discord-gateway")
+        self._runner = asyncio.create_task(self._receive(self._client), name="discord-gateway")
+
+    async def _receive(self, client: discord.Client) -> None:
+        """Pick up where the previous holder left off: its cursors (the channels it followed, how far
+        it got) are in the shared table, so load them again before READY's backfill reads from them."""
+        await self.cursors.stop()
+        await self.cursors.start()
+        await self._connect(client)
 
     async def stop_receiving(self) -> None:
         """The lease moved on: hand nothing more to the inbox and close the gateway session (REST

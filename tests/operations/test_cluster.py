@@ -320,3 +320,71 @@ async def test_only_the_telegram_lease_holder_polls_and_one_whose_lease_moved_st
         for n in range(3):
             assert tg.bot_texts(40 + n) == [f"echo: first {n}", f"echo: first {n + 3}"]
     assert "acquired (token 3)" in caplog.text
+
+
+def discord_instance(tmp_path, llm, url: str, fake: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+    from channels.discord import DiscordChannel
+    from tests.channels.discord.conftest import discord_config
+
+    settings = make_settings(
+        tmp_path / name,
+        llm,
+        database={"url": url},
+        cluster={"instance_id": f"instance-{name}", **cluster},
+    )
+    channel = DiscordChannel(discord_config(fake), settings=settings)
+    return Harness(settings, channels={"discord": channel})  # type: ignore[dict-item]
+
+
+async def test_the_discord_gateway_is_connected_once_and_moves_with_its_lease(tmp_path, llm):
+    """Every gateway session gets every message, so only the lease holder connects. A holder whose
+    lease moved closes its session; a holder that stops hands the lease on at once; each time the new
+    holder's READY reads back what was sent while no session was open, and every DM is answered once."""
+    from tests.channels.discord.conftest import USER_ID
+    from tests.fakes.discord import FakeDiscord
+
+    with FakeDiscord() as fake:
+        dm = fake.new_id()
+
+        def texts() -> list[str]:
+            return [m.text for m in fake.in_channel(dm)]
+
+        async with fresh_pg_database() as url:
+            a = discord_instance(tmp_path, llm, url, fake, "a", lease_ttl_seconds=1.5)
+            b = discord_instance(tmp_path, llm, url, fake, "b", lease_ttl_seconds=1.5)
+            await a.start()
+            await b.start()
+            try:
+                await until(lambda: fake.connected == 1, seconds=20)
+                assert (await a.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:discord", "token": 1}
+                ]
+                assert "replies only" in (await b.service.health())["channels"]["discord"]["detail"]
+                fake.message_create(dm, USER_ID, "hello")
+                await until(lambda: texts() == ["echo: hello"], seconds=20)
+
+                async with a.service.db.engine.begin() as conn:  # a was paused past the TTL
+                    await conn.execute(
+                        text(
+                            "UPDATE cluster_leases SET holder = 'instance-other', token = token + 1, "
+                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 2"
+                        )
+                    )
+                await until(lambda: fake.connected == 0, seconds=5)
+                fake.message_create(dm, USER_ID, "while fenced")
+                await until(lambda: fake.connected == 1, seconds=10)
+                await until(lambda: texts() == ["echo: hello", "echo: while fenced"], seconds=20)
+
+                holder, other = (a, b) if (await a.service.health())["cluster"]["leases"] else (b, a)
+                await holder.stop()
+                fake.message_create(dm, USER_ID, "while moving")
+                await until(lambda: len(texts()) == 3, seconds=20)
+                assert (await other.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:discord", "token": 4}
+                ]
+                await asyncio.sleep(0.5)
+                assert fake.connected == 1
+            finally:
+                await a.stop()
+                await b.stop()
+        assert texts() == ["echo: hello", "echo: while fenced", "echo: while moving"]
