@@ -139,6 +139,7 @@ class LeaseKeeper:
             got = await held.lease.acquire()
         except Exception as exc:  # PostgreSQL away: try again next period
             log.warning("cluster: acquiring lease %s failed: %s", held.lease.name, exc)
+            held.lease.lapses_in = self.period
             return
         if not got or self._halted:
             return

@@ -34,8 +34,8 @@ class Channel(ABC):
     """
 
     provider: ClassVar[str]
-    #: The platform lets only one connection receive a bot's messages (Telegram long polling) or
-    #: would hand each of several connections every message (a Discord gateway session). When True and
+    #: The platform lets only one connection receive a bot's messages (Telegram long polling) or does
+    #: not spread them over several connections (a Discord gateway session). When True and
     #: several instances share the work, the service calls :meth:`lease_intake` before :meth:`start`
     #: and then :meth:`start_receiving` / :meth:`stop_receiving` as this instance gains and loses the
     #: channel's lease. A channel may set it per instance (Telegram: polling mode only).

@@ -118,7 +118,7 @@ class _Client(discord.Client):
 class DiscordChannel(Channel):
     provider = "discord"
     limits = DISCORD_LIMITS
-    # Every gateway session of a bot receives every message: in a cluster, one instance connects.
+    # Discord does not spread one shard's events over several sessions: in a cluster, one connects.
     receives_exclusively = True
 
     def __init__(self, config: DiscordConfig, *, settings: Settings | None = None) -> None:

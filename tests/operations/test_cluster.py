@@ -337,9 +337,10 @@ def discord_instance(tmp_path, llm, url: str, fake: Any, name: str, **cluster: A
 
 
 async def test_the_discord_gateway_is_connected_once_and_moves_with_its_lease(tmp_path, llm):
-    """Every gateway session gets every message, so only the lease holder connects. A holder whose
-    lease moved closes its session; a holder that stops hands the lease on at once; each time the new
-    holder's READY reads back what was sent while no session was open, and every DM is answered once."""
+    """Every session of the fake gets every message (as two sessions of one bot do), so only the lease
+    holder connects. A holder whose lease moved closes its session; a holder that stops hands the lease
+    on; each time the new holder's READY reads back what was sent while no session was open, and every
+    DM is answered once."""
     from tests.channels.discord.conftest import USER_ID
     from tests.fakes.discord import FakeDiscord
 
