@@ -296,7 +296,7 @@ async def test_only_the_telegram_lease_holder_polls_and_one_whose_lease_moved_st
                     await conn.execute(
                         text(
                             "UPDATE cluster_leases SET holder = 'instance-other', token = token + 1, "
-                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 2.5"
+                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 4"
                         )
                     )
                 await until(lambda: "lease channel:telegram lost" in caplog.text, seconds=5)

@@ -300,8 +300,8 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
     the answer streams: p2 polls within the lease TTL, finishes the answer in the same message, and
     answers what was sent during the outage, each once."""
     tg = telegram
-    essay = "essay: " + "word " * 400  # about 80 s at the first run's pace: it is killed long before
-    state = {"essay_delay": 0.2}
+    essay = "essay: " + "word " * 400  # about 150 s at the first run's pace: it is killed long before
+    state = {"essay_delay": 0.3}
 
     def reply(body: dict[str, Any]) -> Reply:
         text = echo_reply(body).text
@@ -314,14 +314,14 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
     running: list[tuple[int, Any]] = []
     outputs: dict[str, str] = {}
     try:
-        # p1 takes the lease first; p2 starts up while p1 builds its agent and begins the essay.
+        # p1 alone: it takes the lease and runs the essay; p2 joins while the essay streams.
         running.append(launch_telegram_instance(tmp_path, "p1", llm, tg, fresh_pg_database))
-        assert leases_once_open(*running[0]) == ["channel:telegram"]
-        running.append(launch_telegram_instance(tmp_path, "p2", llm, tg, fresh_pg_database))
         wait_ready(*running[0])
+        assert leases(running[0][0]) == ["channel:telegram"]
         tg.user_message(900, "write an essay", user_id=900)
         until(lambda: any(m.text.startswith("essay: word") for m in tg.bot_messages(900)), seconds=30)
-        assert health(running[0][0])["cluster"]["claims"] == 1, "p1 (the lease holder) runs the essay"
+        running.append(launch_telegram_instance(tmp_path, "p2", llm, tg, fresh_pg_database))
+        assert leases_once_open(*running[1]) == [], "p1 holds the lease: p2 must not poll"
         wait_ready(*running[1])
         assert leases(running[1][0]) == []
         assert "replies only" in health(running[1][0])["channels"]["telegram"]["detail"]
