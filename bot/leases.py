@@ -95,7 +95,7 @@ class LeaseKeeper:
                 continue
             try:
                 await held.lease.release()
-                log.info("cluster: released lease %s (another instance takes it over)", held.lease.name)
+                log.info("cluster: released lease %s (another instance may take it now)", held.lease.name)
             except Exception as exc:  # it lapses by itself after the TTL
                 log.warning("cluster: releasing lease %s failed: %s", held.lease.name, exc)
             held.receiving = False
@@ -136,9 +136,9 @@ class LeaseKeeper:
     async def _acquire(self, held: _Held) -> None:
         started = time.monotonic()
         try:
-            got = await held.lease.acquire()
-        except Exception as exc:  # PostgreSQL away: try again next period
-            log.warning("cluster: acquiring lease %s failed: %s", held.lease.name, exc)
+            got = await asyncio.wait_for(held.lease.acquire(), self.period)
+        except Exception as exc:  # PostgreSQL away or stuck: try again next period
+            log.warning("cluster: acquiring lease %s failed: %s", held.lease.name, _why(exc))
             held.lease.lapses_in = self.period
             return
         if not got or self._halted:
@@ -157,17 +157,19 @@ class LeaseKeeper:
     async def _renew(self, held: _Held) -> None:
         started = time.monotonic()
         try:
-            kept = await held.lease.renew()
+            # Bounded: a renewal stuck on an unreachable or locked database must not keep this
+            # instance receiving past the lease's end.
+            kept = await asyncio.wait_for(held.lease.renew(), self.period)
         except Exception as exc:
             # Unknown: the lease may still be ours. Keep receiving only while it surely is, i.e. until
             # the next attempt would come after the last good renewal's lease lapsed.
             if started + self.period < held.renewed_at + self.ttl:
-                log.warning("cluster: renewing lease %s failed (retrying): %s", held.lease.name, exc)
+                log.warning("cluster: renewing lease %s failed (retrying): %s", held.lease.name, _why(exc))
                 return
             log.warning(
                 "cluster: lease %s could not be renewed in time (%s): stop receiving %s here",
                 held.lease.name,
-                exc,
+                _why(exc),
                 held.provider,
             )
             held.lease.token = None
@@ -187,3 +189,7 @@ class LeaseKeeper:
         if held.receiving:
             held.receiving = False
             await held.channel.stop_receiving()
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__  # a timeout has no message

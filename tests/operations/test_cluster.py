@@ -389,3 +389,38 @@ async def test_the_discord_gateway_is_connected_once_and_moves_with_its_lease(tm
                 await a.stop()
                 await b.stop()
         assert texts() == ["echo: hello", "echo: while fenced", "echo: while moving"]
+
+
+async def test_a_telegram_holder_that_cannot_renew_its_lease_in_time_stops_polling_until_it_can(
+    tmp_path, llm, caplog
+):
+    """The lease row is locked by another session (what a stuck database looks like to the holder):
+    renewals hang, and before the lease could lapse the holder stops polling. Once the database
+    answers again it takes the lease back and answers what was sent meanwhile, once."""
+    from tests.fakes.telegram import FakeTelegram
+
+    caplog.set_level(logging.INFO, logger="bot.leases")
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=1.5)
+            await a.start()
+            try:
+                tg.user_message(60, "before")
+                await tg.wait_for_bot_text(60, "echo: before")
+                async with a.service.db.engine.connect() as blocker:
+                    await blocker.execute(text("SELECT 1 FROM cluster_leases FOR UPDATE"))
+                    await until(lambda: "could not be renewed in time" in caplog.text, seconds=10)
+                    stopped_at = time.time()
+                    tg.user_message(60, "while stuck")
+                    await asyncio.sleep(1.5)
+                    polled = [c for c in tg.calls("getUpdates") if c["at"] > stopped_at + 0.1]
+                    assert polled == [], "polled without a lease it could renew"
+                    await blocker.rollback()
+                await tg.wait_for_bot_text(60, "echo: while stuck", timeout=10)
+                assert (await a.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:telegram", "token": 1}
+                ]
+                await asyncio.sleep(0.5)
+            finally:
+                await a.stop()
+        assert tg.bot_texts(60) == ["echo: before", "echo: while stuck"]
