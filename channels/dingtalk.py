@@ -15,6 +15,12 @@ How the pieces fit:
   or closing (Backpressure), storing fails or takes longer than ``SINK_TIMEOUT``: the delivery counts as
   failed for DingTalk's retry, so nothing is acked-then-dropped. A callback that is never ACKed (the
   service was stopped or killed) is redelivered by DingTalk as well; the inbox dedupes on the msgId.
+* **Button presses.** With ``card_actions_key`` the AI cards carry the reply's actions as buttons (see
+  ``channels.dingtalk_reply``), the client also subscribes to card callbacks
+  (``/v1.0/card/instances/callback``), and :class:`_CardHandler` turns a press into an inbound message
+  (:meth:`DingTalkChannel.press_to_inbound`) that goes through the same store-then-ACK path. Without a
+  template nothing can carry a button that calls back (ActionCard buttons only open URLs): commands
+  are typed.
 * **Outbound.** Replies are HTTP calls on the service loop (``channels.dingtalk_api``). The reply mode is
   chosen once, at construction: an AI card streamed in place (with its flowStatus) when
   ``card_template_id`` is set, otherwise markdown through the session webhook with a progress notice for
@@ -29,16 +35,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from typing import Any
 
 import dingtalk_stream
 from dingtalk_stream import AckMessage, ChatbotMessage
+from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 
 from channels.base import Channel, InboundSink
 from channels.dingtalk_api import DingTalkApi
-from channels.dingtalk_reply import CardTransport, ReplyTarget, WebhookTransport
+from channels.dingtalk_reply import CARD_PREFIX, CardBook, CardTransport, ReplyTarget, WebhookTransport
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
@@ -60,6 +68,8 @@ CONNECT_WAIT = 15.0
 #: anyway is harmless: the redelivery is deduplicated on the DingTalk msgId.
 SINK_TIMEOUT = 2.5
 P2P, GROUP = "1", "2"
+#: The longest button command accepted from a card callback (ours are a few dozen characters).
+MAX_COMMAND = 200
 
 
 class _QuietPings(logging.Filter):
@@ -146,6 +156,20 @@ class _BotHandler(dingtalk_stream.ChatbotHandler):
         return await self.channel._accept(callback.data)
 
 
+class _CardHandler(dingtalk_stream.CallbackHandler):
+    """Receives card callbacks (``/v1.0/card/instances/callback``: a button on one of our AI cards was
+    pressed) on the stream thread. The ACK's ``response`` is a card update DingTalk applies at once; ours
+    is empty, because what a press changes is decided by the manager and shown by the reply's own edit."""
+
+    def __init__(self, channel: DingTalkChannel) -> None:
+        super().__init__()
+        self.channel = channel
+
+    async def process(self, callback: dingtalk_stream.CallbackMessage) -> tuple[int, Any]:
+        code, _ = await self.channel._accept_press(callback.data, str(callback.headers.message_id or ""))
+        return code, {}
+
+
 async def _halt(task: asyncio.Task[None]) -> None:
     """Stop the SDK's ``start()``: it catches the first cancellation (as a network error) and sleeps
     10 s before reconnecting; a second cancel lands in that sleep, outside its ``try``, and ends it."""
@@ -192,6 +216,9 @@ class DingTalkChannel(Channel):
         self._first_attempt = threading.Event()  # set once the first connect attempt succeeded or failed
         self._stopping = threading.Event()
         self._client: _StreamClient | None = None
+        #: Buttons exist only on AI cards whose template declares the button-list variable.
+        self.buttons = self.card_mode and bool(config.card_actions_key)
+        self.cards = CardBook()
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
@@ -205,6 +232,8 @@ class DingTalkChannel(Channel):
             self,
         )
         client.register_callback_handler(ChatbotMessage.TOPIC, _BotHandler(self))
+        if self.buttons:  # subscribing is what makes the gateway push card callbacks to this app
+            client.register_callback_handler(Card_Callback_Router_Topic, _CardHandler(self))
         client.pre_start()
         self._client = client
         self.status.set("starting")
@@ -251,6 +280,19 @@ class DingTalkChannel(Channel):
         except Exception:
             log.exception("could not read a DingTalk robot message")
             return AckMessage.STATUS_BAD_REQUEST, "unreadable message"
+        return await self._publish(message)
+
+    async def _accept_press(self, data: dict[str, Any], frame_id: str) -> tuple[int, str]:
+        """A card callback, like a robot message: normalised, stored, then acknowledged."""
+        try:
+            message = self.press_to_inbound(data, frame_id)
+        except Exception:
+            log.exception("could not read a DingTalk card callback")
+            return AckMessage.STATUS_BAD_REQUEST, "unreadable card callback"
+        return await self._publish(message)
+
+    async def _publish(self, message: InboundMessage | None) -> tuple[int, str]:
+        """Hand ``message`` to the service loop and wait for the store: the ACK code and text."""
         if message is None:
             return AckMessage.STATUS_OK, "ignored"
         if self._sink is None or self._service_loop is None:
@@ -275,6 +317,56 @@ class DingTalkChannel(Channel):
             log.warning("accepting a DingTalk message failed: %s", exc)
             return AckMessage.STATUS_SYSTEM_EXCEPTION, "not accepted"
         return AckMessage.STATUS_OK, "OK"
+
+    def press_to_inbound(self, data: dict[str, Any], frame_id: str) -> InboundMessage | None:
+        """Normalise a card callback into a press; ``None`` for a callback that is not one of our buttons.
+
+        The button's callback params carry its ``command`` (the template binds it to the button-list
+        item). The conversation is the card's own, as remembered when it was sent, so the press has the
+        exact key and privacy of that conversation's messages; a card from before a restart is placed by
+        the callback's ``spaceType``/``spaceId`` (``IM_GROUP`` + the group's conversation id; anything
+        else is the presser's one-to-one chat, keyed by their staff id like robot messages). The press's
+        id is the stream frame's ``messageId``: a redelivery repeats it, a second click is a new callback.
+        """
+        raw = data.get("content")
+        content = json.loads(raw) if isinstance(raw, str) and raw else raw
+        private = (content or {}).get("cardPrivateData") if isinstance(content, dict) else None
+        params = private.get("params") if isinstance(private, dict) else None
+        command = params.get("command") if isinstance(params, dict) else None
+        user = str(data.get("userId") or "")
+        out_track_id = str(data.get("outTrackId") or "")
+        if not isinstance(command, str) or not command.startswith("/") or len(command) > MAX_COMMAND:
+            return None
+        if not user or not out_track_id or not frame_id:
+            return None
+        card = self.cards.get(out_track_id)
+        if card is not None and card.origin:
+            origin = card.origin
+            workspace, chat = str(origin["workspace"]), str(origin["chat"])
+            private_chat, context = bool(origin["is_private"]), dict(origin["context"])
+        else:
+            group = data.get("spaceType") == "IM_GROUP" and bool(data.get("spaceId"))
+            workspace, private_chat = str(data.get("corpId") or ""), not group
+            chat = str(data["spaceId"]) if group else user
+            context = {
+                "session_webhook": "",
+                "session_webhook_expires_ms": None,
+                "conversation_type": GROUP if group else P2P,
+                "conversation_id": chat if group else "",
+                "sender_staff_id": user,
+                "robot_code": self.config.client_id,
+            }
+        return InboundMessage(
+            provider=self.provider,
+            workspace=workspace,
+            chat=chat,
+            sender=Sender(id=user),
+            text=command,
+            platform_message_id=f"press-{frame_id}",
+            is_private=private_chat,
+            context=context,
+            pressed=f"{CARD_PREFIX}{out_track_id}",
+        )
 
     def to_inbound(self, data: dict[str, Any]) -> InboundMessage | None:
         """Normalise a robot callback's data; ``None`` for what the bot should not answer.
@@ -356,7 +448,18 @@ class DingTalkChannel(Channel):
         target = ReplyTarget.from_context(message.context, self.config.client_id or "")
         if self.card_mode:
             return CardTransport(
-                self.api, target, self.config.card_template_id or "", self.config.card_content_key
+                self.api,
+                target,
+                self.config.card_template_id or "",
+                self.config.card_content_key,
+                actions_key=self.config.card_actions_key if self.buttons else None,
+                book=self.cards,
+                origin={
+                    "workspace": message.workspace,
+                    "chat": message.chat,
+                    "is_private": message.is_private,
+                    "context": message.context,
+                },
             )
         return WebhookTransport(self.api, target, self.config.progress_notice_after_seconds)
 

@@ -11,7 +11,9 @@
   /v1.0/card/instances``) before the first streamed text, FINISHED when the reply is done, FAILED when
   the card broke and the answer went out as markdown instead. A card that cannot be created or updated
   raises :class:`EditFailed`, so the shared ReplyStream falls back to a markdown message through the
-  session webhook (``send(..., fallback=True)``).
+  session webhook (``send(..., fallback=True)``). With a button-list variable in the template
+  (``card_actions_key``) the card also shows the reply's actions (Stop, Approve/Deny) as buttons; their
+  presses come back as card callbacks on the stream (``channels.dingtalk``).
 
 We send those calls ourselves rather than through ``AICardReplier``: its methods log and swallow every
 failure (a refused template, a 429 and a success all return the same), so the reply could neither fall
@@ -24,8 +26,10 @@ are the SDK's own (:class:`AICardStatus`), so the two cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +55,13 @@ PROVIDER = "dingtalk"
 #: What the no-template path posts when a reply is still running.
 PROGRESS_TEXT = "⏳ Working on it…"
 PROCESSING, INPUTING = AICardStatus.PROCESSING.value, AICardStatus.INPUTING.value
+#: Not a flowStatus: a card this process did not send, whose state is unknown (after a restart).
+UNKNOWN = ""
 FINISHED, FAILED = AICardStatus.FINISHED.value, AICardStatus.FAILED.value
+#: A button's colour in the card's button list, by :attr:`Action.style` (the template binds it).
+BUTTON_COLORS = {"primary": "blue", "danger": "red", None: "gray"}
+#: How many AI cards the channel remembers for later edits and presses.
+CARD_MEMORY = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,51 +234,127 @@ class WebhookTransport(ReplyTransport):
             await self.post_markdown("\n".join(lines))
 
 
+def buttons_param(actions: Sequence[Action]) -> str:
+    """The card's button-list variable: an object array, sent as a JSON string like every non-string
+    card variable (``cardParamMap`` is string to string). ``[]`` shows no buttons."""
+    items = [{"label": a.label, "command": a.command, "color": BUTTON_COLORS[a.style]} for a in actions]
+    return json.dumps(items, ensure_ascii=False)
+
+
 @dataclass(slots=True)
-class _Card:
+class CardState:
+    """One AI card as the channel last set it, shared by every transport that touches it.
+
+    ``origin`` is the conversation the card is in (workspace, chat, privacy and the reply context of the
+    message it answered), so a button press on it can be keyed exactly like that conversation's messages.
+    """
+
     content: str
+    origin: dict[str, Any]
     status: str = PROCESSING
     broken: bool = False
+    buttons: tuple[Action, ...] | None = ()  # None: unknown (a card from before a restart)
+
+
+class CardBook:
+    """The AI cards this channel sent recently (the newest ``limit``), by outTrackId.
+
+    Each reply has its own transport, but a card outlives its reply: an approval request is edited with
+    its outcome by a later reply, and a press names only the card. Kept in memory: after a restart a card
+    is unknown (see :meth:`CardTransport.edit` and ``DingTalkChannel.press_to_inbound``).
+    """
+
+    def __init__(self, limit: int = CARD_MEMORY) -> None:
+        self.limit = limit
+        self._cards: OrderedDict[str, CardState] = OrderedDict()
+
+    def get(self, out_track_id: str) -> CardState | None:
+        return self._cards.get(out_track_id)
+
+    def add(self, out_track_id: str, card: CardState) -> CardState:
+        self._cards[out_track_id] = card
+        while len(self._cards) > self.limit:
+            self._cards.popitem(last=False)
+        return card
 
 
 class CardTransport(WebhookTransport):
-    """An AI card streamed in place; markdown through the webhook as the fallback."""
+    """An AI card streamed in place; markdown through the webhook as the fallback.
 
-    def __init__(self, api: DingTalkApi, target: ReplyTarget, template_id: str, content_key: str) -> None:
+    With ``actions_key`` (the template's button-list variable) the card carries the reply's actions as
+    buttons: set with the card's other variables (``PUT /v1.0/card/instances``, by key) only when they
+    change, ``[]`` to remove them. The live message is this card on the edit path (no native stream).
+    """
+
+    def __init__(
+        self,
+        api: DingTalkApi,
+        target: ReplyTarget,
+        template_id: str,
+        content_key: str,
+        *,
+        actions_key: str | None = None,
+        book: CardBook | None = None,
+        origin: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(api, target)
         self.template_id = template_id
         self.content_key = content_key
-        self._cards: dict[str, _Card] = {}  # outTrackId → what it shows and where its flowStatus is
+        self.actions_key = actions_key
+        self.supports_actions = actions_key is not None
+        self.book = book if book is not None else CardBook()
+        self.origin = origin or {}
+        self._mine: list[str] = []  # the cards this reply created or edited (finished() settles them)
+
+    def _buttons(self, actions: tuple[Action, ...]) -> dict[str, str]:
+        return {self.actions_key: buttons_param(actions)} if self.actions_key else {}
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self.post_markdown(text)
         content = to_dingtalk_markdown(text)
+        buttons = tuple(actions) if self.supports_actions else ()
         try:
             out_track_id = await self.api.create_and_deliver_card(
                 self.template_id,
-                {self.content_key: content, "flowStatus": PROCESSING},
+                {self.content_key: content, "flowStatus": PROCESSING, **self._buttons(buttons)},
                 self.target.card_delivery(),
             )
         except ChannelError as exc:
             raise as_edit_failure(exc) from None
-        self._cards[out_track_id] = _Card(content)
+        self.book.add(out_track_id, CardState(content, dict(self.origin), buttons=buttons))
+        self._mine.append(out_track_id)
         return f"{CARD_PREFIX}{out_track_id}"
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if not ref.startswith(CARD_PREFIX):
             raise EditFailed("DingTalk markdown messages cannot be edited")
         out_track_id = ref[len(CARD_PREFIX) :]
-        # A card from before a restart (a resumed reply) is treated as still processing.
-        card = self._cards.setdefault(out_track_id, _Card(""))
+        card = self.book.get(out_track_id) or self.book.add(
+            out_track_id, CardState("", dict(self.origin), status=UNKNOWN, buttons=None)
+        )
+        if out_track_id not in self._mine:
+            self._mine.append(out_track_id)
         if card.broken:
             raise EditFailed("this AI card already refused an update")
         content = to_dingtalk_markdown(text)
+        want = tuple(actions) if self.supports_actions else ()
+        changes = self._buttons(want) if want != card.buttons else {}
         try:
-            if card.status == PROCESSING:
-                await self.api.update_card(out_track_id, {"flowStatus": INPUTING})
-                card.status = INPUTING
-            await self.api.stream_card(out_track_id, self.content_key, content, finalize=False)
+            if card.status in (FINISHED, UNKNOWN):
+                # A settled card (a notice edited with its outcome) has ended its stream, and a card from
+                # before a restart (a resumed reply, a request edited with its outcome) may have: the
+                # text is set as a variable, with the buttons, in one update that works either way.
+                await self.api.update_card(out_track_id, {self.content_key: content, **changes})
+                card.buttons = want
+            else:
+                if card.status == PROCESSING:
+                    await self.api.update_card(out_track_id, {"flowStatus": INPUTING, **changes})
+                    card.status, card.buttons = INPUTING, want
+                elif changes:
+                    await self.api.update_card(out_track_id, changes)
+                    card.buttons = want
+                await self.api.stream_card(out_track_id, self.content_key, content, finalize=False)
         except ChannelError as exc:
             failure = as_edit_failure(exc)
             card.broken = isinstance(failure, EditFailed)
@@ -276,17 +362,24 @@ class CardTransport(WebhookTransport):
         card.content = content
 
     async def finished(self) -> None:
-        """Move every card to its end state; the text is already shown, so failures are only logged.
+        """Move this reply's cards to their end state; the text is already shown, so failures are only
+        logged.
 
         A card that streamed is finalised on its streamed variable first (``isFinalize`` ends the typing
-        effect), then set FINISHED with its final content; a card that broke is set FAILED, so it does
-        not look like it is still typing above the markdown answer that replaced it.
+        effect), then set FINISHED with its final content; a card that broke is set FAILED (its buttons
+        removed), so it does not look like it is still typing above the markdown answer that replaced it.
+        A card that was already finished (a notice edited in place) stays as the edit left it; one from
+        before a restart is set FINISHED with its content.
         """
-        for out_track_id, card in self._cards.items():
+        for out_track_id in self._mine:
+            card = self.book.get(out_track_id)
+            if card is None or card.status in (FINISHED, FAILED):
+                continue
             try:
                 if card.broken:
-                    await self.api.update_card(out_track_id, {"flowStatus": FAILED})
-                    card.status = FAILED
+                    clear = self._buttons(()) if card.buttons != () else {}
+                    await self.api.update_card(out_track_id, {"flowStatus": FAILED, **clear})
+                    card.status, card.buttons = FAILED, ()
                     continue
                 if card.status == INPUTING:
                     await self.api.stream_card(out_track_id, self.content_key, card.content, finalize=True)

@@ -8,6 +8,11 @@ are treated as the same text typed in chat, because Slack's client swallows a me
 ``/`` before the bot can see it; they are answered through their ``response_url``
 (:mod:`channels.slack_respond`), which works where the bot is not a member.
 
+Buttons (Block Kit ``actions`` on the bot's messages, :mod:`channels.slack_api`) come back as
+``interactive`` envelopes with a ``block_actions`` payload; each press becomes an inbound message in the
+conversation of the message it was pressed on (:meth:`SlackChannel._on_button`), acknowledged like an
+event only after it is stored.
+
 Delivery is at-least-once on Slack's side: an envelope is acknowledged only after the bus has stored the
 message (bolt's ``process_before_response``: the ack is sent when the listener returns, and not at all
 when it raises). When the bus is full or closing (:class:`Backpressure`) or storing fails, the envelope
@@ -40,7 +45,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Channel, InboundSink
 from channels.errors import Backpressure, BadRequest, Forbidden, NetworkError
 from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyTransport
-from channels.slack_api import SlackTransport, calling, slack_error
+from channels.slack_api import ACTION_ID_PREFIX, SlackTransport, calling, slack_error
 from channels.slack_respond import (
     REDACT_RESPONSE_URLS,
     ResponseUrls,
@@ -126,6 +131,7 @@ class SlackChannel(Channel):
         self.app.event("message")(self._on_message)
         self.app.event(re.compile(".*"))(self._on_other_event)  # ack what we do not use: no retries
         self.app.command(re.compile(".*"))(self._on_slash_command)
+        self.app.block_action(re.compile("^" + re.escape(ACTION_ID_PREFIX)))(self._on_button)
         self.app.error(self._on_error)
         self.handler = AsyncSocketModeHandler(
             self.app, self.config.app_token, ping_interval=self.config.ping_interval_seconds
@@ -271,6 +277,61 @@ class SlackChannel(Channel):
         await self._publish(message)  # Backpressure propagates: no ack, Slack shows a failure
         await ack()
 
+    async def _on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A button press (``block_actions``) becomes the button's command typed in that conversation.
+
+        Acknowledged only after the press is stored, like an event; unacknowledged (bus full, storing
+        failed) Slack counts the delivery as failed. See :meth:`_press` for how it is keyed.
+        """
+        message = self._press(body, action)
+        if message is not None:
+            await self._publish(message)  # Backpressure propagates: no ack
+        await ack()
+
+    def _press(self, body: dict[str, Any], action: dict[str, Any]) -> InboundMessage | None:
+        """``block_actions`` → InboundMessage with the same conversation key as that thread's messages.
+
+        The conversation comes from the message the button is on (``container``): its channel, and its
+        ``thread_ts`` — the bot answers in the thread of the question, so that is the topic events get
+        too (in a DM only when the DM is threaded). ``pressed`` is the message's ``ts``, which is what
+        :class:`SlackTransport` returned for it. The id is the interaction's ``trigger_id`` (Slack
+        makes one per interaction and repeats it when it delivers the same payload again; the
+        ``envelope_id`` is new on every delivery), so a redelivered press dedupes in the inbox.
+        The ``response_url`` lets a private answer to the press (a refusal) be an ephemeral.
+        """
+        container = body.get("container") or {}
+        source = body.get("message") or {}
+        channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+        message_ts = str(container.get("message_ts") or source.get("ts") or "")
+        user = body.get("user") or {}
+        command = str(action.get("value") or "")
+        if not channel or not message_ts or not user.get("id") or not command:
+            return None
+        if container.get("is_ephemeral"):
+            return None  # we never put buttons on ephemerals: nothing of ours was pressed
+        private = channel.startswith("D") or (body.get("channel") or {}).get("name") == "directmessage"
+        thread_ts = container.get("thread_ts") or source.get("thread_ts")
+        # In a channel the bot's message always sits in the question's thread; a top-level one (not
+        # ours) would be its own thread, as a mention of it would start.
+        topic = thread_ts if private else (thread_ts or message_ts)
+        press_id = body.get("trigger_id") or f"{user['id']}-{action.get('action_ts') or message_ts}"
+        context: dict[str, Any] = {"ts": message_ts, "thread_ts": thread_ts, "command": "a button"}
+        if body.get("response_url"):
+            context["response_url"] = str(body["response_url"])  # a secret: never logged
+        team = body.get("team") or {}
+        return InboundMessage(
+            provider=self.provider,
+            workspace=str(team.get("id") or user.get("team_id") or self.team_id or ""),
+            chat=channel,
+            topic=str(topic) if topic else None,
+            sender=Sender(id=str(user["id"]), name=user.get("name") or user.get("username")),
+            text=command,
+            platform_message_id=f"press-{press_id}",
+            is_private=private,
+            context=context,
+            pressed=message_ts,
+        )
+
     def _command_text(self, name: str, args: str) -> str:
         """``/switchboard`` → ``/help``; ``/switchboard new`` → ``/new``; other commands as typed.
 
@@ -359,6 +420,11 @@ class SlackChannel(Channel):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         """The thread's transport; for a slash command its ``response_url`` first (no membership needed)."""
         transport = self._web_transport(message)
+        if message.pressed is not None:
+            # A press happened on the bot's own message, so the bot is in that conversation: public
+            # answers go to the thread with the Web API, and the press's response_url (5 responses)
+            # is kept for private ones (private_transport).
+            return transport
         response_url = self._response_urls.for_message(message)
         if response_url is None:
             return transport

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -55,6 +56,15 @@ DEFAULT_RETRY_AFTER = 1.0
 STREAM_TEXT_LIMIT = 12_000
 #: What ``assistant.threads.setStatus`` shows under the thread while the model thinks or a tool runs.
 THINKING_STATUS = "is thinking…"
+#: Block Kit limits (docs.slack.dev/reference/block-kit): a section's text is at most 3,000 characters,
+#: a button's text (plain_text) at most 75 and its ``value`` at most 2,000; an actions block holds at
+#: most 25 elements and a message at most 50 blocks.
+SECTION_TEXT_LIMIT = 3000
+BUTTON_TEXT_LIMIT = 75
+BUTTON_VALUE_LIMIT = 2000
+MAX_BUTTONS = 25
+#: Prefix of our buttons' ``action_id``: the channel's ``block_actions`` listener matches only these.
+ACTION_ID_PREFIX = "switchboard-"
 
 
 def slack_error(method: str, exc: BaseException) -> ChannelError:
@@ -88,6 +98,55 @@ def _retry_after(response: object) -> float:
             with contextlib.suppress(TypeError, ValueError):
                 return float(value)
     return DEFAULT_RETRY_AFTER
+
+
+def _sections(mrkdwn: str) -> list[dict[str, Any]]:
+    """The text as section blocks of at most 3,000 characters each, cut at line ends where possible.
+
+    A reply chunk may be up to ``TEXT_LIMIT`` Markdown characters, and escaping makes mrkdwn longer, so
+    one chunk can need two sections; cutting between lines keeps a line's formatting intact.
+    """
+    sections: list[dict[str, Any]] = []
+    rest = mrkdwn if mrkdwn.strip() else "…"
+    while rest:
+        if len(rest) <= SECTION_TEXT_LIMIT:
+            piece, rest = rest, ""
+        else:
+            cut = rest.rfind("\n", 0, SECTION_TEXT_LIMIT)
+            cut = cut if cut > 0 else SECTION_TEXT_LIMIT
+            piece, rest = rest[:cut], rest[cut:].lstrip("\n")
+        if piece.strip():
+            sections.append({"type": "section", "text": {"type": "mrkdwn", "text": piece}})
+    return sections
+
+
+def _label(text: str) -> str:
+    return text if len(text) <= BUTTON_TEXT_LIMIT else text[: BUTTON_TEXT_LIMIT - 1] + "…"
+
+
+def blocks_for(mrkdwn: str, actions: Sequence[Action]) -> list[dict[str, Any]]:
+    """Block Kit for a message with buttons: its text in sections, then one ``actions`` block.
+
+    Without actions the list is empty: ``chat.update`` keeps a message's old blocks unless it is given
+    ``blocks: []``, so that is how the buttons come off. Each button's ``value`` is the action's
+    command (what a press means), its ``action_id`` unique in the block.
+    """
+    if not actions:
+        return []
+    buttons: list[dict[str, Any]] = []
+    for index, action in enumerate(actions[:MAX_BUTTONS]):
+        if len(action.command) > BUTTON_VALUE_LIMIT:
+            raise BadRequest(f"a button's command is longer than {BUTTON_VALUE_LIMIT} characters")
+        button: dict[str, Any] = {
+            "type": "button",
+            "action_id": f"{ACTION_ID_PREFIX}{index}",
+            "text": {"type": "plain_text", "text": _label(action.label), "emoji": True},
+            "value": action.command,
+        }
+        if action.style in ("primary", "danger"):
+            button["style"] = action.style
+        buttons.append(button)
+    return [*_sections(mrkdwn), {"type": "actions", "elements": buttons}]
 
 
 @contextlib.contextmanager
@@ -206,8 +265,17 @@ class SlackTransport(ReplyTransport):
         self.typing_interval = status_interval if thread_ts is not None else None
         self._status_refused = False
 
+    #: Buttons are Block Kit ``actions`` blocks on chat.postMessage / chat.update.
+    supports_actions = True
+
     def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
-        if not self.native or self.thread_ts is None:
+        """Slack's stream, for a reply in a thread that shows no live buttons.
+
+        chat.startStream and chat.appendStream take no blocks; only chat.stopStream does, rendered at
+        the bottom of the *finished* message — too late for a Stop button, which matters while the
+        answer is written. A reply with live buttons therefore takes chat.postMessage / chat.update.
+        """
+        if not self.native or self.thread_ts is None or actions:
             return None
         return SlackStream(self, self.thread_ts, self.user, self.team)
 
@@ -228,19 +296,29 @@ class SlackTransport(ReplyTransport):
             raise
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
+        """chat.postMessage; with ``actions`` the text goes in section blocks above the buttons and
+        ``text`` stays as the notification / accessibility fallback Slack asks for."""
+        mrkdwn = to_mrkdwn(text)
+        blocks = blocks_for(mrkdwn, () if fallback else actions)
         with calling("chat.postMessage"):
             response = await self.client.chat_postMessage(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
-                text=to_mrkdwn(text),
+                text=mrkdwn,
+                blocks=blocks or None,
                 unfurl_links=False,
                 unfurl_media=False,
             )
         return str(response["ts"])
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
+        """chat.update replaces text and blocks; ``blocks: []`` when there are no buttons removes any
+        the message had (without the field Slack would keep the old ones)."""
+        mrkdwn = to_mrkdwn(text)
         with calling("chat.update"):
-            await self.client.chat_update(channel=self.channel, ts=ref, text=to_mrkdwn(text))
+            await self.client.chat_update(
+                channel=self.channel, ts=ref, text=mrkdwn, blocks=blocks_for(mrkdwn, actions)
+            )
 
     async def send_files(self, files: Sequence[Path]) -> None:
         if not files:

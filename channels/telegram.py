@@ -8,7 +8,9 @@ What users get:
   and in forum supergroups every topic is one;
 * the reply appears as one message edited in place (pacing, splitting at 4096 characters and retries are
   the shared :class:`~channels.reply.ReplyStream`'s job; this module only sets the per-chat budget);
-* documents, photos, audio and video up to ``max_file_bytes`` (Bot API cap: 20 MB) reach the agent.
+* documents, photos, audio and video up to ``max_file_bytes`` (Bot API cap: 20 MB) reach the agent;
+* buttons (Stop while an answer streams, Approve / Deny on approval requests) are inline keyboards, and a
+  press comes back as a ``callback_query`` (:mod:`channels.telegram_presses`) stored like a message.
 
 Operational choices, and why:
 
@@ -36,7 +38,7 @@ from collections import OrderedDict
 from typing import Any
 
 import telegram.error as tg_errors
-from telegram import Bot, BotCommand, Message, MessageEntity, Update
+from telegram import Bot, BotCommand, CallbackQuery, Message, MessageEntity, Update
 from telegram.constants import ChatType
 from telegram.request import HTTPXRequest
 
@@ -49,6 +51,8 @@ from channels.telegram_polling import (
     READ_TIMEOUT_MARGIN,
     UpdatePoller,
 )
+from channels.telegram_presses import answer as answer_press
+from channels.telegram_presses import press_message
 from channels.telegram_transport import TelegramTransport, map_error
 from channels.telegram_webhook import WebhookIntake, registered_url, webhook_problem
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
@@ -294,6 +298,9 @@ class TelegramChannel(Channel):
         Raises :class:`Backpressure` (or an inbox error) to make the poller retry this same update; a
         message that cannot be normalised is logged and skipped, so one odd update cannot stall polling.
         """
+        if update.callback_query is not None:
+            await self._store_press(update.callback_query)
+            return
         message = update.message
         if message is None:
             return
@@ -305,6 +312,22 @@ class TelegramChannel(Channel):
         if inbound is not None:
             assert self._sink is not None
             await self._sink(inbound)
+
+    async def _store_press(self, query: CallbackQuery) -> None:
+        """A button press: stored like a message, then answered (the presser's spinner stops).
+
+        A refused store (Backpressure) raises before the answer, so the retried update is answered
+        once it is in; a redelivered press is a duplicate to the inbox and is answered again (harmless).
+        """
+        try:
+            inbound = press_message(self, query)
+        except Exception:
+            log.exception("could not read Telegram button press %s; skipping it", query.id)
+            inbound = None
+        if inbound is not None:
+            assert self._sink is not None
+            await self._sink(inbound)
+        await answer_press(self, query)
 
     def normalise(self, message: Message) -> InboundMessage | None:
         """A Telegram message → :class:`InboundMessage`, or None when it is not for this bot."""
@@ -394,6 +417,15 @@ class TelegramChannel(Channel):
         self._chain_roots.move_to_end((chat_id, message_id))
         while len(self._chain_roots) > MAX_CHAIN_ENTRIES:
             self._chain_roots.popitem(last=False)
+
+    def chain_of(self, chat_id: int, message_id: int) -> str | None:
+        """The reply chain a message of this process's memory belongs to, if it is remembered."""
+        return self._chain_roots.get((chat_id, message_id))
+
+    @property
+    def bot_budget(self) -> RateBudget:
+        """The bot-wide call budget (about 30 per second), shared by replies and press answers."""
+        return self._bot_budget
 
     def remember_reply(self, chat_id: int, message_id: int, topic: str | None) -> None:
         """The transport reports each message the bot sent, so replying to it continues that chain."""

@@ -43,8 +43,8 @@ STORE_FIRST_WAIT = 0.2
 STORE_MAX_WAIT = 2.0
 #: Telegram returns at most 100 updates per call.
 BATCH_LIMIT = 100
-#: The update kinds asked for (polling and webhook alike): only messages become conversations.
-ALLOWED_UPDATES: tuple[str, ...] = ("message",)
+#: The update kinds asked for (polling and webhook alike): messages, and presses of our buttons.
+ALLOWED_UPDATES: tuple[str, ...] = ("message", "callback_query")
 #: How much longer than the long-poll timeout the HTTP read may take before it counts as a failure.
 READ_TIMEOUT_MARGIN = 10.0
 

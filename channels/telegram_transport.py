@@ -3,6 +3,11 @@
 The shared :class:`~channels.reply.ReplyStream` decides *when* to call; this module only knows *how*:
 Markdown is rendered to Telegram HTML, a refused markup is resent once as plain text, group replies
 quote the message they answer, and forum-topic replies stay in their topic.
+
+Buttons (:class:`~channels.types.Action`) become an inline keyboard whose ``callback_data`` is the
+action's command itself (Telegram carries at most 64 bytes of it back in the ``callback_query``), so a
+press needs no lookup table a restart would lose. ``editMessageText`` without ``reply_markup`` removes
+the keyboard, which is how the Stop button disappears with the final text.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import telegram.error as tg_errors
-from telegram import LinkPreviewOptions, ReplyParameters
-from telegram.constants import ChatAction, ParseMode
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
+from telegram.constants import ChatAction, InlineKeyboardButtonLimit, ParseMode
 
 from channels import errors
 from channels.reply import Budget, NativeStream, ReplyTransport
@@ -44,6 +49,11 @@ PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif"}
 DRAFT_KEEPALIVE = 20.0
 #: Longest wait honoured inside a file upload (text pacing is the ReplyStream's job).
 MAX_FILE_RETRY_WAIT = 30.0
+
+#: InlineKeyboardButton.callback_data: 1-64 bytes of UTF-8 (longer is refused with BUTTON_DATA_INVALID).
+CALLBACK_DATA_LIMIT = int(InlineKeyboardButtonLimit.MAX_CALLBACK_DATA)
+#: Action styles → InlineKeyboardButton.style (Bot API 9.4; older clients show the default colour).
+BUTTON_STYLES = {"primary": "primary", "danger": "danger"}
 
 _NOT_MODIFIED = "message is not modified"
 _EDIT_GONE = ("message to edit not found", "message can't be edited", "message_id_invalid")
@@ -83,6 +93,28 @@ def map_error(exc: tg_errors.TelegramError) -> errors.ChannelError:
     if isinstance(exc, tg_errors.NetworkError):  # includes TimedOut
         return errors.NetworkError(message or type(exc).__name__)
     return errors.ChannelError(message or type(exc).__name__)
+
+
+def inline_keyboard(actions: Sequence[Action]) -> InlineKeyboardMarkup | None:
+    """One row of callback buttons, or None when no action fits (then nothing is attached).
+
+    An action whose command is longer than Telegram's 64-byte ``callback_data`` is left off with a log
+    line rather than sent: Telegram would refuse the whole message, and the command can still be typed.
+    """
+    row: list[InlineKeyboardButton] = []
+    for action in actions:
+        size = len(action.command.encode("utf-8"))
+        if not 1 <= size <= CALLBACK_DATA_LIMIT:
+            log.warning(
+                "Telegram button %r left off: its command is %d bytes (callback_data holds 1-%d)",
+                action.label,
+                size,
+                CALLBACK_DATA_LIMIT,
+            )
+            continue
+        style = BUTTON_STYLES.get(action.style or "")
+        row.append(InlineKeyboardButton(action.label, callback_data=action.command, style=style))
+    return InlineKeyboardMarkup([row]) if row else None
 
 
 async def _call(action: Callable[[], Awaitable[T]]) -> T:
@@ -137,6 +169,8 @@ class TelegramDraft(NativeStream):
 class TelegramTransport(ReplyTransport):
     """Answers one inbound message in its chat, topic or reply chain."""
 
+    supports_actions = True
+
     def __init__(self, channel: TelegramChannel, message: InboundMessage) -> None:
         self.channel = channel
         self.message = message
@@ -177,12 +211,15 @@ class TelegramTransport(ReplyTransport):
         return await _call(lambda: call(text, None))
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
+        keyboard = None if fallback else inline_keyboard(actions)
+
         async def call(body: str, mode: str | None) -> Any:
             return await self.bot.send_message(
                 chat_id=self.chat_id,
                 text=body,
                 parse_mode=mode,
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
+                reply_markup=keyboard,
                 **self._placement(),
             )
 
@@ -191,6 +228,9 @@ class TelegramTransport(ReplyTransport):
         return str(sent.message_id)
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
+        """Replace the text and the keyboard: no ``reply_markup`` (no actions) removes the buttons."""
+        keyboard = inline_keyboard(actions)
+
         async def call(body: str, mode: str | None) -> Any:
             return await self.bot.edit_message_text(
                 text=body,
@@ -198,6 +238,7 @@ class TelegramTransport(ReplyTransport):
                 message_id=int(ref),
                 parse_mode=mode,
                 link_preview_options=LinkPreviewOptions(is_disabled=True),
+                reply_markup=keyboard,
             )
 
         await self._with_markup(call, text)
@@ -253,7 +294,13 @@ class TelegramTransport(ReplyTransport):
             return
 
     def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
-        """Drafts in private chats (where Telegram allows them); groups keep the edited message."""
+        """Drafts in private chats (where Telegram allows them); groups keep the edited message.
+
+        A draft cannot carry an inline keyboard (``sendMessageDraft`` has no ``reply_markup``), so with
+        drafts on a private answer streams without its Stop button; ``/stop`` (in the command menu)
+        does the same there, since only the asker can stop it anyway. ``private_drafts: false`` trades
+        the draft for an edited message that shows the button (docs/channels/telegram.md).
+        """
         if not self.message.is_private or not self.channel.config.private_drafts:
             return None
         return TelegramDraft(self, self.channel.next_draft_id())

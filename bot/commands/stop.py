@@ -24,6 +24,12 @@ async def stop(ctx: CommandContext) -> None:
         )
         ctx.replies.append("not yours")
         return
+    if ctx.message.pressed:
+        # A Stop button: the answer itself ends with "⏹ Stopped."; only a stale button needs a word,
+        # and only to the person who pressed it.
+        if result is not StopResult.STOPPED:
+            await ctx.manager.send_notice(ctx.message, ANSWERS[result], private=True)
+        return
     await ctx.reply(ANSWERS[result])
 
 

@@ -13,12 +13,19 @@ class DingTalkConfig(ChannelSection):
     spacing of outbound calls kept in ``channels/dingtalk.py`` (1 s for card updates, 3 s for markdown
     messages); leave it unset unless DingTalk's limits change. Without a template, a reply still running
     after ``progress_notice_after_seconds`` gets one "working on it" message (``null``: final text only).
+
+    ``card_actions_key`` names the template's button-list variable (an object array a loop-rendered
+    button reads ``label``/``command``/``color`` from, whose callback sends ``command``); set, the AI
+    card shows Stop and Approve/Deny as buttons and their presses come back over the stream. Unset (or
+    without a template) commands are typed. DingTalk cards get buttons only from their template, which is
+    built in the developer console, so this cannot be switched on without one.
     """
 
     client_id: str | None = from_env("DINGTALK_CLIENT_ID")
     client_secret: str | None = from_env("DINGTALK_CLIENT_SECRET")
     card_template_id: str | None = None
     card_content_key: str = "content"
+    card_actions_key: str | None = None
     api_base_url: str = "https://api.dingtalk.com"
     oapi_base_url: str = "https://oapi.dingtalk.com"
     max_file_bytes: int = Field(20 * 1024 * 1024, gt=0)

@@ -34,6 +34,19 @@ shows up (also as integrators report). Two assumptions, not documented facts: a 
 finalised or whose flowStatus is finished/failed refuses further streaming (400); every flowStatus a
 card went through is kept in ``Bubble.flow`` so tests can check the sequence.
 
+Buttons, as DingTalk's card examples (open-dingtalk/dingtalk-card-examples) build them: a template
+button only calls back when its click event is a callback request (回传请求); a loop-rendered button
+list reads an object-array variable (``card_actions_key``, "actions" here; ``None``: a template without
+one), sent like every non-string variable as a JSON string — the fake refuses (400) one that is not a
+JSON array of ``{"label", "command", ...}`` objects (an assumption: the template's fields). ``Bubble.buttons``
+is what the card shows now. ``press_button(card, label, user_id)`` pushes a card callback on
+``/v1.0/card/instances/callback`` shaped like DingTalk's (outTrackId, corpId, userId with userIdType 1,
+the delivery's spaceType/spaceId, ``content`` = JSON ``{"cardPrivateData": {"actionIds", "params":
+{"command"}}}``), redelivered until ACKed like any callback; it refuses a button the card does not show,
+a card not created with callbackType STREAM, and an app that did not subscribe to the card topic when it
+opened its connection (the gateway pushes only subscribed topics). ``push_again(message_id)`` repeats a
+frame unchanged (a gateway that missed the ACK). ``presses`` lists the pushed presses.
+
 ``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
 AI cards (each card keeps every content it showed and whether it was finalised).
 """
@@ -54,6 +67,7 @@ from aiohttp import WSMsgType, web
 from tests.fakes.server import ThreadedServer
 
 BOT_TOPIC = "/v1.0/im/bot/messages/get"
+CARD_TOPIC = "/v1.0/card/instances/callback"
 #: How long the fake waits for a successful ACK before it counts the push as failed (an assumption).
 ACK_DEADLINE = 5.0
 #: Pause before each re-push of a callback that was not ACKed with 200 (an assumption).
@@ -63,6 +77,19 @@ STATUS_OK = 200
 FLOW_STATUSES = {"1": "processing", "2": "inputing", "3": "finished", "4": "executing", "5": "failed"}
 TERMINAL_FLOW = ("3", "5")
 STREAMING_FIELDS = ("outTrackId", "guid", "key", "content", "isFull", "isFinalize", "isError")
+
+
+def _button_list(raw: str) -> bool:
+    """Whether ``raw`` is what a loop-rendered button list can show: a JSON array of objects whose
+    ``label`` and ``command`` (the fields the template binds) are strings."""
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(items, list) and all(
+        isinstance(i, dict) and isinstance(i.get("label"), str) and isinstance(i.get("command"), str)
+        for i in items
+    )
 
 
 @dataclass
@@ -81,10 +108,22 @@ class Bubble:
     params: dict[str, str] = field(default_factory=dict)  # a card's variables now
     streaming: bool = False  # created with callbackType STREAM
     stream_closed: bool = False  # a streaming update had isFinalize
+    space: tuple[str, str] = ("", "")  # a card's delivery space: (IM_GROUP | IM_ROBOT, its id)
+    actions_key: str | None = None  # the template's button-list variable (None: the template has none)
 
     @property
     def flow_status(self) -> str | None:
         return self.flow[-1] if self.flow else None
+
+    @property
+    def buttons(self) -> list[dict[str, str]]:
+        """The buttons the card shows now (its button-list variable, as the template renders it)."""
+        raw = self.params.get(self.actions_key or "")
+        return json.loads(raw) if raw else []
+
+    @property
+    def button_labels(self) -> list[str]:
+        return [b["label"] for b in self.buttons]
 
     @property
     def text(self) -> str:
@@ -110,9 +149,14 @@ class FakeDingTalk(ThreadedServer):
         ack_deadline: float = ACK_DEADLINE,
         retry_delays: tuple[float, ...] = RETRY_DELAYS,
         card_content_key: str = "content",
+        card_actions_key: str | None = "actions",
     ) -> None:
         super().__init__()
         self.card_content_key = card_content_key
+        self.card_actions_key = card_actions_key
+        self.subscriptions: dict[str, list[str]] = {}  # ticket → the CALLBACK topics the app subscribed
+        self._socket_topics: dict[int, list[str]] = {}  # id(websocket) → its connection's topics
+        self.presses: list[str] = []  # stream messageIds of the card callbacks pushed by press_button
         self.ack_deadline = ack_deadline
         self.retry_delays = retry_delays
         self.ack_log: list[tuple[str, int]] = []  # (stream messageId, ACK code), in arrival order
@@ -210,6 +254,11 @@ class FakeDingTalk(ThreadedServer):
             return web.json_response({"code": "InvalidAuthentication", "message": "bad client"}, status=401)
         ticket = uuid.uuid4().hex
         self._tickets.add(ticket)
+        self.subscriptions[ticket] = [
+            str(sub.get("topic"))
+            for sub in body.get("subscriptions") or []
+            if isinstance(sub, dict) and sub.get("type") == "CALLBACK"
+        ]
         return web.json_response({"endpoint": f"ws://{self.host}:{self.port}/gateway/ws", "ticket": ticket})
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
@@ -217,6 +266,7 @@ class FakeDingTalk(ThreadedServer):
             return web.Response(status=401, text="bad ticket")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        self._socket_topics[id(ws)] = self.subscriptions.get(request.query.get("ticket", ""), [])
         self._sockets.append(ws)
         self.connections_opened += 1
         try:
@@ -231,6 +281,7 @@ class FakeDingTalk(ThreadedServer):
                         self.ack_log.append((message_id, int(frame.get("code", 0))))
         finally:
             self._sockets.remove(ws)
+            self._socket_topics.pop(id(ws), None)
         return ws
 
     async def _access_token(self, request: web.Request) -> web.Response:
@@ -243,9 +294,9 @@ class FakeDingTalk(ThreadedServer):
         self.tokens[token] = time.monotonic() + self.token_ttl
         return web.json_response({"accessToken": token, "expireIn": self.token_ttl})
 
-    @staticmethod
-    def _param_error(params: Any) -> web.Response | None:
-        """cardParamMap is Map<String, String>; flowStatus must be one of the AI card's states."""
+    def _param_error(self, params: Any) -> web.Response | None:
+        """cardParamMap is Map<String, String>; flowStatus must be one of the AI card's states; the
+        button-list variable (an object array) must be a JSON-encoded array of buttons."""
         if not isinstance(params, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in params.items()
         ):
@@ -254,6 +305,12 @@ class FakeDingTalk(ThreadedServer):
             )
         if "flowStatus" in params and params["flowStatus"] not in FLOW_STATUSES:
             return web.json_response({"code": "param.invalid", "message": "unknown flowStatus"}, status=400)
+        key = self.card_actions_key
+        if key is not None and key in params and not _button_list(params[key]):
+            return web.json_response(
+                {"code": "param.invalid", "message": "the button list is not a JSON array of buttons"},
+                status=400,
+            )
         return None
 
     def _set_params(self, card: Bubble, params: dict[str, str]) -> None:
@@ -277,6 +334,7 @@ class FakeDingTalk(ThreadedServer):
             return invalid
         card = Bubble("card", "", ref=body["outTrackId"], template=body["cardTemplateId"])
         card.streaming = body.get("callbackType") == "STREAM"
+        card.actions_key = self.card_actions_key
         self._set_params(card, dict(params))
         self.cards[body["outTrackId"]] = card
         return web.json_response({"success": True, "result": body["outTrackId"]})
@@ -291,6 +349,7 @@ class FakeDingTalk(ThreadedServer):
             return web.json_response({"code": "param.invalid", "message": "unknown card"}, status=400)
         space_type, _, space_id = space[len("dtv1.card//") :].partition(".")
         card.conversation = space_id if space_type == "IM_GROUP" else self._p2p.get(space_id, space_id)
+        card.space = (space_type, space_id)
         if body.get("userIdType") is None:
             return web.json_response({"success": True})  # accepted, but the card never appears
         with self._lock:
@@ -580,6 +639,62 @@ class FakeDingTalk(ThreadedServer):
             self.frames_sent.append(frame)
             self.pushes[message_id] = self.pushes.get(message_id, 0) + 1
         await self._sockets[-1].send_str(json.dumps(frame))
+
+    def button_callback(self, card: Bubble, label: str, user_id: str = "user-1") -> dict[str, Any]:
+        """The ``data`` of the card callback DingTalk sends when ``user_id`` presses ``label`` on ``card``
+        (see :meth:`press_button`); LookupError for a button the card does not show now."""
+        shown = card.buttons
+        button = next((b for b in shown if b["label"] == label), None)
+        if button is None:
+            labels = ", ".join(b["label"] for b in shown) or "none"
+            raise LookupError(f"card {card.ref} shows no button {label!r} (it shows: {labels})")
+        space_type, space_id = card.space
+        return {
+            "extension": "{}",
+            "corpId": self.corp_id,
+            "spaceType": space_type,
+            "spaceId": space_id,
+            "userIdType": 1,
+            "type": "actionCallback",
+            "userId": user_id,
+            "outTrackId": card.ref,
+            "content": json.dumps(
+                {
+                    "cardPrivateData": {
+                        "actionIds": [f"button_{shown.index(button)}"],
+                        "params": {"command": button["command"]},
+                    }
+                }
+            ),
+        }
+
+    def press_button(self, card: Bubble, label: str, user_id: str = "user-1") -> str:
+        """``user_id`` presses the button ``label`` on ``card``: a card callback over the stream.
+
+        Shaped like DingTalk's card callback (``/v1.0/card/instances/callback``): outTrackId, corpId,
+        userId (a staff id: ``userIdType`` 1), the delivery space, and ``content`` — a JSON string whose
+        ``cardPrivateData`` has the pressed component's ``actionIds`` and its callback ``params``; the
+        template's button sends its list item's ``command``. Redelivered until ACKed with 200, like any
+        callback. Refused (LookupError) for a button the card does not show now, and (RuntimeError) when
+        no callback could arrive: a card not created with callbackType STREAM, or an app that did not
+        subscribe to the card topic. Returns the frame's messageId.
+        """
+        data = self.button_callback(card, label, user_id)
+        if not card.streaming:
+            raise RuntimeError("the card was not created with callbackType STREAM: no callback on the stream")
+        if not self._sockets or CARD_TOPIC not in self._socket_topics.get(id(self._sockets[-1]), []):
+            raise RuntimeError(f"the connected app did not subscribe to {CARD_TOPIC}")
+        message_id = self.push_callback(data, CARD_TOPIC)
+        with self._lock:
+            self.presses.append(message_id)
+        return message_id
+
+    def push_again(self, message_id: str) -> None:
+        """Push an earlier frame again, unchanged (same messageId), as the gateway does when it did not
+        see the ACK in time."""
+        with self._lock:
+            frame = next(f for f in self.frames_sent if f["headers"]["messageId"] == message_id)
+        self._push(frame)
 
     def ping(self) -> str:
         """A SYSTEM ping, as the gateway sends; the client must ACK it with the same data."""

@@ -27,6 +27,16 @@ the app's restart here. ``send_event(..., redeliver=False)`` sends one envelope 
 their update history. Tokens are checked: the bot token for Web API calls and file downloads, the
 app-level token for ``apps.connections.open``.
 
+Buttons (Block Kit): ``chat.postMessage`` / ``chat.update`` check ``blocks`` as Slack documents them
+(section text ≤ 3,000 characters, an actions block 1-25 elements, a button's plain_text ≤ 75 characters,
+``value`` ≤ 2,000, ``action_id`` unique in its block, ``style`` primary/danger, ≤ 50 blocks) and answer
+``invalid_blocks`` otherwise; ``text`` past 40,000 characters is ``msg_too_long``. ``chat.update`` keeps
+a message's blocks unless it is given ``blocks`` (``[]`` removes them). ``press(channel, ts, label,
+user=…)`` is a person clicking a button the message shows: an ``interactive`` envelope with a
+``block_actions`` payload (its own ``trigger_id`` and ``response_url``) over Socket Mode, sent again
+with a new ``envelope_id`` while it is not acknowledged; ``redeliver_press`` sends the same payload
+again by hand (an ack that never reached Slack).
+
 Rate limits as Slack counts them (per method per workspace): ``chat.update`` (Tier 3) takes 50 calls in
 any trailing 60 s and answers the 51st with HTTP 429 ``ratelimited`` and a ``Retry-After`` header
 (``method_limits`` to tighten or drop it).
@@ -69,6 +79,15 @@ RETRY_DELAYS = (0.0, 60.0, 300.0)
 #: Rate limits enforced, as Slack counts them: per method per workspace per app, (calls, per seconds).
 #: chat.update is Tier 3, "50+ per minute"; the fake allows exactly 50 in any trailing 60 s.
 METHOD_LIMITS: dict[str, tuple[int, float]] = {"chat.update": (50, 60.0)}
+#: Block Kit limits (docs.slack.dev/reference/block-kit/…).
+MAX_BLOCKS = 50
+SECTION_TEXT_LIMIT = 3000
+MAX_ACTION_ELEMENTS = 25
+BUTTON_TEXT_LIMIT = 75
+BUTTON_VALUE_LIMIT = 2000
+ID_LIMIT = 255  # block_id, action_id
+#: chat.postMessage / chat.update: ``text`` longer than this is ``msg_too_long``.
+MESSAGE_TEXT_LIMIT = 40_000
 
 
 @dataclass
@@ -94,10 +113,28 @@ class FakeMessage:
     files: list[dict[str, Any]] = field(default_factory=list)
     #: "streaming" between chat.startStream and chat.stopStream, "stopped" after; None for a plain post.
     stream: str | None = None
+    #: The Block Kit blocks it shows now (as stored, with the block_ids Slack filled in).
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return self.history[-1] if self.history else ""
+
+    @property
+    def buttons(self) -> list[dict[str, Any]]:
+        """Every button the message shows now (elements of its actions blocks)."""
+        return [
+            element
+            for block in self.blocks
+            if block.get("type") == "actions"
+            for element in block.get("elements", [])
+            if element.get("type") == "button"
+        ]
+
+    @property
+    def labels(self) -> list[str]:
+        """The buttons' texts, as a person sees them."""
+        return [str(b["text"]["text"]) for b in self.buttons]
 
     @property
     def updates(self) -> int:
@@ -147,8 +184,11 @@ class ResponseUrl:
     created: float = field(default_factory=time.time)
     uses: int = 0
     requests: list[SlashResponse] = field(default_factory=list)
-    #: The newest message posted through it (what ``replace_original`` replaces).
+    #: The newest message posted through it (what ``replace_original`` replaces); for a button's
+    #: response_url that is first the message the button is on.
     last: FakeMessage | Ephemeral | None = None
+    #: A button's response_url answers in the thread of the message the button is on.
+    thread_ts: str | None = None
 
 
 class FakeSlack(ThreadedServer):
@@ -201,6 +241,11 @@ class FakeSlack(ThreadedServer):
         self._response_url_by_envelope: dict[str, str] = {}
         #: Every assistant.threads.setStatus, as (channel_id, thread_ts, status).
         self.statuses: list[tuple[str, str, str]] = []
+        #: Every button press (the block_actions payload), in the order people clicked.
+        self.presses: list[dict[str, Any]] = []
+        #: Envelope ids of press deliveries not acknowledged within ack_timeout (Slack shows the
+        #: person a warning that the app did not respond).
+        self.unacked_presses: list[str] = []
 
     # --- addresses -------------------------------------------------------------------------------
     @property
@@ -254,7 +299,9 @@ class FakeSlack(ThreadedServer):
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(retry_after)}
             )
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)
-        body = handler(args) if handler is not None else {"ok": False, "error": "unknown_method"}
+        body: dict[str, Any] = (
+            handler(args) if handler is not None else {"ok": False, "error": "unknown_method"}
+        )
         call.error = None if body.get("ok") else body.get("error")
         return web.json_response(body)
 
@@ -303,8 +350,14 @@ class FakeSlack(ThreadedServer):
         text = str(args.get("text") or "")
         if not text and not args.get("blocks"):
             return {"ok": False, "error": "no_text"}
+        if len(text) > MESSAGE_TEXT_LIMIT:
+            return {"ok": False, "error": "msg_too_long"}
+        blocks, problem = _check_blocks(args.get("blocks"))
+        if problem is not None:
+            return problem
         ts = self._next_ts()
         message = FakeMessage(channel, ts, self.bot_user_id, args.get("thread_ts") or None, [text])
+        message.blocks = blocks
         with self._lock:
             self.messages.setdefault(channel, {})[ts] = message
         return {"ok": True, "channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
@@ -338,7 +391,17 @@ class FakeSlack(ThreadedServer):
                 return {"ok": False, "error": "message_not_found"}
             if message.user != self.bot_user_id:
                 return {"ok": False, "error": "cant_update_message"}
-            message.history.append(str(args.get("text") or ""))
+            text = str(args.get("text") or "")
+            if len(text) > MESSAGE_TEXT_LIMIT:
+                return {"ok": False, "error": "msg_too_long"}
+            if "blocks" in args:  # without the field Slack keeps the message's blocks; [] removes them
+                blocks, problem = _check_blocks(args.get("blocks"))
+                if problem is not None:
+                    return problem
+                message.blocks = blocks
+            if not text and not message.blocks:
+                return {"ok": False, "error": "no_text"}
+            message.history.append(text)
         return {"ok": True, "channel": channel, "ts": ts, "text": message.text}
 
     # Streaming (docs.slack.dev/reference/methods/chat.startStream, appendStream, stopStream) ----------
@@ -503,11 +566,11 @@ class FakeSlack(ThreadedServer):
                 state.last.history.append(text)
             elif response_type == "in_channel":
                 ts = self._next_ts()
-                message = FakeMessage(state.channel, ts, self.bot_user_id, None, [text])
+                message = FakeMessage(state.channel, ts, self.bot_user_id, state.thread_ts, [text])
                 self.messages.setdefault(state.channel, {})[ts] = message
                 state.last = message
             else:
-                ephemeral = Ephemeral(state.channel, state.user, "response_url", None, [text])
+                ephemeral = Ephemeral(state.channel, state.user, "response_url", state.thread_ts, [text])
                 self.ephemerals.append(ephemeral)
                 state.last = ephemeral
         return web.json_response({"ok": True})
@@ -764,6 +827,110 @@ class FakeSlack(ThreadedServer):
         with self._lock:
             return [e for e in self.ephemerals if e.user == user and channel in (None, e.channel)]
 
+    def press(
+        self, channel: str, ts: str, label: str, *, user: str, redeliver: bool = True
+    ) -> dict[str, Any]:
+        """``user`` clicks the button ``label`` on the bot's message ``ts``: a ``block_actions`` payload
+        in an ``interactive`` envelope, as Slack sends it over Socket Mode.
+
+        Refuses a button the message does not show (nobody can click what is gone). The payload has
+        a fresh ``trigger_id`` and ``response_url`` (5 responses in 30 minutes, like a slash
+        command's; ``replace_original`` replaces the message the button is on). Until acknowledged
+        within ``ack_timeout`` the same payload is sent again with a new ``envelope_id`` (unless
+        ``redeliver=False``). Returns ``{"envelope_id", "payload"}``.
+        """
+        with self._lock:
+            message = self.messages.get(channel, {}).get(ts)
+            if message is None:
+                raise LookupError(f"no bot message {ts} in {channel}")
+            found = [
+                (block, element)
+                for block in message.blocks
+                if block.get("type") == "actions"
+                for element in block.get("elements", [])
+                if element.get("type") == "button" and element["text"]["text"] == label
+            ]
+            if not found:
+                raise LookupError(f"message {ts} shows no button {label!r} (it shows: {message.labels})")
+            block, button = found[0]
+            key = uuid.uuid4().hex
+            self.response_urls[key] = ResponseUrl(
+                key, channel, user, "button", last=message, thread_ts=message.thread_ts
+            )
+        container: dict[str, Any] = {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        source: dict[str, Any] = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "ts": ts,
+            "text": message.text,
+            "blocks": message.blocks,
+        }
+        if message.thread_ts:
+            container["thread_ts"] = source["thread_ts"] = message.thread_ts
+        pressed = {k: v for k, v in button.items() if k in ("type", "action_id", "text", "value", "style")}
+        payload: dict[str, Any] = {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team_id},
+            "api_app_id": APP_ID,
+            "token": "verification-token",
+            "container": container,
+            "trigger_id": f"{next(self._ids)}.{uuid.uuid4().hex[:12]}",
+            "team": {"id": self.team_id, "domain": "fake"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": "directmessage" if channel.startswith("D") else "general"},
+            "message": source,
+            "state": {"values": {}},
+            "response_url": f"{self.url}/response/{key}",
+            "actions": [{**pressed, "block_id": block["block_id"], "action_ts": f"{time.time():.6f}"}],
+        }
+        with self._lock:
+            self.presses.append(payload)
+        envelope = self._envelope("interactive", payload, 0)
+
+        async def push() -> None:
+            await self._push(envelope)
+            if redeliver:
+                self.redeliver(self._press_until_acked(payload, envelope))
+
+        self.call(push)
+        return {"envelope_id": envelope["envelope_id"], "payload": payload}
+
+    def redeliver_press(self, press: dict[str, Any]) -> str:
+        """Send a press's payload again in a new envelope (its ack never reached Slack)."""
+        return self.send_envelope("interactive", press["payload"])
+
+    async def _press_until_acked(self, payload: dict[str, Any], first: dict[str, Any]) -> None:
+        """Runs on the server loop: an unacknowledged press is sent again, at most len(retry_delays)."""
+        envelope = first
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+                while not self._sockets:
+                    await asyncio.sleep(0.05)
+                envelope = self._envelope("interactive", payload, 0)
+                try:
+                    await self._push(envelope)
+                except (RuntimeError, ConnectionError):
+                    continue
+            await asyncio.sleep(self.ack_timeout)
+            if self.acked(envelope["envelope_id"]):
+                return
+            with self._lock:
+                self.unacked_presses.append(envelope["envelope_id"])
+
+    def press_deliveries(self, press: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every envelope that carried this press (the same trigger_id), in the order sent."""
+        trigger = press["payload"]["trigger_id"]
+        with self._lock:
+            return [e for e in self.envelopes if (e.get("payload") or {}).get("trigger_id") == trigger]
+
     def host_file(self, name: str, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
         """Make a private file available for download; returns the ``files[]`` item for an event."""
         file_id = f"F{next(self._ids):08d}"
@@ -878,6 +1045,86 @@ class FakeSlack(ThreadedServer):
             return next((m for m in self.channel_messages(channel, thread_ts) if needle in m.text), None)
 
         return await self.wait_for(find, timeout, f"{needle!r} in {channel}")
+
+
+def _invalid(reason: str) -> dict[str, Any]:
+    """Slack's answer to blocks it cannot render: ``invalid_blocks`` and a reason per problem."""
+    return {
+        "ok": False,
+        "error": "invalid_blocks",
+        "errors": [reason],
+        "response_metadata": {"messages": [f"[ERROR] {reason}"]},
+    }
+
+
+def _text_object(obj: Any, *, limit: int, plain_only: bool = False) -> str | None:
+    """What is wrong with a text object, or None."""
+    if not isinstance(obj, dict) or obj.get("type") not in ("plain_text", "mrkdwn"):
+        return "must be a text object"
+    if plain_only and obj["type"] != "plain_text":
+        return "must be plain_text"
+    text = obj.get("text")
+    if not isinstance(text, str) or not text:
+        return "text must be a non-empty string"
+    if len(text) > limit:
+        return f"must be less than {limit + 1} characters"
+    return None
+
+
+def _check_blocks(raw: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Validate ``blocks`` as Slack does; returns (the blocks with block_ids filled in, error body)."""
+    if raw is None:
+        return [], None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return [], {"ok": False, "error": "invalid_blocks_format"}
+    if not isinstance(raw, list):
+        return [], {"ok": False, "error": "invalid_blocks_format"}
+    if len(raw) > MAX_BLOCKS:
+        return [], _invalid(f"no more than {MAX_BLOCKS} items allowed [json-pointer:/blocks]")
+    blocks: list[dict[str, Any]] = []
+    block_ids: set[str] = set()
+    for i, block in enumerate(raw):
+        where = f"[json-pointer:/blocks/{i}]"
+        if not isinstance(block, dict):
+            return [], _invalid(f"must be an object {where}")
+        block = json.loads(json.dumps(block))
+        block_id = block.setdefault("block_id", uuid.uuid4().hex[:5])
+        if not isinstance(block_id, str) or len(block_id) > ID_LIMIT or block_id in block_ids:
+            return [], _invalid(f"block_id must be unique and at most {ID_LIMIT} characters {where}")
+        block_ids.add(block_id)
+        kind = block.get("type")
+        if kind == "section":
+            problem = _text_object(block.get("text"), limit=SECTION_TEXT_LIMIT)
+            if problem and not block.get("fields"):
+                return [], _invalid(f"{problem} [json-pointer:/blocks/{i}/text]")
+        elif kind == "actions":
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not 1 <= len(elements) <= MAX_ACTION_ELEMENTS:
+                return [], _invalid(f"must have 1 to {MAX_ACTION_ELEMENTS} elements {where}")
+            action_ids: set[str] = set()
+            for j, element in enumerate(elements):
+                at = f"[json-pointer:/blocks/{i}/elements/{j}]"
+                if not isinstance(element, dict) or element.get("type") != "button":
+                    return [], _invalid(f"the fake knows only button elements {at}")
+                problem = _text_object(element.get("text"), limit=BUTTON_TEXT_LIMIT, plain_only=True)
+                if problem:
+                    return [], _invalid(f"{problem} {at[:-1]}/text]")
+                action_id = element.setdefault("action_id", uuid.uuid4().hex[:5])
+                if not isinstance(action_id, str) or len(action_id) > ID_LIMIT or action_id in action_ids:
+                    return [], _invalid(f"action_id must be unique in the block {at}")
+                action_ids.add(action_id)
+                value = element.get("value")
+                if value is not None and (not isinstance(value, str) or len(value) > BUTTON_VALUE_LIMIT):
+                    return [], _invalid(f"value must be at most {BUTTON_VALUE_LIMIT} characters {at}")
+                if element.get("style") not in (None, "primary", "danger"):
+                    return [], _invalid(f"style must be primary or danger {at}")
+        elif kind not in ("divider", "context", "header", "markdown", "rich_text", "image"):
+            return [], _invalid(f"unsupported type {kind!r} {where}")
+        blocks.append(block)
+    return blocks, None
 
 
 def _poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -7,7 +7,16 @@ Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot
 (private chats only), ``setWebhook``/``deleteWebhook``/``getWebhookInfo`` … — and the file
 download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
 or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
-"message is not modified" for an identical edit.
+"message is not modified" for an identical edit (same text *and* same keyboard).
+
+Inline keyboards (``reply_markup`` on ``sendMessage`` / ``editMessageText``) are validated as the Bot API
+documents them — every button has a label and exactly one action, ``callback_data`` is 1-64 bytes of
+UTF-8 (else ``Bad Request: BUTTON_DATA_INVALID``) — and an ``editMessageText`` without ``reply_markup``
+removes the keyboard, as Telegram does. ``tg.press(chat_id, message_id, "Stop", user_id=…)`` is a user
+tapping a button: a ``callback_query`` update delivered like any other (redelivered until an ``offset``
+confirms it), which the bot must answer with ``answerCallbackQuery`` (``tg.unanswered()`` lists the ones
+it did not; answering an unknown or already answered query fails like Telegram's). Updates of a kind the
+last ``allowed_updates`` (getUpdates or setWebhook) leaves out are never created, as on Telegram.
 
 Driving it (from a test or a REPL)::
 
@@ -17,6 +26,8 @@ Driving it (from a test or a REPL)::
         tg.fail_next("editMessageText", status=429, retry_after=2)
         tg.conflict_on_getupdates = True                   # another poller holds the token
         tg.chat_messages(42)                               # what the chat shows, with edit history
+        tg.press(42, reply.message_id, "⏹ Stop")           # a user taps an inline button
+        tg.call_count("answerCallbackQuery")               # per-method call counts
 
 Webhook mode: once a client calls ``setWebhook``, every pushed update is POSTed (JSON, with the
 ``X-Telegram-Bot-Api-Secret-Token`` header when a secret was set) to the registered URL, one at a time
@@ -95,6 +106,23 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 WEBHOOK_ACTIVE = "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"
 #: getUpdates accepts limit 1-100.
 MAX_UPDATES_PER_CALL = 100
+#: InlineKeyboardButton: callback_data is 1-64 bytes; a button needs exactly one of these fields.
+CALLBACK_DATA_LIMIT = 64
+BUTTON_ACTIONS = (
+    "url", "callback_data", "web_app", "login_url", "switch_inline_query",
+    "switch_inline_query_current_chat", "switch_inline_query_chosen_chat", "copy_text", "callback_game",
+    "pay",
+)  # fmt: skip
+#: InlineKeyboardButton.style (Bot API 9.4).
+BUTTON_STYLES = {"primary", "success", "danger"}
+BUTTON_DATA_INVALID = "Bad Request: BUTTON_DATA_INVALID"
+BAD_MARKUP = "Bad Request: can't parse reply keyboard markup JSON object"
+TEXT_BUTTON = (
+    "Bad Request: can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
+)
+QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+#: Update kinds Telegram leaves out when allowed_updates is empty or was never given.
+OPT_IN_UPDATES = {"chat_member", "message_reaction", "message_reaction_count"}
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are exactly "
     "the same as a current content and reply markup of the message"
@@ -157,10 +185,17 @@ class FakeMessage:
     reply_to: int | None = None
     thread_id: int | None = None
     payload: dict[str, Any] = field(default_factory=dict)
+    #: The inline keyboard shown now (rows of button objects as sent); None = no buttons.
+    keyboard: list[list[dict[str, Any]]] | None = None
 
     @property
     def text(self) -> str:
         return self.history[-1] if self.history else ""
+
+    @property
+    def buttons(self) -> list[str]:
+        """The labels of the buttons the message shows now, row by row."""
+        return [str(b["text"]) for row in self.keyboard or [] for b in row]
 
     @property
     def edits(self) -> int:
@@ -233,6 +268,13 @@ class FakeTelegram(ThreadedServer):
         self.my_commands: list[tuple[str, str]] = []
         #: Every text each draft showed, oldest first, by (chat_id, draft_id).
         self.drafts: dict[tuple[int, int], list[str]] = {}
+        #: The update kinds the bot last asked for (getUpdates / setWebhook); None = never said.
+        self.allowed_updates: list[str] | None = None
+        #: Updates Telegram did not create because allowed_updates left their kind out.
+        self.dropped_updates: list[dict[str, Any]] = []
+        #: Every callback query a press created, by id: {"query", "answered", "answers"}.
+        self.callback_queries: dict[str, dict[str, Any]] = {}
+        self._query_ids = itertools.count(1)
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -357,6 +399,7 @@ class FakeTelegram(ThreadedServer):
             self.webhook_secret = secret or None
             if allowed is not None:
                 self.webhook_allowed_updates = list(allowed)
+                self.allowed_updates = list(allowed)
             if params.get("drop_pending_updates") is True:
                 self.updates = []
             self._webhook_error = None
@@ -501,7 +544,10 @@ class FakeTelegram(ThreadedServer):
         limit = min(max(int(params.get("limit") or 100), 1), MAX_UPDATES_PER_CALL)
         timeout = min(max(float(params.get("timeout") or 0), 0.0), self.long_poll_cap)
         assert self._new_update is not None
+        allowed = params.get("allowed_updates")
         with self._state:
+            if isinstance(allowed, list):
+                self.allowed_updates = [str(a) for a in allowed]
             self._poll_generation += 1
             generation = self._poll_generation
             self._confirm(offset)
@@ -590,11 +636,15 @@ class FakeTelegram(ThreadedServer):
         chat_id = int(params["chat_id"])
         parse_mode = params.get("parse_mode")
         shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
+        keyboard = _inline_keyboard(params.get("reply_markup"), inline_only=False)
         reply_to, thread = self._placement(params)
         with self._state:
             message = FakeMessage(chat_id, next(self._message_ids), True, [shown], [str(params["text"])],
-                                  parse_mode, reply_to=reply_to, thread_id=thread)  # fmt: skip
+                                  parse_mode, reply_to=reply_to, thread_id=thread,
+                                  keyboard=keyboard)  # fmt: skip
             message.payload = self._bot_message(chat_id, params, message) | {"text": shown}
+            if keyboard is not None:
+                message.payload["reply_markup"] = {"inline_keyboard": keyboard}
             self.messages[(chat_id, message.message_id)] = message
             return message.payload
 
@@ -603,19 +653,41 @@ class FakeTelegram(ThreadedServer):
         key = (chat_id, int(params.get("message_id") or 0))
         parse_mode = params.get("parse_mode")
         shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
+        # Only an inline keyboard can be edited in; leaving reply_markup out removes the keyboard.
+        keyboard = _inline_keyboard(params.get("reply_markup"), inline_only=True)
         with self._state:
             message = self.messages.get(key)
             if message is None or not message.from_bot:
                 raise _ApiError(400, "Bad Request: message to edit not found")
             if message.kind != "text":
                 raise _ApiError(400, "Bad Request: there is no text in the message to edit")
-            if message.text == shown and message.raw[-1] == str(params["text"]):
+            same_text = message.text == shown and message.raw[-1] == str(params["text"])
+            if same_text and message.keyboard == keyboard:
                 raise _ApiError(400, NOT_MODIFIED)
             message.history.append(shown)
             message.raw.append(str(params["text"]))
             message.parse_mode = parse_mode
-            message.payload = {**message.payload, "text": shown, "edit_date": int(time.time())}
+            message.keyboard = keyboard
+            payload = {**message.payload, "text": shown, "edit_date": int(time.time())}
+            payload.pop("reply_markup", None)
+            if keyboard is not None:
+                payload["reply_markup"] = {"inline_keyboard": keyboard}
+            message.payload = payload
             return message.payload
+
+    def _m_answerCallbackQuery(self, params: dict[str, Any], uploads: Any) -> bool:
+        """Bot API: ``callback_query_id`` is required; a query is answered once (a second answer, or an
+        id Telegram never issued, is "query is too old … or query ID is invalid")."""
+        query_id = str(params.get("callback_query_id") or "")
+        if not query_id:
+            raise _ApiError(400, 'Bad Request: parameter "callback_query_id" is required')
+        with self._state:
+            entry = self.callback_queries.get(query_id)
+            if entry is None or entry["answered"]:
+                raise _ApiError(400, QUERY_INVALID)
+            entry["answered"] = True
+            entry["answers"].append(dict(params))
+        return True
 
     def _send_media(
         self, kind: str, params: dict[str, Any], uploads: dict[str, tuple[str, bytes, str]]
@@ -671,13 +743,68 @@ class FakeTelegram(ThreadedServer):
 
     # --- injection API (thread-safe; call from tests) ----------------------------------------------------
     def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
-        """Queue a raw update (``update_id`` is assigned when missing) and wake long-polling clients."""
+        """Queue a raw update (``update_id`` is assigned when missing) and wake long-polling clients.
+
+        An update of a kind the bot's ``allowed_updates`` leaves out is not created at all (kept in
+        :attr:`dropped_updates`), as on Telegram.
+        """
         with self._state:
             update = dict(update)
             update.setdefault("update_id", next(self._update_ids))
+            kind = next((k for k in update if k != "update_id"), "")
+            allowed = self.allowed_updates
+            if (kind not in allowed) if allowed else (kind in OPT_IN_UPDATES):
+                self.dropped_updates.append(update)
+                return update
             self.updates.append(update)
         self._wake_clients()
         return update
+
+    def press(
+        self,
+        chat_id: int,
+        message_id: int,
+        label: str,
+        *,
+        user_id: int = 1001,
+        username: str | None = "alice",
+        first_name: str = "Alice",
+        inaccessible: bool = False,
+    ) -> dict[str, Any]:
+        """A user taps the inline button ``label`` on message ``message_id``: pushes (and returns) the
+        ``callback_query`` update. Refuses a button the message does not show now (nobody can tap what
+        is gone). Each call is a new query with its own id. ``inaccessible``: the query carries only an
+        InaccessibleMessage (chat, message_id, ``date: 0``), as Telegram sends for a message the bot
+        can no longer read."""
+        with self._state:
+            message = self.messages.get((chat_id, message_id))
+            if message is None:
+                raise KeyError(f"no message {message_id} in chat {chat_id}")
+            button = next((b for row in message.keyboard or [] for b in row if b["text"] == label), None)
+            if button is None or "callback_data" not in button:
+                raise LookupError(
+                    f"message {message_id} shows no button {label!r} (it shows {message.buttons})"
+                )
+            query_id = str(4_000_000_000_000_000_000 + next(self._query_ids))
+            user = {"id": user_id, "is_bot": False, "first_name": first_name}
+            if username:
+                user["username"] = username
+            shown = dict(message.payload)
+            if inaccessible:
+                shown = {"chat": shown["chat"], "message_id": message_id, "date": 0}
+            query = {"id": query_id, "from": user, "message": shown,
+                     "chat_instance": f"{abs(chat_id) * 7919}", "data": button["callback_data"]}  # fmt: skip
+            self.callback_queries[query_id] = {"query": query, "answered": False, "answers": []}
+        return self.push_update({"callback_query": query})
+
+    def redeliver_press(self, update: dict[str, Any]) -> dict[str, Any]:
+        """The same callback query again, in a new update (what a restart with a lost offset yields)."""
+        return self.push_update({"callback_query": update["callback_query"]})
+
+    def unanswered(self) -> list[str]:
+        """Ids of callback queries nobody answered yet (each one is a spinner on somebody's button)."""
+        with self._state:
+            return [q for q, entry in self.callback_queries.items() if not entry["answered"]]
 
     def _wake_clients(self) -> None:
         """A new update: long-polling clients and the webhook sender look again."""
@@ -793,6 +920,11 @@ class FakeTelegram(ThreadedServer):
         with self._lock:
             return [dict(r) for r in self.requests if method is None or r["method"] == method]
 
+    def call_count(self, method: str) -> int:
+        """How many times ``method`` was called (successful or not)."""
+        with self._lock:
+            return sum(1 for r in self.requests if r["method"] == method)
+
     def chat_messages(self, chat_id: int) -> list[FakeMessage]:
         """Every message in the chat (users' and the bot's), by message id."""
         with self._state:
@@ -829,6 +961,48 @@ class _ApiError(Exception):
     def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
         super().__init__(description)
         self.status, self.description, self.retry_after = status, description, retry_after
+
+
+def _inline_keyboard(markup: Any, *, inline_only: bool) -> list[list[dict[str, Any]]] | None:
+    """Validate ``reply_markup`` like the Bot API; returns the inline keyboard rows (None: no buttons).
+
+    ``sendMessage`` also takes reply keyboards, ``ReplyKeyboardRemove`` and ``ForceReply`` (no inline
+    buttons result); ``editMessageText`` takes an inline keyboard only.
+    """
+    if markup is None or markup == "":
+        return None
+    if not isinstance(markup, dict):
+        raise _ApiError(400, BAD_MARKUP)
+    if "inline_keyboard" not in markup:
+        if inline_only or not ({"keyboard", "remove_keyboard", "force_reply"} & set(markup)):
+            raise _ApiError(400, BAD_MARKUP)
+        return None
+    rows = markup["inline_keyboard"]
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise _ApiError(400, BAD_MARKUP)
+    for row in rows:
+        for button in row:
+            if not isinstance(button, dict) or not isinstance(button.get("text"), str):
+                raise _ApiError(
+                    400,
+                    'Bad Request: can\'t parse inline keyboard button: Field "text" must be of type String',
+                )
+            actions = [key for key in BUTTON_ACTIONS if key in button]
+            if not actions:
+                raise _ApiError(400, TEXT_BUTTON)
+            if len(actions) > 1:
+                raise _ApiError(
+                    400,
+                    "Bad Request: can't parse inline keyboard button: exactly one action field is allowed",
+                )
+            if "callback_data" in button:
+                data = button["callback_data"]
+                if not isinstance(data, str) or not 1 <= len(data.encode("utf-8")) <= CALLBACK_DATA_LIMIT:
+                    raise _ApiError(400, BUTTON_DATA_INVALID)
+            if "style" in button and button["style"] not in BUTTON_STYLES:
+                raise _ApiError(400, "Bad Request: can't parse inline keyboard button: wrong button style")
+    kept = [list(row) for row in rows if row]
+    return kept or None
 
 
 def _utf16_len(text: str) -> int:

@@ -6,6 +6,7 @@ each rule comes from); a channel that sent it would leave the user with a broken
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -116,3 +117,43 @@ async def test_a_card_delivered_without_user_id_type_never_shows_up(fake_dingtal
         )
     assert answer.status_code == 200
     assert fake_dingtalk.bubbles(conversation) == []
+
+
+BUTTONS = json.dumps([{"label": "Approve", "command": "/approve K7PX2M", "color": "blue"}])
+
+
+async def test_a_button_list_must_be_a_json_array_of_buttons(fake_dingtalk):
+    async with _client(fake_dingtalk) as client:
+        not_json = await _card(client, "a", cardData={"cardParamMap": {"actions": "Approve"}})
+        no_command = await _card(
+            client, "b", cardData={"cardParamMap": {"actions": '[{"label": "Approve"}]'}}
+        )
+        good = await _card(client, "c", cardData={"cardParamMap": {"actions": BUTTONS}})
+        removed = await client.put(
+            "/v1.0/card/instances",
+            json={
+                "outTrackId": "c",
+                "cardData": {"cardParamMap": {"actions": "[]"}},
+                "cardUpdateOptions": {"updateCardDataByKey": True},
+            },
+        )
+    assert (not_json.status_code, no_command.status_code, good.status_code) == (400, 400, 200)
+    assert removed.status_code == 200 and fake_dingtalk.cards["c"].buttons == []
+
+
+async def test_a_press_needs_a_shown_button_a_stream_card_and_an_app_subscribed_to_card_callbacks(card_rig):
+    fake = card_rig.fake  # the channel runs without card_actions_key: it does not subscribe
+    async with _client(fake) as client:
+        for track, callback in (("stream", "STREAM"), ("http", "HTTP")):
+            await _card(client, track, callbackType=callback, cardData={"cardParamMap": {"actions": BUTTONS}})
+            await client.post(
+                "/v1.0/card/instances/deliver",
+                json={"outTrackId": track, "openSpaceId": "dtv1.card//IM_ROBOT.alice", "userIdType": 1},
+            )
+    with pytest.raises(LookupError):
+        fake.press_button(fake.cards["stream"], "Deny", user_id="alice")
+    with pytest.raises(RuntimeError, match="callbackType STREAM"):
+        fake.press_button(fake.cards["http"], "Approve", user_id="alice")
+    with pytest.raises(RuntimeError, match="did not subscribe"):
+        fake.press_button(fake.cards["stream"], "Approve", user_id="alice")
+    assert fake.presses == []

@@ -112,7 +112,7 @@ async def test_webhook_mode_registers_the_secret_and_answers_messages_telegram_p
         (registered,) = tg.calls("setWebhook")
         assert registered["params"]["url"] == f"{sb.url}{PATH}"
         assert registered["params"]["secret_token"] == SECRET
-        assert registered["params"]["allowed_updates"] == ["message"]
+        assert registered["params"]["allowed_updates"] == ["message", "callback_query"]
         assert registered["params"]["drop_pending_updates"] is False
 
         tg.user_message(42, "hello over the webhook", user_id=42)
