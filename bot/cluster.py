@@ -74,6 +74,8 @@ leases_table = Table(
 
 INBOX_CHANNEL = "switchboard_inbox"
 STOP_CHANNEL = "switchboard_stop"
+#: Payload: a lease's name, released by a stopping instance (the others try to take it at once).
+LEASE_CHANNEL = "switchboard_lease"
 #: Pending entries read per look for work (oldest first). A backlog beyond this waits its turn.
 SCAN_LIMIT = 500
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
@@ -167,6 +169,8 @@ class Cluster:
         self.on_stop: Callable[[str, str | None], object] | None = None
         #: Told an entry id whose claim another instance took over (this instance must stop its turn).
         self.on_lost: Callable[[str], object] | None = None
+        #: Told the name of a lease another instance released (bot.leases.LeaseKeeper.wake).
+        self.on_lease_freed: Callable[[str], object] | None = None
         self._wake = asyncio.Event()
         self._listener: Any = None  # asyncpg.Connection
         self._heartbeat: asyncio.Task[None] | None = None
@@ -213,11 +217,16 @@ class Cluster:
             self._listener = await asyncpg.connect(url)
             await self._listener.add_listener(INBOX_CHANNEL, self._on_inbox)
             await self._listener.add_listener(STOP_CHANNEL, self._on_stop)
+            await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
         except Exception as exc:  # the fallback poll still finds work, only later
             log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
 
     def _on_inbox(self, *_args: object) -> None:
         self._wake.set()
+
+    def _on_lease(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if self.on_lease_freed is not None:
+            self.on_lease_freed(payload)
 
     def _on_stop(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         thread_id, _, token = payload.partition(" ")
@@ -504,6 +513,7 @@ class Lease:
             return
         async with self.db.engine.begin() as conn:
             await conn.execute(_LEASE_RELEASE, {"name": self.name, "me": self.holder, "token": self.token})
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": LEASE_CHANNEL, "p": self.name})
         self.token = None
 
     async def current(self) -> tuple[str, int] | None:

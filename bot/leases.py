@@ -12,7 +12,8 @@ the instance holding the lease ``channel:<provider>``:
   receiving at once (:meth:`~channels.base.Channel.stop_receiving`);
 - the others try to acquire it when it would lapse (PostgreSQL's clock says when), so after a holder
   dies another instance receives within the TTL;
-- a graceful stop releases the lease after the channel paused, so the next instance need not wait.
+- a graceful stop releases the lease after the channel paused and says so (``NOTIFY
+  switchboard_lease``), so the next instance takes it at once instead of at its next look.
 
 The keeper speaks only the channel contract's neutral hooks; it never asks which platform it drives.
 """
@@ -57,6 +58,7 @@ class LeaseKeeper:
         self._held: dict[str, _Held] = {}
         self._task: asyncio.Task[None] | None = None
         self._halted = False
+        self._wake = asyncio.Event()
 
     def govern(self, channels: dict[str, Channel]) -> None:
         """Before the channels start: those that receive exclusively wait for their lease to receive."""
@@ -108,10 +110,17 @@ class LeaseKeeper:
             if h.lease.token is not None
         ]
 
+    def wake(self, name: str) -> None:
+        """Another instance released lease ``name``: look now rather than at the next period."""
+        if any(h.lease.name == name and h.lease.token is None for h in self._held.values()):
+            self._wake.set()
+
     # --- the loop ------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         while not self._halted:
-            await asyncio.sleep(self._next_wait())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._next_wait())
+            self._wake.clear()
             await self._pass()
 
     def _next_wait(self) -> float:

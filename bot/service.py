@@ -205,6 +205,8 @@ class Service:
         self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
         started = {p for p, channel in self.channels.items() if await self._start_channel(p, channel)}
         if self.leases is not None:
+            assert self.cluster is not None
+            self.cluster.on_lease_freed = self.leases.wake  # a released lease is taken at once
             await self.leases.start(started)
         self.started_at = time.time()
 

@@ -424,3 +424,29 @@ async def test_a_telegram_holder_that_cannot_renew_its_lease_in_time_stops_polli
             finally:
                 await a.stop()
         assert tg.bot_texts(60) == ["echo: before", "echo: while stuck"]
+
+
+async def test_a_stopping_telegram_holder_hands_its_lease_over_at_once(tmp_path, llm):
+    """A rolling restart: the holder stops gracefully. With a 30 s lease the standby would look again
+    only after 10 s; the release's NOTIFY makes it take the lease and poll right away."""
+    from tests.fakes.telegram import FakeTelegram
+
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=30)
+            b = telegram_instance(tmp_path, llm, url, tg, "b", lease_ttl_seconds=30)
+            await a.start()
+            await b.start()  # b's first look found the lease held: its next is 10 s away
+            try:
+                await a.stop()
+                stopped = time.monotonic()
+                tg.user_message(70, "after the restart")
+                await tg.wait_for_bot_text(70, "echo: after the restart", timeout=20)
+                handed_over = time.monotonic() - stopped
+                assert (await b.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:telegram", "token": 2}
+                ]
+            finally:
+                await b.stop()
+        assert tg.bot_texts(70) == ["echo: after the restart"]
+    assert handed_over < 5, f"the standby took {handed_over:.1f} s to take the released lease"
