@@ -55,6 +55,12 @@ class RiskPolicy:
         )
         self._rules = [(re.compile(p, re.IGNORECASE), why) for p, why in rules]
 
+    def with_mode(self, mode: Mode) -> RiskPolicy:
+        """The same rules under another mode (a chat's own ``/approval`` setting)."""
+        policy = RiskPolicy.__new__(RiskPolicy)
+        policy.mode, policy._rules = mode, self._rules
+        return policy
+
     def reason(self, command: str) -> str | None:
         if self.mode == "never":
             return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from agent.goals import GoalKeeper
@@ -71,6 +71,8 @@ class TurnRequest:
     scheduler: TaskScheduler | None = None
     #: Where risky commands are approved (None: nobody can be asked, so risky commands do not run).
     approvals: ApprovalGate | None = None
+    #: This chat's override of ``sandbox.approval`` (an admin's ``/approval``); None: the service's.
+    approval_mode: Literal["never", "risky", "always"] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -687,7 +687,9 @@ class AgentRuntime:
                 search=self.search,
                 skills=self.skills,
                 scheduler=request.scheduler,
-                risk=self.risk,
+                risk=self.risk
+                if request.approval_mode is None
+                else self.risk.with_mode(request.approval_mode),
                 approvals=request.approvals,
             ),
         )

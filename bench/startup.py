@@ -2,14 +2,19 @@
 
 Each run starts a real ``python -m bot serve`` subprocess with a fresh temporary config (SQLite, no
 channels, one model whose endpoint is a closed port on 127.0.0.1 — start-up never calls it) and polls
-``/health`` every 10 ms from the moment before the process is spawned. It also records when ``/health``
-first reports ``"agent": "ready"`` (the LangGraph runtime built in the background). The baseline is a
+``/health`` every 10 ms from the moment before the process is spawned. The first 200 counts even while
+it says ``"status": "starting"`` (the process answers; bot/boot.py); it also records when ``/health``
+first reports ``"database": "ok"`` (the service is open: schema, inbox, channels, webhook routes) and
+``"agent": "ready"`` (the LangGraph runtime built in the background). ``--importtime`` runs both
+processes under ``python -X importtime`` and sums the imports finished before the first 200 — less
+sensitive to a busy machine than the wall clock. The baseline is a
 bare FastAPI app with one ``/health`` route, started the same way (a ``python`` subprocess running
 uvicorn), so interpreter start-up and the FastAPI/uvicorn imports cancel out of the ratio.
 
 Runs alternate between the two so a busy moment on the machine hits both alike; medians are reported.
 
 Run:  python -m bench.startup --runs 7
+      python -m bench.startup --runs 3 --importtime
       python -m bench.startup --runs 7 --tree /path/to/older/checkout   (the same, for a before/after)
 Goal: serve → /health ≤ 1 s.
 """
@@ -20,13 +25,16 @@ import argparse
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -86,32 +94,73 @@ def get_health(port: int) -> dict[str, object] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+@dataclass
+class Startup:
+    """Seconds from spawning the process to each moment (None: not waited for / not reached)."""
+
+    health: float  # the first 200 from /health (``"status": "starting"`` counts: the process answers)
+    storage: float | None = None  # the first /health with ``"database": "ok"`` (Service.open done)
+    agent: float | None = None  # the first /health with ``"agent": "ready"``
+    #: With ``-X importtime``: microseconds of imports finished before the first /health (the sum of
+    #: every module's own time, any thread), and the same per top-level package.
+    import_us: int | None = None
+    import_top: dict[str, int] = field(default_factory=dict)
+
+
+def import_totals(lines: list[str]) -> tuple[int, dict[str, int]]:
+    total = 0
+    top: dict[str, int] = {}
+    for line in lines:
+        match = IMPORT_LINE.match(line)
+        if match is None:
+            continue
+        own, name = int(match["own"]), match["name"]
+        total += own
+        root = name.strip().split(".")[0]
+        top[root] = top.get(root, 0) + own
+    return total, top
+
+
+IMPORT_LINE = re.compile(r"import time:\s+(?P<own>\d+) \|\s+\d+ \|(?P<name>.*)$")
+
+
 def measure(
     command: list[str], port: int, *, wait_agent: bool, tree: Path = ROOT, limit: float = 120
-) -> tuple[float, float | None]:
-    """Seconds from spawning ``command`` to the first 200 from /health (and to ``agent: ready``)."""
+) -> Startup:
+    """Spawn ``command`` and poll /health until it answers (and, with ``wait_agent``, the agent is ready)."""
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env["PYTHONPATH"] = str(tree)
+    stderr_lines: list[str] = []
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    first: float | None = None
-    ready: float | None = None
+    assert process.stderr is not None
+    reader = threading.Thread(
+        target=lambda: stderr_lines.extend(line.decode(errors="replace") for line in process.stderr),  # type: ignore[union-attr]
+        daemon=True,
+    )
+    reader.start()  # drained all along: -X importtime writes more than a pipe holds
+    result: Startup | None = None
     try:
         while time.perf_counter() - started < limit:
             if process.poll() is not None:
-                stderr = process.stderr.read().decode() if process.stderr else ""
-                raise RuntimeError(f"{command[:3]} exited during start-up:\n{stderr[-2000:]}")
+                reader.join(5)
+                raise RuntimeError(f"{command[:3]} exited during start-up:\n{''.join(stderr_lines)[-2000:]}")
             body = get_health(port)
             now = time.perf_counter() - started
-            if body is not None and first is None:
-                first = now
-            if body is not None and (not wait_agent or body.get("agent", "ready") == "ready"):
-                ready = now if wait_agent else None
-                break
+            if body is not None and result is None:
+                result = Startup(health=now)
+                result.import_us, result.import_top = import_totals(list(stderr_lines))
+            if result is not None and body is not None:
+                if result.storage is None and body.get("database") == "ok":
+                    result.storage = now
+                if not wait_agent or body.get("agent", "ready") == "ready":
+                    if wait_agent:
+                        result.agent = now
+                    break
             time.sleep(0.01)
-        if first is None:
+        if result is None:
             raise RuntimeError(f"{command[:3]} did not answer /health within {limit} s")
-        return first, ready
+        return result
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -121,44 +170,65 @@ def measure(
             process.wait()
 
 
+def serve_command(config: Path, *, importtime: bool) -> list[str]:
+    flags = ["-X", "importtime"] if importtime else []
+    return [sys.executable, *flags, "-m", "bot", "--log-level", "WARNING", "serve", "--config", str(config)]
+
+
+def bare_command(port: int, *, importtime: bool) -> list[str]:
+    flags = ["-X", "importtime"] if importtime else []
+    return [sys.executable, *flags, "-c", BARE_APP.format(port=port)]
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def median_ms(values: list[float | None]) -> float:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) * 1000 if known else float("nan")
+
+
 def run(args: argparse.Namespace) -> int:
-    serve_health: list[float] = []
-    serve_ready: list[float] = []
-    bare_health: list[float] = []
+    serve_runs: list[Startup] = []
+    bare_runs: list[Startup] = []
     for index in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="switchboard-startup-") as tmp:
             port = free_port()
             config = write_config(Path(tmp), port)
-            command = [
-                sys.executable,
-                "-m",
-                "bot",
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--config",
-                str(config),
-            ]
-            health, ready = measure(command, port, wait_agent=True, tree=args.tree)
-        serve_health.append(health)
-        if ready is not None:
-            serve_ready.append(ready)
+            serve = measure(
+                serve_command(config, importtime=args.importtime), port, wait_agent=True, tree=args.tree
+            )
+        serve_runs.append(serve)
         port = free_port()
-        bare, _ = measure([sys.executable, "-c", BARE_APP.format(port=port)], port, wait_agent=False)
-        bare_health.append(bare)
-        print(
-            f"run {index + 1}: serve /health {health * 1000:.0f} ms (agent ready {(ready or 0) * 1000:.0f} ms), "
-            f"bare app /health {bare * 1000:.0f} ms",
-            flush=True,
+        bare = measure(bare_command(port, importtime=args.importtime), port, wait_agent=False)
+        bare_runs.append(bare)
+        line = (
+            f"run {index + 1}: serve /health {ms(serve.health)} (database ok {ms(serve.storage)}, "
+            f"agent ready {ms(serve.agent)}), bare app /health {ms(bare.health)}"
         )
-    serve_ms = statistics.median(serve_health) * 1000
-    bare_ms = statistics.median(bare_health) * 1000
-    ready_ms = statistics.median(serve_ready) * 1000 if serve_ready else float("nan")
+        if args.importtime:
+            line += f"; imports before /health: serve {serve.import_us / 1000:.0f} ms, bare {bare.import_us / 1000:.0f} ms"  # type: ignore[operator]
+        print(line, flush=True)
+    serve_ms = median_ms([r.health for r in serve_runs])
+    bare_ms = median_ms([r.health for r in bare_runs])
     print(f"runs                      {args.runs}")
-    print(f"serve → /health 200       median {serve_ms:.0f} ms (min {min(serve_health) * 1000:.0f} ms)")
-    print(f"serve → agent ready       median {ready_ms:.0f} ms")
-    print(f"bare app → /health 200    median {bare_ms:.0f} ms (min {min(bare_health) * 1000:.0f} ms)")
+    print(
+        f"serve → /health 200       median {serve_ms:.0f} ms (min {min(r.health for r in serve_runs) * 1000:.0f} ms)"
+    )
+    print(f"serve → database ok       median {median_ms([r.storage for r in serve_runs]):.0f} ms")
+    print(f"serve → agent ready       median {median_ms([r.agent for r in serve_runs]):.0f} ms")
+    print(
+        f"bare app → /health 200    median {bare_ms:.0f} ms (min {min(r.health for r in bare_runs) * 1000:.0f} ms)"
+    )
     print(f"ratio serve / bare        {serve_ms / bare_ms:.2f}×")
+    if args.importtime:
+        for name, runs in (("serve", serve_runs), ("bare app", bare_runs)):
+            totals = [r.import_us or 0 for r in runs]
+            print(f"imports before /health    {name}: median {statistics.median(totals) / 1000:.0f} ms")
+            top = runs[totals.index(sorted(totals)[len(totals) // 2])].import_top
+            heavy = sorted(top.items(), key=lambda item: -item[1])[:8]
+            print("                          " + ", ".join(f"{n} {us / 1000:.0f}" for n, us in heavy))
     print(f"machine                   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"goal (/health ≤ 1 s): {'met' if serve_ms <= 1000 else 'NOT met'}")
     return 0
@@ -167,6 +237,11 @@ def run(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--importtime",
+        action="store_true",
+        help="run both with python -X importtime and report the imports finished before the first /health",
+    )
     parser.add_argument(
         "--tree",
         type=Path,

@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import importlib.metadata
+import logging
 import os
 import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from config import ConfigError, Settings, load_settings
 from config.loader import find_config_file
@@ -20,6 +20,8 @@ from config.secrets import known_secrets
 
 if TYPE_CHECKING:
     from channels.terminal import TerminalChannel
+
+log = logging.getLogger("switchboard")
 
 EXIT_CONFIG = 2
 #: As uvicorn's own start-up failure, so supervisors see the same code whichever part failed.
@@ -80,16 +82,35 @@ def load_or_exit(path: str | None) -> Settings:
 
 def version() -> str:
     """The installed package's version (the one ``pip`` knows), without importing the service."""
+    import importlib.metadata  # 30 ms: only when asked (the parser is built for every command)
+
     try:
         return importlib.metadata.version("switchboard")
     except importlib.metadata.PackageNotFoundError:
         return "0.0.0+unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up when given rather than each time the parser is built."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kwargs.get("help"))
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        print(f"switchboard {version()}")
+        parser.exit()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Listen first, then build the service behind :class:`bot.boot.Booting` (docs/operations.md).
+
+    What fails in one line before anything listens stays here (configuration, missing extras, the
+    sandbox); the rest — FastAPI, SQLAlchemy, the service, the SQLite instance check, the database —
+    comes after the socket is open, so ``/health`` answers ``"starting"`` meanwhile.
+    """
     import uvicorn
 
-    from bot.app import create_app
+    from bot.boot import BootCancelled, Booting
     from bot.logs import configure_logging
 
     settings = load_or_exit(args.config)
@@ -100,29 +121,60 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
     preflight_extras(settings)
     preflight_sandbox(settings)
-    preflight_database(settings)
     source = find_config_file(args.config)
     failures: list[BaseException] = []
+    exit_code: list[int] = []
     server: uvicorn.Server | None = None
+
+    def stop_serving() -> None:
+        if server is not None:
+            server.should_exit = True
 
     def agent_failed(exc: BaseException) -> None:
         # HTTP was already answering while the agent was built; a build that fails still ends `serve`.
         failures.append(exc)
-        if server is not None:
-            server.should_exit = True
+        stop_serving()
 
-    app = create_app(settings, config_source=str(source) if source else None, on_agent_failed=agent_failed)
+    def start_failed(exc: BaseException) -> None:
+        if isinstance(exc, SystemExit):  # a pre-flight check printed its line already
+            exit_code.append(exc.code if isinstance(exc.code, int) else EXIT_STARTUP)
+        else:
+            log.debug("start-up failed", exc_info=exc)
+            print(f"switchboard: start-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            exit_code.append(EXIT_STARTUP)
+        stop_serving()
+
+    async def build(stack: contextlib.AsyncExitStack) -> Any:
+        # FastAPI, SQLAlchemy and the service's modules: imported in a worker thread, so the event
+        # loop keeps answering /health between the import's GIL slices.
+        await asyncio.to_thread(importlib.import_module, "bot.app")
+        if booting.stopping:
+            raise BootCancelled
+        preflight_database(settings)
+        from bot.app import create_app
+
+        app = create_app(
+            settings, config_source=str(source) if source else None, on_agent_failed=agent_failed
+        )
+        await stack.enter_async_context(app.router.lifespan_context(app))  # Service.open()
+        return app
+
+    booting = Booting(build, starting_health=starting_health(settings), on_failed=start_failed)
     config = uvicorn.Config(
-        app,
+        booting,
         host=settings.server.host,
         port=settings.server.port,
         log_config=None,
         access_log=False,
+        lifespan="on",
+        interface="asgi3",
         ws="none",  # no WebSocket endpoints: skips importing a WebSocket implementation at start-up
         timeout_graceful_shutdown=int(settings.bus.drain_seconds) + 5,
     )
     server = uvicorn.Server(config)
     server.run()
+    if exit_code:
+        return exit_code[0]
     if failures:
         exc = failures[0]
         print(f"switchboard: the agent could not be started: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -130,6 +182,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not server.started:
         return EXIT_STARTUP  # uvicorn logged why (port in use, the rest of start-up failed)
     return 0
+
+
+def starting_health(settings: Settings) -> dict[str, Any]:
+    """``/health`` before the service exists: the same keys, nothing claimed that is not known yet."""
+    from bot.version import VERSION
+
+    channels = {name: {"state": "starting"} for name, section in settings.channels.items() if section.enabled}
+    return {
+        "status": "starting",
+        "version": VERSION,
+        "database": "starting",
+        "agent": "starting",
+        "sandbox": settings.sandbox.mode,
+        "mcp": {},
+        "channels": channels,
+    }
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -229,7 +297,7 @@ def _each_subparser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPa
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchboard", description="Self-hosted chat-ops bot service.")
-    parser.add_argument("--version", action="version", version=f"switchboard {version()}")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     _add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agent.errors import describe_error
 from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
@@ -63,6 +64,36 @@ CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
 )
+
+
+ApprovalMode = Literal["never", "risky", "always"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("never", "risky", "always")
+
+
+def approval_mode(stored: str | None) -> ApprovalMode | None:
+    """A conversation's stored ``/approval`` override, or None (also for a value this build lacks)."""
+    for mode in APPROVAL_MODES:
+        if stored == mode:
+            return mode
+    return None
+
+
+#: How often a stopped turn that is still running is cancelled again (see _keep_cancelling).
+RECANCEL_SECONDS = 0.25
+
+
+async def _keep_cancelling(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` again until it ends: one cancellation can be lost.
+
+    Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
+    awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
+    that step used to take effect only when the model's stream ended (20 s and more, measured on the
+    Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
+    """
+    while not task.done():
+        await asyncio.sleep(RECANCEL_SECONDS)
+        if not task.done():
+            task.cancel()
 
 
 @dataclass(slots=True)
@@ -406,7 +437,11 @@ class ChannelManager:
         if token is not None and (lane.current is None or lane.current.token != token):
             return False
         lane.stop_requested = True
-        lane.agent_task.cancel()
+        task = lane.agent_task
+        task.cancel()
+        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
+        self._handlers.add(watch)
+        watch.add_done_callback(self._handlers.discard)
         return True
 
     @staticmethod
@@ -651,6 +686,7 @@ class ChannelManager:
                 if self.approvals
                 else None
             ),
+            approval_mode=approval_mode(turn.conversation.approval),
         )
 
         async def consume() -> None:

@@ -41,10 +41,20 @@ async def _approval_notice_ref(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE approvals ADD COLUMN notice_ref TEXT"))
 
 
+async def _conversation_approval(conn: AsyncConnection) -> None:
+    """A chat's own ``sandbox.approval`` mode, set by an admin with ``/approval``."""
+    columns = await conn.run_sync(
+        lambda sync: {c["name"] for c in inspect(sync).get_columns("conversations")}
+    )
+    if "approval" not in columns:
+        await conn.execute(text("ALTER TABLE conversations ADD COLUMN approval VARCHAR(16)"))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
     (2, "approvals.notice_ref: the request's message, edited with the outcome", _approval_notice_ref),
+    (3, "conversations.approval: a chat's own sandbox.approval, set by an admin", _conversation_approval),
 ]
 
 

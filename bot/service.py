@@ -56,6 +56,7 @@ from bot.leases import LeaseKeeper
 from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.registry import channel_class
 from bot.threads import ThreadStore
+from bot.version import VERSION
 from channels.base import Channel
 from channels.types import ChatCommand
 from config.schema import Settings
@@ -67,7 +68,6 @@ log = logging.getLogger(__name__)
 
 AgentState = Literal["starting", "ready", "failed"]
 
-VERSION = "0.1.0"
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
 
 

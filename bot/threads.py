@@ -36,6 +36,9 @@ conversations_table = Table(
     Column("thread_id", String(64), nullable=False, unique=True),
     Column("owner", String(200), nullable=False),
     Column("model", String(100)),
+    # This chat's override of sandbox.approval (never | risky | always), set by an admin; None: the
+    # service's setting (migration step 3).
+    Column("approval", String(16)),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     UniqueConstraint("provider", "workspace", "chat", "topic", name="uq_conversation"),
@@ -52,6 +55,7 @@ class Conversation:
     thread_id: str
     owner: str
     model: str | None
+    approval: str | None = None
 
 
 class ThreadStore:
@@ -168,6 +172,17 @@ class ThreadStore:
             )
         return self._remember(replace(current, model=model))
 
+    async def set_approval(self, key: ConversationKey, owner: str, mode: str | None) -> Conversation:
+        """``/approval``: this chat's override of ``sandbox.approval`` (None: back to the service's)."""
+        current = await self.get_or_create(key, owner)
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(conversations_table)
+                .where(*self._match(key))
+                .values(approval=mode, updated_at=time.time())
+            )
+        return self._remember(replace(current, approval=mode))
+
     @staticmethod
     def _match(key: ConversationKey) -> list[ColumnElement[bool]]:
         c = conversations_table.c
@@ -180,4 +195,5 @@ class ThreadStore:
             thread_id=row["thread_id"],
             owner=row["owner"],
             model=row["model"],
+            approval=row["approval"],
         )

@@ -549,13 +549,15 @@ class DiscordChannel(Channel):
         return DiscordTransport(self, message)
 
     def private_transport(self, message: InboundMessage) -> ReplyTransport | None:
-        """Ephemeral, which Discord only has for interactions (slash commands); a typed command gets None.
+        """Ephemeral, which Discord only has for interactions (slash commands, button presses); a typed
+        command gets None.
 
-        For a slash command whose interaction is over, the sender's DMs instead (never the channel).
+        For an interaction that is over, the sender's DMs instead (never the channel).
         """
-        if not message.context.get("interaction"):
+        key = next((k for k in ("interaction", "press") if message.context.get(k)), None)
+        if key is None:
             return None
-        live = self.interactions.live(message)
+        live = self.interactions.live(message, key)
         if live is None and message.is_private:
             return None  # the conversation already is the sender's DM
         return InteractionTransport(self, message, live, private=True)

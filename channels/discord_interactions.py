@@ -16,6 +16,12 @@ token usable for 15 minutes for edits and followup messages. So for each INTERAC
    message with a short public note and goes out as an ephemeral followup.
 4. Once the token has expired (or the interaction is unknown to this process, e.g. after a restart), a
    public answer goes to the channel as an ordinary message and a private one to the sender's DMs.
+
+A button press (type 3, ``MESSAGE_COMPONENT``) takes the same path with two differences: it is
+acknowledged with type 6 (``DEFERRED_UPDATE_MESSAGE``) as soon as it is stored — the pressed message is
+the interaction's "original" and stays as it is until the manager edits it as an ordinary message — and
+only what the manager sends *privately* about it (a refused press) goes through the interaction, as an
+ephemeral message; its public answers are ordinary messages in the conversation.
 """
 
 from __future__ import annotations
@@ -32,6 +38,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import discord
 
+from channels.discord_buttons import (
+    BUTTON_COMPONENT,
+    FOLLOWUP_PREFIX,
+    ORIGINAL,
+    action_view,
+    pressed_ref,
+    send_kwargs,
+)
 from channels.discord_commands import ARGS_OPTION
 from channels.discord_transport import (
     MAX_FILES_PER_MESSAGE,
@@ -58,10 +72,8 @@ TOKEN_MARGIN = timedelta(seconds=30)
 #: JSON error codes: "Interaction has already been acknowledged", "Unknown interaction".
 ALREADY_ACKNOWLEDGED = 40060
 UNKNOWN_INTERACTION = 10062
-#: The reference of the interaction's original response among a reply's message references.
-ORIGINAL = "@original"
-#: Followup message references carry this prefix, so an edit knows which webhook (or channel) to use.
-FOLLOWUP_PREFIX = "i:"
+#: ``ORIGINAL`` is the reference of the interaction's original response among a reply's messages;
+#: followup references carry ``FOLLOWUP_PREFIX``, so an edit knows which webhook (or channel) to use.
 EPHEMERAL_FLAG = 64
 _REMEMBERED = 1_000
 
@@ -73,6 +85,11 @@ FAILED_ANSWER = "I could not take that command just now — please run it again 
 NOT_HERE_ANSWER = "I'm not enabled in this server."
 RESTARTING_ANSWER = "I'm restarting — please run that command again in a minute."
 PRIVATE_NOTE = "🔒 Answered privately."
+PRESS_BUSY_ANSWER = (
+    "I'm overloaded right now and could not take that press — please press it again in a minute."
+)
+PRESS_FAILED_ANSWER = "I could not take that press just now — please press it again in a minute."
+PRESS_RESTARTING_ANSWER = "I'm restarting — please press that button again in a minute."
 
 State = Literal["open", "deferred", "answered", "dead"]
 
@@ -89,7 +106,11 @@ class LiveInteraction:
         self.received = received  # event-loop time of arrival
         self.lock = asyncio.Lock()
         self.state: State = "open"
-        self.original_filled = False  # the original response shows a real answer (not "thinking…")
+        #: A button press: acknowledged without "thinking…", and its "original" is the pressed message.
+        self.component = interaction.type is discord.InteractionType.component
+        # The original response shows a real answer (not "thinking…"); a pressed message always does,
+        # so nothing sent about a press ever overwrites it.
+        self.original_filled = self.component
         self.stored = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
 
@@ -111,12 +132,13 @@ class LiveInteraction:
             self.state = "dead"
 
     async def defer(self) -> None:
-        """Acknowledge with "thinking…" if nothing answered yet (the 3-second rule)."""
+        """Acknowledge if nothing answered yet (the 3-second rule): "thinking…" for a command, type 6
+        (nothing visible changes) for a press."""
         async with self.lock:
             if self.state != "open" or self.expired() or not self._in_ack_window():
                 return
             try:
-                await self.interaction.response.defer(thinking=True)
+                await self.interaction.response.defer(thinking=not self.component)
             except discord.InteractionResponded:
                 self.state = "deferred"
             except discord.HTTPException as exc:
@@ -127,7 +149,7 @@ class LiveInteraction:
             else:
                 self.state = "deferred"
 
-    async def send(self, text: str, *, private: bool) -> str:
+    async def send(self, text: str, *, private: bool, actions: Sequence[Action] = ()) -> str:
         """Put ``text`` in the first free place: the callback, the deferred original, else a followup."""
         async with self.lock:
             if self.expired():
@@ -139,7 +161,7 @@ class LiveInteraction:
                 try:
                     with discord_errors():
                         await self.interaction.response.send_message(
-                            text, ephemeral=private, allowed_mentions=NO_MENTIONS
+                            text, ephemeral=private, allowed_mentions=NO_MENTIONS, **send_kwargs(actions)
                         )
                 except ChannelError as exc:
                     if isinstance(exc.__cause__, discord.HTTPException):
@@ -155,26 +177,34 @@ class LiveInteraction:
                 # Deferred publicly: the answer replaces "thinking…", or, if private, a note does.
                 with discord_errors():
                     await self.interaction.edit_original_response(
-                        content=PRIVATE_NOTE if private else text, allowed_mentions=NO_MENTIONS
+                        content=PRIVATE_NOTE if private else text,
+                        allowed_mentions=NO_MENTIONS,
+                        view=None if private else action_view(actions),
                     )
                 self.state, self.original_filled = "answered", True
                 if not private:
                     return ORIGINAL
             with discord_errors():
                 sent = await self.interaction.followup.send(
-                    text, ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS
+                    text, ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS, **send_kwargs(actions)
                 )
             return f"{FOLLOWUP_PREFIX}{sent.id}"
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if self.expired():
             raise EditFailed("the Discord interaction token expired")
+        view = action_view(actions)  # None removes the buttons
         with discord_errors():
             if ref == ORIGINAL:
-                await self.interaction.edit_original_response(content=text, allowed_mentions=NO_MENTIONS)
+                await self.interaction.edit_original_response(
+                    content=text, allowed_mentions=NO_MENTIONS, view=view
+                )
             else:
                 await self.interaction.followup.edit_message(
-                    int(ref.removeprefix(FOLLOWUP_PREFIX)), content=text, allowed_mentions=NO_MENTIONS
+                    int(ref.removeprefix(FOLLOWUP_PREFIX)),
+                    content=text,
+                    allowed_mentions=NO_MENTIONS,
+                    view=view,
                 )
 
     async def send_files(self, files: Sequence[discord.File], *, private: bool) -> None:
@@ -201,6 +231,8 @@ class InteractionTransport(ReplyTransport):
     ``live`` is None for an interaction this process can no longer answer through (expired, or received
     before a restart): then every message takes the fallback at once.
     """
+
+    supports_actions = True
 
     def __init__(
         self,
@@ -230,19 +262,19 @@ class InteractionTransport(ReplyTransport):
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if self._fallback is None and self.live is not None:
             try:
-                return await self.live.send(text, private=self.private)
+                return await self.live.send(text, private=self.private, actions=actions)
             except _Gone:
                 log.info("Discord interaction %s is over; answering with an ordinary message", self.live.id)
-        return await (await self._fallen_back()).send(text, fallback=fallback)
+        return await (await self._fallen_back()).send(text, fallback=fallback, actions=actions)
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if ref != ORIGINAL and not ref.startswith(FOLLOWUP_PREFIX):
             # A channel message: sent after the fallback, or (after a restart) before it.
-            await (await self._fallen_back()).edit(ref, text)
+            await (await self._fallen_back()).edit(ref, text, actions=actions)
             return
         if self.live is None:
             raise EditFailed("the Discord interaction can no longer be answered through")
-        await self.live.edit(ref, text)
+        await self.live.edit(ref, text, actions=actions)
 
     async def send_files(self, files: Sequence[Path]) -> None:
         limit = self.channel.config.max_file_bytes
@@ -284,9 +316,13 @@ class Interactions:
         self._live: OrderedDict[str, LiveInteraction] = OrderedDict()
         self.received = 0
 
-    def live(self, message: InboundMessage) -> LiveInteraction | None:
-        """The live interaction ``message`` came from, if it came from one this process still can use."""
-        interaction_id = message.context.get("interaction")
+    def live(self, message: InboundMessage, key: str = "interaction") -> LiveInteraction | None:
+        """The live interaction ``message`` came from, if it came from one this process still can use.
+
+        ``key`` is the context field holding its id: ``interaction`` for a slash command, whose answers
+        all go through it, ``press`` for a button press, which only answers privately through it.
+        """
+        interaction_id = message.context.get(key)
         live = self._live.get(str(interaction_id)) if interaction_id else None
         return live if live is not None and not live.expired() else None
 
@@ -297,6 +333,9 @@ class Interactions:
 
     async def handle(self, interaction: discord.Interaction) -> None:
         """Store the command, then make sure Discord hears back in time (see the module doc)."""
+        if interaction.type is discord.InteractionType.component:
+            await self.handle_press(interaction)
+            return
         if interaction.type is not discord.InteractionType.application_command:
             return
         self.received += 1
@@ -323,6 +362,50 @@ class Interactions:
         finally:
             live.stored.set()
 
+    async def handle_press(self, interaction: discord.Interaction) -> None:
+        """Store a button press, then acknowledge it (type 6) — at once, or at the deadline at the latest.
+
+        A press Discord delivers again (a gateway replay after a resume) carries the same interaction id:
+        it meets the interaction already received, the inbox dedupes it, and nothing answers twice.
+        """
+        inbound = self.normalise_press(interaction)
+        if inbound is None:
+            return
+        self.received += 1
+        live = self._live.get(str(interaction.id))
+        if live is None:
+            live = LiveInteraction(interaction, asyncio.get_running_loop().time())
+            self._remember(live)
+        if inbound.workspace and not self.channel._guild_allowed(inbound.workspace):
+            await live.refuse(NOT_HERE_ANSWER)
+            return
+        if self.channel._paused:
+            await live.refuse(PRESS_RESTARTING_ANSWER)
+            return
+        if live.timer is None:
+            live.timer = asyncio.create_task(self._acknowledge_press_in_time(live), name="discord-press-ack")
+        sink = self.channel._sink
+        try:
+            if sink is None:
+                raise Backpressure("the Discord channel is not started")
+            await sink(inbound)
+        except Backpressure:
+            await live.refuse(PRESS_BUSY_ANSWER)
+        except Exception as exc:
+            log.warning("storing Discord button press %s failed: %s", live.id, exc)
+            await live.refuse(PRESS_FAILED_ANSWER)
+        else:
+            await live.defer()
+        finally:
+            live.stored.set()
+
+    async def _acknowledge_press_in_time(self, live: LiveInteraction) -> None:
+        """The backstop for a store that hangs: Discord shows "This interaction failed" after 3 s."""
+        remaining = ACK_DEADLINE_SECONDS - (asyncio.get_running_loop().time() - live.received)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.stored.wait(), max(0.0, remaining))
+        await live.defer()
+
     async def _acknowledge_in_time(self, live: LiveInteraction) -> None:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, self.channel.config.defer_after_seconds - (loop.time() - live.received)))
@@ -338,18 +421,9 @@ class Interactions:
         args = next(
             (str(o.get("value") or "") for o in data.get("options") or [] if o.get("name") == ARGS_OPTION), ""
         )
-        channel = interaction.channel
+        workspace, chat, topic = self._place(interaction)
         channel_id = interaction.channel_id or 0
         guild_id = interaction.guild_id
-        topic: str | None = None
-        if guild_id is None:
-            workspace, chat = "", str(channel_id)
-        else:
-            workspace, chat = str(guild_id), str(channel_id)
-            if isinstance(channel, discord.Thread) and channel.parent_id:
-                chat, topic = str(channel.parent_id), str(channel.id)
-            elif channel_id in self.channel._bot_threads:
-                chat, topic = str(self.channel._bot_threads[channel_id]), str(channel_id)
         user = interaction.user
         return InboundMessage(
             provider=self.channel.provider,
@@ -363,3 +437,39 @@ class Interactions:
             is_private=guild_id is None,
             context={"reply_channel": str(channel_id), "interaction": str(interaction.id)},
         )
+
+    def normalise_press(self, interaction: discord.Interaction) -> InboundMessage | None:
+        """A button press as BUTTONS.md has it: the button's command, in the pressed message's
+        conversation, ``pressed`` = the reference the transport returned for that message."""
+        data: dict[str, Any] = dict(interaction.data or {})
+        custom_id = data.get("custom_id")
+        if data.get("component_type") != BUTTON_COMPONENT or not custom_id or interaction.message is None:
+            return None  # a select menu, or a press without its message: nothing of ours
+        workspace, chat, topic = self._place(interaction)
+        user = interaction.user
+        return InboundMessage(
+            provider=self.channel.provider,
+            workspace=workspace,
+            chat=chat,
+            topic=topic,
+            sender=Sender(id=str(user.id), name=user.display_name, is_bot=user.bot),
+            text=str(custom_id),
+            platform_message_id=str(interaction.id),
+            mentioned=True,  # a press on the bot's own message is addressed to the bot
+            is_private=interaction.guild_id is None,
+            context={"reply_channel": str(interaction.channel_id or 0), "press": str(interaction.id)},
+            pressed=pressed_ref(interaction.message),
+        )
+
+    def _place(self, interaction: discord.Interaction) -> tuple[str, str, str | None]:
+        """(workspace, chat, topic) as a typed message in that place has them (channels.discord)."""
+        channel = interaction.channel
+        channel_id = interaction.channel_id or 0
+        guild_id = interaction.guild_id
+        if guild_id is None:
+            return "", str(channel_id), None
+        if isinstance(channel, discord.Thread) and channel.parent_id:
+            return str(guild_id), str(channel.parent_id), str(channel.id)
+        if channel_id in self.channel._bot_threads:
+            return str(guild_id), str(self.channel._bot_threads[channel_id]), str(channel_id)
+        return str(guild_id), str(channel_id), None

@@ -1,5 +1,9 @@
 """Replies on Discord: send, then ``message.edit``; files as ``discord.File``; the one error mapping.
 
+A reply's actions ride along as buttons (:mod:`channels.discord_buttons`) on sends and edits; an edit
+always says which buttons the message keeps, so one without actions sends ``components: []`` (Discord
+keeps a message's components when an edit leaves the field out).
+
 Pacing, splitting and the final-delivery guarantee live in :class:`channels.reply.ReplyStream`; this module
 only turns those calls into discord.py calls and discord.py's failures into :mod:`channels.errors`.
 """
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
+from channels.discord_buttons import action_view, send_kwargs
 from channels.errors import (
     BadRequest,
     ChannelError,
@@ -93,6 +98,8 @@ def discord_errors() -> Iterator[None]:
 class DiscordTransport(ReplyTransport):
     """Answers one inbound message in the channel/thread/DM recorded in its ``context``."""
 
+    supports_actions = True
+
     def __init__(self, channel: DiscordChannel, message: InboundMessage) -> None:
         self.channel = channel
         self.message = message
@@ -112,7 +119,7 @@ class DiscordTransport(ReplyTransport):
         return self.channel.client.get_partial_messageable(self.target_id)
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
-        kwargs: dict[str, object] = {"content": text, "allowed_mentions": NO_MENTIONS}
+        kwargs: dict[str, object] = {"content": text, "allowed_mentions": NO_MENTIONS, **send_kwargs(actions)}
         if self.reference is not None:
             kwargs["reference"] = self.reference
             kwargs["mention_author"] = False
@@ -126,7 +133,9 @@ class DiscordTransport(ReplyTransport):
             raise EditFailed(f"cannot edit {ref!r} as a channel message")
         with discord_errors():
             await (
-                self._target().get_partial_message(int(ref)).edit(content=text, allowed_mentions=NO_MENTIONS)
+                self._target()
+                .get_partial_message(int(ref))
+                .edit(content=text, allowed_mentions=NO_MENTIONS, view=action_view(actions))
             )
 
     async def send_files(self, files: Sequence[Path]) -> None:

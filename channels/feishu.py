@@ -10,8 +10,10 @@ as that module's ``loop``. Each ``im.message.receive_v1`` event is handed to the
 refuses the message (``Backpressure``), the sink fails or the commit takes longer than ``SINK_TIMEOUT``
 (kept inside Feishu's 3 s deadline), the callback raises, the SDK answers the frame with code 500 instead
 of 200, and Feishu pushes the event again later; the inbox dedupes on the message id, so a re-push of a
-message that was stored after all runs once. Everything else (API calls, downloads, reactions) runs on the
-service's loop through :class:`channels.feishu_api.LarkApi`, which never blocks it.
+message that was stored after all runs once. Card button presses (``card.action.trigger``) take the same
+path and are answered with an empty callback response once stored (:meth:`FeishuChannel.normalise_press`).
+Everything else (API calls, downloads, reactions) runs on the service's loop through
+:class:`channels.feishu_api.LarkApi`, which never blocks it.
 
 Only one long connection per process: the SDK keeps its loop in a module global.
 """
@@ -27,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import lark_oapi as lark
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
 
 from channels.base import Channel, InboundSink
 from channels.errors import BadRequest, ChannelError, FileTooLarge, RetryAfter
 from channels.feishu_api import LarkApi, is_image
-from channels.feishu_content import Mention, card_content, parse_content, text_content
+from channels.feishu_content import ButtonScope, Mention, card_content, parse_content, text_content
 from channels.feishu_stream import CardKitStream
 from channels.reply import NativeStream, ReplyTransport
 from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
@@ -75,8 +78,31 @@ async def _shutdown_ws(client: Any) -> None:
         task.cancel()
 
 
+class _LongConnection(lark.ws.Client):
+    """lark-oapi's long connection, also answering card callbacks that arrive as ``type=card`` frames.
+
+    Feishu's pages say ``card.action.trigger`` comes over the long connection like an event, and
+    lark-oapi routes ``type=event`` frames with that event type to ``register_p2_card_action_trigger``
+    (its answer goes back base64-encoded in the response frame). Deployments report card callbacks in
+    ``type=card`` frames too, which lark-oapi 1.7.x (1.7.5 checked) drops *unanswered* — the user sees
+    "something went wrong" (200340) and nothing happens. So a card frame is relabelled an event before
+    the SDK reads it: the same dispatcher, the same 3-second answer.
+    """
+
+    async def _handle_data_frame(self, frame: Any) -> None:
+        for header in frame.headers:
+            if header.key == "type" and header.value == "card":
+                header.value = "event"
+        await super()._handle_data_frame(frame)
+
+
 class FeishuTransport(ReplyTransport):
-    """Answers one inbound message: a card replying to it, streamed (CardKit) or patched as it grows."""
+    """Answers one inbound message: a card replying to it, streamed (CardKit) or patched as it grows.
+
+    Actions are card buttons; each carries the command and this conversation's scope back on a press.
+    """
+
+    supports_actions = True
 
     def __init__(self, channel: FeishuChannel, message: InboundMessage) -> None:
         self.channel = channel
@@ -84,16 +110,18 @@ class FeishuTransport(ReplyTransport):
         self.message_id = str(message.context.get("message_id") or message.platform_message_id)
         self.chat_id = str(message.context.get("chat_id") or message.chat)
         self.in_thread = bool(message.context.get("in_thread"))
+        self.scope: ButtonScope = button_scope(message)
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self._post("text", text_content(text))
-        return await self._post("interactive", card_content(text))
+        return await self._post("interactive", card_content(text, actions, self.scope))
 
     def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
+        """The CardKit entity, with the live buttons in it (Feishu delivers presses while it streams)."""
         if not self.channel.config.native_streaming or self.channel.native_refused:
             return None
-        return CardKitStream(self, self.api)
+        return CardKitStream(self, self.api, actions, self.scope)
 
     def refuse_native(self) -> None:
         """CardKit is not allowed for this app: later replies use the edit path without asking again."""
@@ -117,7 +145,7 @@ class FeishuTransport(ReplyTransport):
             return await self.api.create(self.chat_id, msg_type, content)
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
-        await self.api.patch(ref, card_content(text))
+        await self.api.patch(ref, card_content(text, actions, self.scope))
 
     async def send_files(self, files: Sequence[Path]) -> None:
         for path in files:
@@ -141,6 +169,19 @@ class FeishuTransport(ReplyTransport):
         except RetryAfter as exc:  # uploads are not paced by the reply stream; wait once as asked
             await asyncio.sleep(min(exc.retry_after, 10.0))
             return await self.api.upload(path)
+
+
+def button_scope(message: InboundMessage) -> ButtonScope:
+    """What a button on a reply to ``message`` carries back besides its command.
+
+    A ``card.action.trigger`` callback names the chat and the card's message, but not the thread the
+    card answers nor whether the chat is 1:1; without them a press would land in another conversation.
+    """
+    return {
+        "topic": message.topic or "",
+        "p2p": message.is_private,
+        "thread": bool(message.context.get("in_thread")),
+    }
 
 
 class FeishuChannel(Channel):
@@ -209,9 +250,10 @@ class FeishuChannel(Channel):
         handler = (
             lark.EventDispatcherHandler.builder("", "")
             .register_p2_im_message_receive_v1(self._on_message_event)
+            .register_p2_card_action_trigger(self._on_card_action)
             .build()
         )
-        client = lark.ws.Client(
+        client = _LongConnection(
             self.config.app_id or "",
             self.config.app_secret or "",
             event_handler=handler,
@@ -262,12 +304,22 @@ class FeishuChannel(Channel):
         self.status.set("stopped")
 
     # --- inbound ---------------------------------------------------------------------------------
-    def _on_message_event(self, data: Any) -> None:
+    def _on_card_action(self, data: Any) -> P2CardActionTriggerResponse:
+        """Runs on the SDK thread: a button press (``card.action.trigger``), stored before it is answered.
+
+        Feishu wants the answer within 3 s or shows the presser an error; the answer is an empty
+        response (no toast, no card: what a press does shows up as the bot's reply or an edited card).
+        A press the inbox could not take raises, so the SDK answers 500 instead.
+        """
+        self._on_message_event(data, press=True)
+        return P2CardActionTriggerResponse({})
+
+    def _on_message_event(self, data: Any, *, press: bool = False) -> None:
         """Runs on the SDK thread. Blocks it until the service took the message, so refusal = no ack."""
         loop = self._loop
         if loop is None or loop.is_closed() or self._stopping:
             raise RuntimeError("the service is not accepting feishu events right now")
-        future = asyncio.run_coroutine_threadsafe(self._accept(data), loop)
+        future = asyncio.run_coroutine_threadsafe(self._accept(data, press=press), loop)
         try:
             future.result(SINK_TIMEOUT)  # Backpressure and sink errors propagate: the SDK answers 500
         except TimeoutError:
@@ -275,16 +327,16 @@ class FeishuChannel(Channel):
                 "the inbox did not confirm within Feishu's deadline; it will re-push"
             ) from None
 
-    async def _accept(self, data: Any) -> None:
+    async def _accept(self, data: Any, *, press: bool = False) -> None:
         try:
-            message = self.normalise(data)
+            message = self.normalise_press(data) if press else self.normalise(data)
         except Exception:  # a malformed event is acked and dropped: redelivery would not fix it
-            log.exception("could not read a feishu message event")
+            log.exception("could not read a feishu %s", "card action" if press else "message event")
             return
         if message is None or self._sink is None:
             return
         accepted = await self._sink(message)
-        if accepted and self.config.receipt_reaction:
+        if accepted and not press and self.config.receipt_reaction:
             task = asyncio.create_task(self._react(message.platform_message_id))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -344,6 +396,44 @@ class FeishuChannel(Channel):
                 "chat_id": message.chat_id,
                 "in_thread": bool(message.thread_id),
             },
+        )
+
+    def normalise_press(self, data: Any) -> InboundMessage | None:
+        """A ``P2CardActionTrigger`` (a button on one of our cards) → InboundMessage, or None.
+
+        Keyed like the messages of that conversation: workspace = tenant key, chat = the card's chat,
+        topic and privacy from the scope the button carries (see :func:`button_scope`). ``pressed`` is
+        the card's message id — what the transport's ``send`` (or CardKit ``begin``) returned — and the
+        callback's ``event_id`` makes a re-pushed press dedupe in the inbox.
+        """
+        header = getattr(data, "header", None)
+        event = getattr(data, "event", None)
+        action = getattr(event, "action", None)
+        value = getattr(action, "value", None)
+        context = getattr(event, "context", None)
+        operator = getattr(event, "operator", None)
+        if not isinstance(value, dict) or not isinstance(value.get("command"), str):
+            return None  # not one of our buttons (or a stale card from another build)
+        message_id = getattr(context, "open_message_id", None)
+        chat_id = getattr(context, "open_chat_id", None)
+        open_id = getattr(operator, "open_id", None)
+        event_id = getattr(header, "event_id", None)
+        if not message_id or not chat_id or not open_id or not event_id:
+            return None
+        private = bool(value.get("p2p"))
+        workspace = getattr(header, "tenant_key", None) or getattr(operator, "tenant_key", None) or ""
+        return InboundMessage(
+            provider=self.provider,
+            workspace=workspace,
+            chat=chat_id,
+            topic=None if private else (str(value.get("topic") or "") or None),
+            sender=Sender(id=open_id, name=None, is_bot=False),
+            text=value["command"],
+            platform_message_id=event_id,
+            mentioned=True,
+            is_private=private,
+            context={"message_id": message_id, "chat_id": chat_id, "in_thread": bool(value.get("thread"))},
+            pressed=message_id,
         )
 
     # --- replies, files, policy ------------------------------------------------------------------

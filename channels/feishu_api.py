@@ -25,6 +25,8 @@ from lark_oapi.api.cardkit.v1 import (
     ContentCardElementRequestBody,
     CreateCardRequest,
     CreateCardRequestBody,
+    DeleteCardElementRequest,
+    DeleteCardElementRequestBody,
     SettingsCardRequest,
     SettingsCardRequestBody,
 )
@@ -264,6 +266,19 @@ class LarkApi:
         body = SettingsCardRequestBody.builder().settings(settings).sequence(sequence).build()
         request = SettingsCardRequest.builder().card_id(card_id).request_body(body).build()
         await self.call(self.client.cardkit.v1.card.asettings, lambda: request)
+
+    async def delete_element(self, card_id: str, element_id: str, sequence: int) -> None:
+        """``DELETE …/cards/:card_id/elements/:element_id``: take one component out of a card entity
+        (Feishu's own example: the "stop generating" button once the answer is complete)."""
+        body = DeleteCardElementRequestBody.builder().sequence(sequence).build()
+        request = (
+            DeleteCardElementRequest.builder()
+            .card_id(card_id)
+            .element_id(element_id)
+            .request_body(body)
+            .build()
+        )
+        await self.call(self.client.cardkit.v1.card_element.adelete, lambda: request)
 
     async def react(self, message_id: str, emoji_type: str) -> None:
         body = (

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from channels.types import Action
 
 #: Message types whose content carries a downloadable resource, and the ``type`` the resource API wants.
 FILE_MESSAGE_TYPES = {"image": "image", "file": "file", "media": "file", "audio": "file"}
@@ -159,39 +162,74 @@ def escape_mentions(text: str) -> str:
     return "\n".join(lines)
 
 
-def _card(text: str, config: dict[str, Any]) -> dict[str, Any]:
-    """A JSON 2.0 card (``schema: "2.0"``) with one markdown element.
+#: Button ``element_id`` prefix: CardKit deletes a reply's live buttons by id when its stream closes.
+BUTTON_PREFIX = "action_"
+#: What a press must carry back besides the command: the conversation the card answers (a callback
+#: only names the chat and the card, not the thread or whether it is a 1:1 chat).
+ButtonScope = dict[str, Any]
+
+
+def button_ids(actions: Sequence[Action]) -> list[str]:
+    return [f"{BUTTON_PREFIX}{index}" for index in range(len(actions))]
+
+
+def _buttons(actions: Sequence[Action], scope: ButtonScope) -> list[dict[str, Any]]:
+    """JSON 2.0 ``button`` elements whose ``callback`` value is the command plus the card's scope.
+
+    The value must be an object (the SDKs only read object values); Feishu hands it back verbatim in
+    ``card.action.trigger``, so the press needs no table that a restart would lose.
+    """
+    return [
+        {
+            "tag": "button",
+            "element_id": element_id,
+            "text": {"tag": "plain_text", "content": action.label},
+            "type": action.style or "default",
+            "behaviors": [{"type": "callback", "value": {"command": action.command, **scope}}],
+        }
+        for element_id, action in zip(button_ids(actions), actions, strict=True)
+    ]
+
+
+def _card(
+    text: str, config: dict[str, Any], actions: Sequence[Action] = (), scope: ButtonScope | None = None
+) -> dict[str, Any]:
+    """A JSON 2.0 card (``schema: "2.0"``) with one markdown element and the reply's buttons under it.
 
     2.0 is what renders headings, quotes and tables in the markdown element (1.0 cards show them as
     plain text), and the only schema CardKit accepts. ``update_multi`` makes it a shared card, the
     only kind the PATCH endpoint and CardKit may update; 2.0 only allows ``true``.
     """
+    elements: list[dict[str, Any]] = [
+        {"tag": "markdown", "element_id": ANSWER_ELEMENT, "content": escape_mentions(text)}
+    ]
+    elements += _buttons(actions, scope or {})
     return {
         "schema": "2.0",
         "config": {"update_multi": True, "width_mode": "fill", **config},
-        "body": {
-            "elements": [{"tag": "markdown", "element_id": ANSWER_ELEMENT, "content": escape_mentions(text)}]
-        },
+        "body": {"elements": elements},
     }
 
 
-def card_content(text: str) -> str:
-    """The whole card as message ``content`` (send and PATCH).
+def card_content(text: str, actions: Sequence[Action] = (), scope: ButtonScope | None = None) -> str:
+    """The whole card as message ``content`` (send and PATCH); no ``actions`` = no buttons.
 
     ``ensure_ascii=False`` keeps CJK text at 3 bytes a character instead of 6, which matters against the
     ~30 KB request-body cap.
     """
-    return json.dumps(_card(text, {}), ensure_ascii=False)
+    return json.dumps(_card(text, {}, actions, scope), ensure_ascii=False)
 
 
-def streaming_card(text: str) -> str:
-    """The card JSON for a CardKit card entity in streaming mode, showing ``text`` first.
+def streaming_card(text: str, actions: Sequence[Action] = (), scope: ButtonScope | None = None) -> str:
+    """The card JSON for a CardKit card entity in streaming mode, showing ``text`` (and the live buttons).
 
     ``streaming_mode`` lets the element's content be replaced many times a second with Feishu typing
     the new part out. No ``summary``: while streaming the chat list shows Feishu's own "generating"
     text, and once streaming is closed the card's content — a fixed summary would stay there for good.
+    Buttons work while the card streams (Feishu only cannot apply a card *from the callback answer*
+    then, which we never send), so the Stop button lives in the entity and is deleted when it closes.
     """
-    return json.dumps(_card(text, {"streaming_mode": True}), ensure_ascii=False)
+    return json.dumps(_card(text, {"streaming_mode": True}, actions, scope), ensure_ascii=False)
 
 
 def closed_settings() -> str:

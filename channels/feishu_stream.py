@@ -8,8 +8,9 @@ the typewriter effect Feishu built for AI answers. The sequence, per reply:
 1. ``POST /cardkit/v1/cards`` — the card entity (JSON 2.0, ``streaming_mode: true``) with the placeholder;
 2. reply to the user's message with ``{"type": "card", "data": {"card_id": …}}`` (an entity is sent once);
 3. ``PUT …/elements/answer/content`` with the whole text so far, each call with a larger ``sequence``;
-4. at the end the final text, then ``PATCH …/settings`` with ``streaming_mode: false`` so the chat list
-   shows the answer instead of the "generating" summary (refused: the whole card is patched instead).
+4. at the end the final text, ``DELETE …/elements/:element_id`` for each live button (the Stop button
+   goes with the stream), then ``PATCH …/settings`` with ``streaming_mode: false`` so the chat list shows
+   the answer instead of the "generating" summary (either refused: the whole card is patched instead).
 
 Feishu ends streaming mode by itself 10 minutes after it was switched on; a long answer that meets that
 (``200850``/``300309``) switches it on again once and carries on. Any other refusal raises, and the reply
@@ -19,12 +20,15 @@ stream continues on the edit path — patching the whole card of the message alr
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from channels.errors import ChannelError, Forbidden, RetryAfter
 from channels.feishu_api import LarkApi, StreamingClosed
 from channels.feishu_content import (
     ANSWER_ELEMENT,
+    ButtonScope,
+    button_ids,
     card_content,
     card_entity_content,
     closed_settings,
@@ -33,6 +37,7 @@ from channels.feishu_content import (
     streaming_card,
 )
 from channels.reply import NativeStream
+from channels.types import Action
 
 if TYPE_CHECKING:
     from channels.feishu import FeishuTransport
@@ -43,9 +48,19 @@ log = logging.getLogger(__name__)
 class CardKitStream(NativeStream):
     """One reply streamed into one CardKit card entity (see the module docstring for the calls)."""
 
-    def __init__(self, transport: FeishuTransport, api: LarkApi) -> None:
+    def __init__(
+        self,
+        transport: FeishuTransport,
+        api: LarkApi,
+        actions: Sequence[Action] = (),
+        scope: ButtonScope | None = None,
+    ) -> None:
         self.transport = transport
         self.api = api
+        self.actions = tuple(actions)
+        self.scope = scope or {}
+        #: Button elements still in the entity (deleted one by one at close; a retried close skips done ones).
+        self.buttons = button_ids(self.actions)
         self.card_id: str | None = None
         self.message_id: str | None = None
         self.sequence = 0  # the last one used on this card; Feishu wants each call's strictly larger
@@ -57,7 +72,7 @@ class CardKitStream(NativeStream):
 
     async def begin(self, placeholder: str) -> str | None:
         try:
-            self.card_id = await self.api.create_card(streaming_card(placeholder))
+            self.card_id = await self.api.create_card(streaming_card(placeholder, self.actions, self.scope))
         except Forbidden:
             # No cardkit:card:write scope (or CardKit off for the tenant): this will not change by the
             # next reply, so the channel stops asking and goes straight to the edit path.
@@ -89,12 +104,16 @@ class CardKitStream(NativeStream):
             await self._stream(text)
             self.shown = text
         try:
+            while self.buttons:
+                await self.api.delete_element(self.card_id, self.buttons[0], self._next())
+                self.buttons.pop(0)
             await self.api.card_settings(self.card_id, closed_settings(), self._next())
         except RetryAfter:
             raise  # the reply stream waits and calls close again
         except ChannelError as exc:
             # The text is already shown, but a card left in streaming mode reads "generating" in the
-            # chat list until Feishu's timeout: replace it with the same text as a plain card instead.
+            # chat list until Feishu's timeout (and a Stop button would outlive its answer): replace it
+            # with the same text as a plain card, without buttons, instead.
             log.info("closing the card's streaming mode was refused (%s); patching the whole card", exc)
             assert self.message_id is not None
             await self.api.patch(self.message_id, card_content(text))

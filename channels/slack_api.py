@@ -269,13 +269,14 @@ class SlackTransport(ReplyTransport):
     supports_actions = True
 
     def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
-        """Slack's stream, for a reply in a thread that shows no live buttons.
+        """Slack's stream for a reply in a thread, where the operator chose it (``native_streaming``).
 
         chat.startStream and chat.appendStream take no blocks; only chat.stopStream does, rendered at
-        the bottom of the *finished* message — too late for a Stop button, which matters while the
-        answer is written. A reply with live buttons therefore takes chat.postMessage / chat.update.
+        the bottom of the *finished* message — too late for a Stop button. So the choice is the
+        operator's: ``native_streaming: true`` streams thread replies natively without their Stop
+        button; the default (off) posts and updates them with the button.
         """
-        if not self.native or self.thread_ts is None or actions:
+        if not self.native or self.thread_ts is None:
             return None
         return SlackStream(self, self.thread_ts, self.user, self.team)
 

@@ -296,10 +296,10 @@ class TelegramTransport(ReplyTransport):
     def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
         """Drafts in private chats (where Telegram allows them); groups keep the edited message.
 
-        A draft cannot carry an inline keyboard (``sendMessageDraft`` has no ``reply_markup``), so with
-        drafts on a private answer streams without its Stop button; ``/stop`` (in the command menu)
-        does the same there, since only the asker can stop it anyway. ``private_drafts: false`` trades
-        the draft for an edited message that shows the button (docs/channels/telegram.md).
+        A draft cannot carry an inline keyboard (``sendMessageDraft`` has no ``reply_markup``), so
+        drafts are the operator's choice (``private_drafts: true``, off by default): a private answer
+        then streams without its Stop button, and ``/stop`` (in the command menu) does the same there
+        (docs/channels/telegram.md).
         """
         if not self.message.is_private or not self.channel.config.private_drafts:
             return None

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+import orjson
 from sqlalchemy import (
     Column,
     Float,
@@ -30,14 +32,15 @@ from sqlalchemy import (
     Table,
     Text,
     TextClause,
-    bindparam,
     select,
     text,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config.writer import DEFAULT_MAX_BATCH, GroupCommitWriter
+from webhooks.sqlite_writer import LoopSqliteWriter
 
 metadata = MetaData()
 deliveries_table = Table(
@@ -98,21 +101,49 @@ class Delivery:
 OpKind = Literal["claim", "finish", "take_retries"]
 
 
-@functools.cache
+_TABLE = deliveries_table.name
+_COLUMNS = ", ".join(c.name for c in deliveries_table.columns)
+#: The statements of a batch as plain SQL that SQLite (3.35+) and PostgreSQL both accept, with named
+#: parameters that sqlite3 and SQLAlchemy's ``text()`` both bind, so one batch function serves the
+#: delivery log's own sqlite3 connection and SQLAlchemy alike. The one-row insert is sqlite3's only
+#: (SQLAlchemy inserts a batch's claims in one statement: ``claim_statement``).
+_INSERT_ONE = (
+    f"INSERT INTO {_TABLE} ({', '.join(CLAIM_COLUMNS)}) VALUES ({', '.join('?' * len(CLAIM_COLUMNS))}) "
+    "ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id"
+)
+_SELECT_ONE = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE delivery_id = :id"
+_FINISH = (
+    f"UPDATE {_TABLE} SET status = :status, dispatch = :dispatch, error = :error, updated_at = :now "
+    "WHERE delivery_id = :id"
+)
+#: Compare-and-set on (status, updated_at), so two claimers (two instances on PostgreSQL) never both win.
+_MOVE = (
+    f"UPDATE {_TABLE} SET status = :status, attempts = :attempts, updated_at = :now "
+    "WHERE delivery_id = :id AND status = :was AND updated_at = :was_at"
+)
+_RETRIES = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE status = '{RETRY}' ORDER BY updated_at LIMIT :limit"
+
+
+@functools.lru_cache(maxsize=64)
 def claim_statement(rows: int) -> TextClause:
     """``INSERT … VALUES (…) × rows ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id``.
 
-    SQLAlchemy never caches its dialect INSERT … ON CONFLICT construct (the clause has no cache key), so
-    that statement was compiled again for every batch — about a millisecond, on the path GitHub waits on
-    (bench/webhooks.py). A text statement per batch size is compiled once and then reused; the syntax is
-    the same on SQLite (3.35+) and PostgreSQL.
+    For SQLAlchemy (PostgreSQL, and SQLite without its own connection): one round trip per batch. SQLAlchemy
+    never caches its dialect INSERT … ON CONFLICT construct (the clause has no cache key), so that statement
+    was compiled again for every batch — about a millisecond, on the path GitHub waits on
+    (bench/webhooks.py). A text statement per batch size is compiled once and then reused.
     """
     columns = ", ".join(CLAIM_COLUMNS)
     values = ", ".join("(" + ", ".join(f":{c}_{i}" for c in CLAIM_COLUMNS) + ")" for i in range(rows))
     return text(
-        f"INSERT INTO {deliveries_table.name} ({columns}) VALUES {values} "
+        f"INSERT INTO {_TABLE} ({columns}) VALUES {values} "
         "ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id"
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _text(sql: str) -> TextClause:
+    return text(sql)
 
 
 @dataclass(slots=True)
@@ -121,15 +152,89 @@ class DeliveryOp:
     args: dict[str, Any]
 
 
-class DeliveryStore:
-    """The delivery log. Writes go through the shared :class:`config.writer.GroupCommitWriter` (the
-    inbox's too): under a burst of deliveries, hundreds of claims share one transaction, and SQLite never
-    sees two writers from this process fighting for its lock. Each caller still resumes only once its
-    own row is committed; a failed batch is re-applied op by op (the writer's one failure rule)."""
+class _Sql(Protocol):
+    """What a batch needs from a connection, inside the batch's transaction."""
 
-    def __init__(self, engine: AsyncEngine, *, is_sqlite: bool) -> None:
+    def insert_new(self, rows: list[tuple[Any, ...]]) -> set[str]:
+        """Insert each row (``CLAIM_COLUMNS`` order) unless its id exists; the ids that were inserted."""
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        """A query's rows, each readable as ``row["column"]``."""
+
+    def update(self, sql: str, params: dict[str, Any]) -> int:
+        """Run an UPDATE; the number of rows it changed."""
+
+    def update_many(self, sql: str, params: list[dict[str, Any]]) -> None: ...
+
+
+class _Sqlite3(_Sql):
+    """The delivery log's own sqlite3 connection (on the loop; see webhooks/sqlite_writer.py). One
+    ``execute`` per row: sqlite3 caches the prepared statement, which a multi-row INSERT of every batch
+    size would defeat."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def insert_new(self, rows: list[tuple[Any, ...]]) -> set[str]:
+        execute = self.conn.execute
+        return {row[0] for row in rows if execute(_INSERT_ONE, row).fetchone() is not None}
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def update(self, sql: str, params: dict[str, Any]) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def update_many(self, sql: str, params: list[dict[str, Any]]) -> None:
+        self.conn.executemany(sql, params)
+
+
+class _Alchemy(_Sql):
+    """A SQLAlchemy connection (inside ``run_sync``): PostgreSQL, or SQLite when no own connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def insert_new(self, rows: list[tuple[Any, ...]]) -> set[str]:
+        params = {
+            f"{column}_{i}": value
+            for i, row in enumerate(rows)
+            for column, value in zip(CLAIM_COLUMNS, row, strict=True)
+        }
+        return set(self.conn.execute(claim_statement(len(rows)), params).scalars())
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        return self.conn.execute(_text(sql), params).mappings().all()
+
+    def update(self, sql: str, params: dict[str, Any]) -> int:
+        return self.conn.execute(_text(sql), params).rowcount
+
+    def update_many(self, sql: str, params: list[dict[str, Any]]) -> None:
+        self.conn.execute(_text(sql), params)
+
+
+class DeliveryStore:
+    """The delivery log. Writes go through a :class:`config.writer.GroupCommitWriter` of its own: under a
+    burst of deliveries, hundreds of claims share one transaction. Each caller still resumes only once
+    its own row is committed; a failed batch is re-applied op by op (the writer's one failure rule).
+
+    ``sqlite_connect`` (SQLite only) opens the log's own plain ``sqlite3`` connection, with the same
+    pragmas as the engine's: batches then commit on the event loop when the write lock is free
+    (webhooks/sqlite_writer.py), which is most of what a delivery's acknowledgement costs otherwise.
+    Without it (PostgreSQL, the CLI) batches go through the engine.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        is_sqlite: bool,
+        sqlite_connect: Callable[[], sqlite3.Connection] | None = None,
+    ) -> None:
         self.engine = engine
-        self.is_sqlite = is_sqlite  # the claim SQL is the same on both; kept for callers that branch
+        self.is_sqlite = is_sqlite  # the batch SQL is the same on both; kept for callers that branch
+        self._sqlite_connect = sqlite_connect if is_sqlite else None
+        self._sqlite: LoopSqliteWriter | None = None
         self._writer: GroupCommitWriter[DeliveryOp] = GroupCommitWriter(
             "github-deliveries", self._apply, max_batch=DEFAULT_MAX_BATCH
         )
@@ -167,46 +272,44 @@ class DeliveryStore:
         return await self._submit("take_retries", limit=limit)
 
     async def close(self) -> None:
-        """Let queued writes finish, then stop the writer."""
+        """Let queued writes finish, then stop the writer (and close the log's own connection)."""
         await self._writer.close()
+        if self._sqlite is not None:
+            sqlite, self._sqlite = self._sqlite, None
+            sqlite.close()
 
     async def _submit(self, kind: OpKind, **args: Any) -> Any:
         self._writer.start()  # on first use: the CLI opens this store only to read and to request retries
         return await self._writer.submit(DeliveryOp(kind, args))
 
     async def _apply(self, batch: Sequence[DeliveryOp]) -> list[Any]:
+        if self._sqlite is None and self._sqlite_connect is not None:
+            self._sqlite = LoopSqliteWriter(self._sqlite_connect())  # opened on the first write
+        if self._sqlite is not None:
+            return await self._sqlite.run(lambda conn: self._apply_batch(_Sqlite3(conn), batch))
         async with self.engine.begin() as conn:
-            return await self._apply_batch(conn, batch)
+            return await conn.run_sync(lambda sync: self._apply_batch(_Alchemy(sync), batch))
 
-    async def _apply_batch(self, conn: AsyncConnection, batch: Sequence[DeliveryOp]) -> list[Any]:
-        """Claims as one multi-row insert, finishes as one executemany, retries one by one."""
+    def _apply_batch(self, sql: _Sql, batch: Sequence[DeliveryOp]) -> list[Any]:
+        """Claims first, then finishes (one executemany), then retries, in one transaction."""
+        now = time.time()
         results: dict[int, Any] = {}
         claims = [(i, op) for i, op in enumerate(batch) if op.kind == "claim"]
         if claims:
-            for i, result in zip(
-                (i for i, _ in claims), await self._claim_many(conn, [op for _, op in claims]), strict=True
-            ):
+            claimed = self._claim_many(sql, [op for _, op in claims], now)
+            for (i, _), result in zip(claims, claimed, strict=True):
                 results[i] = result
         finishes = [(i, op) for i, op in enumerate(batch) if op.kind == "finish"]
         if finishes:
-            now = time.time()
-            await conn.execute(
-                update(deliveries_table)
-                .where(deliveries_table.c.delivery_id == bindparam("b_id"))
-                .values(
-                    status=bindparam("b_status"),
-                    dispatch=bindparam("b_dispatch"),
-                    error=bindparam("b_error"),
-                    updated_at=now,
-                ),
+            sql.update_many(
+                _FINISH,
                 [
                     {
-                        "b_id": op.args["id"],
-                        "b_status": op.args["status"],
-                        "b_dispatch": json.dumps(op.args["dispatch"])
-                        if op.args["dispatch"] is not None
-                        else None,
-                        "b_error": op.args["error"][:2000] if op.args["error"] else None,
+                        "id": op.args["id"],
+                        "status": op.args["status"],
+                        "dispatch": _json(op.args["dispatch"]),
+                        "error": op.args["error"][:2000] if op.args["error"] else None,
+                        "now": now,
                     }
                     for _, op in finishes
                 ],
@@ -215,49 +318,31 @@ class DeliveryStore:
                 results[i] = None
         for i, op in enumerate(batch):
             if op.kind == "take_retries":
-                results[i] = await self._take_retries(conn, op.args["limit"])
+                results[i] = self._take_retries(sql, op.args["limit"], now)
         return [results[i] for i in range(len(batch))]
 
-    async def _claim_many(
-        self, conn: AsyncConnection, ops: list[DeliveryOp]
-    ) -> list[tuple[Delivery | None, bool]]:
-        now = time.time()
+    def _claim_many(self, sql: _Sql, ops: list[DeliveryOp], now: float) -> list[tuple[Delivery | None, bool]]:
         firsts: dict[str, tuple[Any, ...]] = {}
         for op in ops:
             a = op.args
             if a["id"] not in firsts:
-                dispatch = json.dumps(a["dispatch"]) if a["dispatch"] is not None else None
                 firsts[a["id"]] = (
                     a["id"],
                     a["event"],
                     a["action"],
                     a["body"],
                     a["status"],
-                    dispatch,
+                    _json(a["dispatch"]),
                     1,
                     now,
                     now,
                 )
-        # One multi-row INSERT … RETURNING, its SQL compiled once per batch size (claim_statement).
-        params = {
-            f"{column}_{i}": value
-            for i, row in enumerate(firsts.values())
-            for column, value in zip(CLAIM_COLUMNS, row, strict=True)
-        }
-        inserted = set((await conn.execute(claim_statement(len(firsts)), params)).scalars())
+        inserted = sql.insert_new(list(firsts.values()))
         known: dict[str, Delivery] = {}
-        conflicts = [i for i in firsts if i not in inserted]
-        if conflicts:
-            rows = (
-                (
-                    await conn.execute(
-                        select(deliveries_table).where(deliveries_table.c.delivery_id.in_(conflicts))
-                    )
-                )
-                .mappings()
-                .all()
-            )
-            known = {row["delivery_id"]: self._from_row(row) for row in rows}
+        for delivery_id in firsts:
+            if delivery_id not in inserted:  # a redelivery (rare): read what is stored
+                for row in sql.rows(_SELECT_ONE, {"id": delivery_id}):
+                    known[delivery_id] = self._from_row(row)
         results: list[tuple[Delivery | None, bool]] = []
         seen: set[str] = set()
         for op in ops:
@@ -272,8 +357,8 @@ class DeliveryStore:
                 existing = known.get(delivery_id)
                 if existing is None:
                     results.append((None, False))
-                elif (existing.retryable or existing.status == RETRY) and await self._move(
-                    conn, existing, RECEIVED
+                elif (existing.retryable or existing.status == RETRY) and self._move(
+                    sql, existing, RECEIVED, now
                 ):
                     existing.status = RECEIVED
                     results.append((existing, True))
@@ -281,23 +366,11 @@ class DeliveryStore:
                     results.append((existing, False))
         return results
 
-    async def _take_retries(self, conn: Any, limit: int) -> list[Delivery]:
-        rows = (
-            (
-                await conn.execute(
-                    select(deliveries_table)
-                    .where(deliveries_table.c.status == RETRY)
-                    .order_by(deliveries_table.c.updated_at)
-                    .limit(limit)
-                )
-            )
-            .mappings()
-            .all()
-        )
+    def _take_retries(self, sql: _Sql, limit: int, now: float) -> list[Delivery]:
         claimed = []
-        for row in rows:
+        for row in sql.rows(_RETRIES, {"limit": limit}):
             delivery = self._from_row(row)
-            if await self._move(conn, delivery, RECEIVED):
+            if self._move(sql, delivery, RECEIVED, now):
                 delivery.status = RECEIVED
                 claimed.append(delivery)
         return claimed
@@ -338,24 +411,24 @@ class DeliveryStore:
         return (c.status == FAILED) | ((c.status == RECEIVED) & (c.updated_at < stuck_before))
 
     # --- internals -----------------------------------------------------------------------------------
-    async def _move(self, conn: Any, delivery: Delivery, status: str) -> bool:
+    @staticmethod
+    def _move(sql: _Sql, delivery: Delivery, status: str, now: float) -> bool:
         """Compare-and-set on (status, updated_at) so two claimers never both win."""
-        result = await conn.execute(
-            update(deliveries_table)
-            .where(
-                deliveries_table.c.delivery_id == delivery.id,
-                deliveries_table.c.status == delivery.status,
-                deliveries_table.c.updated_at == delivery.updated_at,
-            )
-            .values(
-                status=status,
-                attempts=delivery.attempts + (1 if status == RECEIVED else 0),
-                updated_at=time.time(),
-            )
+        attempts = delivery.attempts + (1 if status == RECEIVED else 0)
+        moved = sql.update(
+            _MOVE,
+            {
+                "status": status,
+                "attempts": attempts,
+                "now": now,
+                "id": delivery.id,
+                "was": delivery.status,
+                "was_at": delivery.updated_at,
+            },
         )
-        if result.rowcount == 1 and status == RECEIVED:
-            delivery.attempts += 1
-        return result.rowcount == 1
+        if moved == 1:
+            delivery.attempts = attempts
+        return moved == 1
 
     async def _get(self, conn: Any, delivery_id: str) -> Delivery | None:
         row = (
@@ -383,3 +456,8 @@ class DeliveryStore:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
         )
+
+
+def _json(value: dict[str, Any] | None) -> str | None:
+    """A dispatch summary as stored (orjson: a few times cheaper than json, on the path GitHub waits on)."""
+    return orjson.dumps(value).decode() if value is not None else None

@@ -46,7 +46,12 @@ class GitHubFeature:
         self.settings: Settings = base.settings
         self.threads: ThreadStore = base.threads
         self.identity = GitHubAgentIdentity()
-        self.store = DeliveryStore(base.db.engine, is_sqlite=base.db.is_sqlite)
+        db = base.db
+        # SQLite: the delivery log commits on the event loop through its own connection (see
+        # webhooks/sqlite_writer.py); the acknowledgement GitHub waits for is mostly that commit.
+        self.store = DeliveryStore(
+            db.engine, is_sqlite=db.is_sqlite, sqlite_connect=db.sqlite_connection if db.is_sqlite else None
+        )
         self.processor = DeliveryProcessor(base.settings.channels.github, self.store)
         self._retries: asyncio.Task[None] | None = None
 

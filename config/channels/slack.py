@@ -24,7 +24,9 @@ class SlackConfig(ChannelSection):
     edit_interval_seconds: float = Field(1.2, ge=0, le=60)
     #: Stream answers in threads (channel threads and DM threads) with chat.startStream / appendStream /
     #: stopStream instead of chat.update; a top-level DM message has no thread and keeps chat.update.
-    native_streaming: bool = True
+    #: Off by default: Slack's stream cannot show the ⏹ Stop button while it is written (typed /stop
+    #: still works with it on).
+    native_streaming: bool = False
     #: While nothing visible changes in a thread, "is thinking…" (assistant.threads.setStatus) is set
     #: again after this many seconds.
     status_interval_seconds: float = Field(5.0, gt=0, le=120)

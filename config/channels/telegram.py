@@ -33,7 +33,8 @@ class TelegramConfig(ChannelSection):
     group_edit_interval_seconds: float = Field(3.0, ge=0, le=60)
     #: Stream answers in private chats as a native draft (``sendMessageDraft``) and send the final text
     #: as one new message, instead of editing a placeholder. Groups always edit (drafts are DM-only).
-    private_drafts: bool = True
+    #: Off by default: a draft cannot carry the ⏹ Stop button (typed /stop still works with drafts on).
+    private_drafts: bool = False
     #: While nothing visible changes (the model thinks, a tool runs) "typing…" is re-sent this often.
     #: Telegram shows it for 5 s or until the bot's next message, so keep it a little under 5.
     typing_interval_seconds: float = Field(4.5, gt=0, le=5)

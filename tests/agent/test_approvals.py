@@ -151,6 +151,32 @@ async def test_deny_by_button_in_a_group_only_from_the_asker_or_an_admin(tmp_pat
         assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
 
 
+async def test_an_admin_sets_a_chats_own_approval_mode_and_nobody_else_can(tmp_path, llm):
+    chat = MemoryChannel("memory", admins=["lead"])
+    async with Harness.running(settings_for(tmp_path, llm), channels={"memory": chat}) as h:
+        group = {"chat": "team", "private": False, "mentioned": True}
+        assert "risky (the bot's default)" in await h.ask("/approval", **group)
+        refused = await h.ask("/approval never", sender="user-2", **group)
+        assert refused == "Sorry, only an admin of this bot can change approvals for a chat."
+        assert "now never" in await h.ask("/approval never", sender="lead", **group)
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && " + RISKY + " && echo gone"})]),
+            Reply(text="cleaned"),
+        )
+        assert "cleaned" in await h.ask("clean up", **group)
+        assert not any("Approval needed" in m.text for m in h.chat.in_chat("team"))
+        assert "gone" in all_tool_results(llm)[-1]
+        # Another chat keeps the service's mode; "default" brings this one back to it.
+        llm.script(Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]), Reply(text="asked first"))
+        elsewhere = {"chat": "elsewhere", "private": False, "mentioned": True}
+        await h.chat.say("clean up here too", **elsewhere)
+        request = await h.chat.wait_for_text("🔐 Approval needed", chat="elsewhere", timeout=30)
+        await h.chat.press(request.ref, "Deny")
+        await h.idle(timeout=30)
+        assert "now risky" in await h.ask("/approval default", sender="lead", **group)
+        assert "risky (the bot's default)" in await h.ask("/approval", **group)
+
+
 async def test_ordinary_commands_run_without_asking_and_never_means_never(tmp_path, llm):
     async with Harness.running(settings_for(tmp_path, llm, approval="never")) as h:
         llm.script(

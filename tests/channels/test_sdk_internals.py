@@ -36,6 +36,37 @@ def test_discord_py_internals_used_by_channels_discord():
     ]
 
 
+async def test_discord_py_sends_a_stopped_view_without_storing_it_for_dispatch():
+    """channels/discord_buttons.py renders buttons with a View stopped before it is sent: every send/edit
+    path serialises it but stores only a view that is not finished (so nothing is kept per message and
+    no view callback sees a press). If a path stopped checking ``is_finished()``, views would pile up."""
+    import discord
+    import discord.abc
+    import discord.message
+    import discord.webhook.async_
+
+    view = discord.ui.View(timeout=None)
+    view.add_item(discord.ui.Button(label="Go", custom_id="/go", style=discord.ButtonStyle.danger))
+    view.stop()
+    assert view.is_finished()
+    assert view.to_components() == [
+        {
+            "type": 1,
+            "components": [{"type": 2, "style": 4, "disabled": False, "label": "Go", "custom_id": "/go"}],
+        }
+    ]
+    for method in (
+        discord.abc.Messageable.send,
+        discord.message.PartialMessage.edit,
+        discord.InteractionResponse.send_message,
+        discord.Interaction.edit_original_response,
+        discord.webhook.async_.Webhook.send,
+        discord.webhook.async_.Webhook.edit_message,
+    ):
+        source = inspect.getsource(method)
+        assert "store_view(" in source and "view.is_finished()" in source, method.__qualname__
+
+
 def test_lark_oapi_internals_used_by_channels_feishu():
     import lark_oapi as lark
     import lark_oapi.ws.client as ws_module
@@ -49,6 +80,12 @@ def test_lark_oapi_internals_used_by_channels_feishu():
     assert client._conn is None
     assert client._auto_reconnect is True
     assert callable(client.on_reconnecting) and callable(client.on_reconnected)
+    # _LongConnection relabels card frames before the SDK's private data-frame handler reads them.
+    handler = inspect.signature(ws_module.Client._handle_data_frame)
+    assert list(handler.parameters) == ["self", "frame"]
+    assert inspect.iscoroutinefunction(ws_module.Client._handle_data_frame)
+    # normalise_press / _on_card_action: the callback registration and its answer type.
+    assert callable(lark.EventDispatcherHandler.builder("", "").register_p2_card_action_trigger)
 
 
 def test_dingtalk_stream_internals_used_by_channels_dingtalk():

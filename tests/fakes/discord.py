@@ -40,6 +40,16 @@ What it does, and why each piece is here:
   response (``messages/@original``) and sends/edits followups for 15 minutes (then 401 code 50027
   "Invalid Webhook Token"); the first followup after a deferral fills the "thinking" original and keeps
   the deferral's ephemerality. :meth:`age_interaction` moves an interaction into the past.
+* Buttons, from Discord's message components docs: ``components`` on a message create/edit, an
+  interaction response or a webhook message is validated (at most 5 action rows, type 1, of 1-5 buttons,
+  type 2; styles 1-6; a non-link button needs a ``custom_id`` of 1-100 characters, unique in the message;
+  a label of at most 80; otherwise 400 code 50035 "Invalid Form Body"). An edit that leaves
+  ``components`` out keeps the message's buttons, as Discord does; ``components: []`` removes them.
+  :meth:`press` is a user clicking a button the message shows: INTERACTION_CREATE type 3
+  (``MESSAGE_COMPONENT``) with the pressed message; :meth:`redeliver` sends the same event again, as a
+  gateway replay after a resume would. A press accepts callback types 4-7 (6, ``DEFERRED_UPDATE_MESSAGE``,
+  and 7, ``UPDATE_MESSAGE``, only for presses), once and within 3 s like any interaction; after 6/7 the
+  interaction's ``@original`` is the pressed message.
 
 Route names for :meth:`fail_next` and ``calls``: ``me``, ``application``, ``gateway``, ``send``, ``edit``,
 ``thread``, ``typing``, ``attachment``, ``history``, ``channel``, ``commands`` (GET), ``commands_put``,
@@ -86,6 +96,14 @@ CALLBACK_MESSAGE, CALLBACK_DEFERRED = (
     4,
     5,
 )  # CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+CALLBACK_DEFERRED_UPDATE, CALLBACK_UPDATE = 6, 7  # DEFERRED_UPDATE_MESSAGE, UPDATE_MESSAGE (components only)
+INTERACTION_COMMAND, INTERACTION_COMPONENT = 2, 3  # APPLICATION_COMMAND, MESSAGE_COMPONENT
+# Message components (https://discord.com/developers/docs/components/reference)
+ACTION_ROW, BUTTON = 1, 2
+BUTTON_STYLES = range(1, 7)  # primary, secondary, success, danger, link, premium
+LINK_STYLE, PREMIUM_STYLE = 5, 6
+ROWS_MAX, BUTTONS_PER_ROW_MAX = 5, 5
+CUSTOM_ID_MAX, BUTTON_LABEL_MAX = 100, 80
 EPHEMERAL = 1 << 6
 #: Message flags an interaction response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL,
 #: SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
@@ -122,6 +140,22 @@ class FakeMessage:
     interaction: str | None = None
     #: An interaction's deferred original still showing "<bot> is thinking…".
     loading: bool = False
+    #: The components the message shows now, and what every send/edit that set them set.
+    components: list[dict[str, Any]] = field(default_factory=list)
+    components_history: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def buttons(self) -> list[dict[str, Any]]:
+        """The buttons the message shows now, row by row."""
+        return [c for row in self.components for c in row.get("components", []) if c.get("type") == BUTTON]
+
+    @property
+    def button_labels(self) -> list[str]:
+        return [str(b.get("label")) for b in self.buttons]
+
+    def set_components(self, components: list[dict[str, Any]]) -> None:
+        self.components = components
+        self.components_history.append(components)
 
     @property
     def text(self) -> str:
@@ -145,6 +179,13 @@ class FakeInteraction:
     args: str | None
     guild_id: str | None
     dispatched_at: float  # time.monotonic() of the INTERACTION_CREATE
+    #: Interaction type: 2 a slash command, 3 a button press (then ``custom_id`` and ``message_id``).
+    kind: int = INTERACTION_COMMAND
+    custom_id: str | None = None
+    message_id: str | None = None
+    #: The INTERACTION_CREATE payload, for :meth:`FakeDiscord.redeliver`.
+    payload: dict[str, Any] = field(default_factory=dict)
+    callback_attempts: int = 0  # every POST to the callback endpoint, accepted or not
     callback_type: int | None = None
     callback_after: float | None = None  # seconds from dispatch to the accepted callback
     ephemeral: bool = False  # set by the callback (type 4 or 5)
@@ -317,7 +358,7 @@ class FakeDiscord(ThreadedServer):
             "pinned": False,
             "type": 0,
             "flags": 0,
-            "components": [],
+            "components": message.components,
         }
         guild_id = self._guild_of(message.channel_id)
         if guild_id:
@@ -419,7 +460,6 @@ class FakeDiscord(ThreadedServer):
         if command is None:
             raise ValueError(f"/{name} is not a registered application command")
         guild_id = guild_id or self._guild_of(channel_id)
-        user = self.user(author)
         created = datetime.now(UTC) - timedelta(seconds=age)
         interaction = FakeInteraction(
             id=self.id_at(created) if age else self.new_id(),
@@ -434,10 +474,58 @@ class FakeDiscord(ThreadedServer):
         data: dict[str, Any] = {"id": command["id"], "name": name, "type": 1}
         if args is not None:
             data["options"] = [{"name": "args", "type": 3, "value": args}]
+        self._dispatch_interaction(interaction, data)
+        return interaction
+
+    def press(
+        self, message_id: str, label: str, user: str, *, guild_id: str | None = None
+    ) -> FakeInteraction:
+        """``user`` clicks the button ``label`` on message ``message_id``: INTERACTION_CREATE type 3.
+
+        As in Discord, only a button the message shows now can be pressed (a LookupError names what it
+        shows), and each call is a new click with its own interaction id and token.
+        """
+        with self._state_lock:
+            message = self.messages[message_id]
+            button = next((b for b in message.buttons if b.get("label") == label), None)
+            shown = message.button_labels
+            channel_id = message.channel_id
+            message_json = self._message_object(message)
+            if message.interaction is not None:
+                message_json = self._webhook_message(message)
+        if button is None:
+            raise LookupError(f"message {message_id} shows no button {label!r} (it shows: {shown or 'none'})")
+        interaction = FakeInteraction(
+            id=self.new_id(),
+            token=f"aW50ZXJhY3Rpb246{secrets.token_urlsafe(48)}",
+            channel_id=channel_id,
+            user_id=user,
+            name=label,
+            args=None,
+            guild_id=guild_id or self._guild_of(channel_id),
+            dispatched_at=time.monotonic(),
+            kind=INTERACTION_COMPONENT,
+            custom_id=str(button["custom_id"]),
+            message_id=message_id,
+        )
+        data = {"custom_id": interaction.custom_id, "component_type": BUTTON}
+        self._dispatch_interaction(interaction, data, message=message_json)
+        return interaction
+
+    def redeliver(self, interaction: FakeInteraction) -> None:
+        """Dispatch ``interaction``'s INTERACTION_CREATE again, unchanged (a gateway replay)."""
+        self.call(lambda: self._dispatch("INTERACTION_CREATE", interaction.payload))
+
+    def _dispatch_interaction(
+        self, interaction: FakeInteraction, data: dict[str, Any], *, message: dict[str, Any] | None = None
+    ) -> None:
+        """Build the INTERACTION_CREATE envelope for ``interaction`` and dispatch it."""
+        guild_id, channel_id, author = interaction.guild_id, interaction.channel_id, interaction.user_id
+        user = self.user(author)
         payload: dict[str, Any] = {
             "id": interaction.id,
             "application_id": self.bot_id,
-            "type": 2,
+            "type": interaction.kind,
             "data": data,
             "channel_id": channel_id,
             "token": interaction.token,
@@ -447,6 +535,8 @@ class FakeDiscord(ThreadedServer):
             "entitlements": [],
             "attachment_size_limit": 10 * 1024 * 1024,
         }
+        if message is not None:
+            payload["message"] = message
         if guild_id is not None:
             channel = self._channel_json(channel_id) or self._channel_object(guild_id, channel_id, 0)
             payload.update(
@@ -476,10 +566,10 @@ class FakeDiscord(ThreadedServer):
                 authorizing_integration_owners={"0": "0"},
                 context=1,  # BOT_DM
             )
+        interaction.payload = payload
         with self._state_lock:
             self.interactions[interaction.id] = interaction
         self.call(lambda: self._dispatch("INTERACTION_CREATE", payload))
-        return interaction
 
     def age_interaction(self, interaction_id: str, seconds: float) -> None:
         """Pretend ``interaction_id`` was dispatched ``seconds`` earlier (past its 3 s or 15 min limits)."""
@@ -710,8 +800,13 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         body = body or {}
+        problems = self._components_problems(body["components"]) if "components" in body else {}
+        if problems:
+            return self._form_error(problems)
         channel_id = request.match_info["cid"]
         message = FakeMessage(self.new_id(), channel_id, self.bot_id, [body.get("content") or ""])
+        if "components" in body:
+            message.set_components(body["components"])
         message.allowed_mentions.append(body.get("allowed_mentions"))
         message.files = files
         reference = body.get("message_reference") or {}
@@ -726,6 +821,10 @@ class FakeDiscord(ThreadedServer):
         failure, (body, _) = await self._begin(request, "edit")
         if failure is not None:
             return failure
+        body = body or {}
+        problems = self._components_problems(body["components"]) if "components" in body else {}
+        if problems:
+            return self._form_error(problems)
         with self._state_lock:
             message = self.messages.get(request.match_info["mid"])
             if message is None or message.channel_id != request.match_info["cid"]:
@@ -735,9 +834,11 @@ class FakeDiscord(ThreadedServer):
                     {"message": "Cannot edit a message authored by another user", "code": 50005}, 403
                 )
             else:
-                if "content" in (body or {}):
+                if "content" in body:
                     message.history.append(body["content"] or "")
-                message.allowed_mentions.append((body or {}).get("allowed_mentions"))
+                if "components" in body:  # left out: the message keeps its buttons
+                    message.set_components(body["components"])
+                message.allowed_mentions.append(body.get("allowed_mentions"))
         if message is None:
             return _json({"message": "Unknown Message", "code": 10008}, 404)
         return _json(self._message_object(message))
@@ -826,6 +927,48 @@ class FakeDiscord(ThreadedServer):
             or any(lo <= ord(ch) <= hi for lo, hi in _DEVA_THAI)
             for ch in name
         )
+
+    @staticmethod
+    def _components_problems(components: Any, where: str = "components") -> dict[str, str]:
+        """What Discord's component docs say a message's buttons must satisfy, as field → problem."""
+        if not isinstance(components, list):
+            return {where: "BASE_TYPE_ARRAY"}
+        if len(components) > ROWS_MAX:
+            return {where: f"BASE_TYPE_MAX_LENGTH ({ROWS_MAX})"}
+        problems: dict[str, str] = {}
+        seen: set[str] = set()
+        for r, row in enumerate(components):
+            at = f"{where}.{r}"
+            if not isinstance(row, dict) or row.get("type") != ACTION_ROW:
+                problems[f"{at}.type"] = "UNION_TYPE_CHOICES (top-level components are action rows)"
+                continue
+            children = row.get("components")
+            if not isinstance(children, list) or not 1 <= len(children) <= BUTTONS_PER_ROW_MAX:
+                problems[f"{at}.components"] = f"BASE_TYPE_BAD_LENGTH (1-{BUTTONS_PER_ROW_MAX})"
+                continue
+            for b, button in enumerate(children):
+                here = f"{at}.components.{b}"
+                if not isinstance(button, dict) or button.get("type") != BUTTON:
+                    problems[f"{here}.type"] = "UNION_TYPE_CHOICES (this fake models buttons only)"
+                    continue
+                style, custom_id, label = button.get("style"), button.get("custom_id"), button.get("label")
+                if style not in BUTTON_STYLES:
+                    problems[f"{here}.style"] = "BASE_TYPE_CHOICES"
+                elif style == LINK_STYLE:
+                    if not button.get("url") or custom_id is not None:
+                        problems[f"{here}.url"] = "BUTTON_COMPONENT_URL_REQUIRED (and no custom_id)"
+                elif style != PREMIUM_STYLE:
+                    if not isinstance(custom_id, str) or not 1 <= len(custom_id) <= CUSTOM_ID_MAX:
+                        problems[f"{here}.custom_id"] = f"BASE_TYPE_BAD_LENGTH (1-{CUSTOM_ID_MAX})"
+                    elif custom_id in seen:
+                        problems[f"{here}.custom_id"] = "COMPONENT_CUSTOM_ID_DUPLICATED"
+                    else:
+                        seen.add(custom_id)
+                if label is not None and (not isinstance(label, str) or len(label) > BUTTON_LABEL_MAX):
+                    problems[f"{here}.label"] = f"BASE_TYPE_MAX_LENGTH ({BUTTON_LABEL_MAX})"
+                if not label and not button.get("emoji") and style != PREMIUM_STYLE:
+                    problems[f"{here}.label"] = "BUTTON_COMPONENT_LABEL_OR_EMOJI_REQUIRED"
+        return problems
 
     @staticmethod
     def _form_error(errors: dict[str, Any]) -> web.Response:
@@ -933,6 +1076,8 @@ class FakeDiscord(ThreadedServer):
             flags=flags,
             interaction=interaction.id,
         )
+        if "components" in body:
+            message.set_components(body["components"])
         message.allowed_mentions.append(body.get("allowed_mentions"))
         self.messages[message.id] = message
         return message
@@ -944,6 +1089,10 @@ class FakeDiscord(ThreadedServer):
             return "BASE_TYPE_MAX_LENGTH (2000)"
         if int(body.get("flags") or 0) & ~RESPONSE_FLAGS:
             return "MESSAGE_FLAGS_INVALID"
+        if "components" in body:
+            problems = FakeDiscord._components_problems(body["components"])
+            if problems:
+                return "; ".join(f"{k}: {v}" for k, v in problems.items())
         return None
 
     async def _callback(self, request: web.Request) -> web.Response:
@@ -956,6 +1105,7 @@ class FakeDiscord(ThreadedServer):
             interaction = self.interactions.get(request.match_info["iid"])
             if interaction is None or interaction.token != request.match_info["token"]:
                 return unknown
+            interaction.callback_attempts += 1
             if interaction.callback_type is not None:
                 return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)
             age = time.monotonic() - interaction.dispatched_at
@@ -963,7 +1113,10 @@ class FakeDiscord(ThreadedServer):
                 return unknown
             body = body if isinstance(body, dict) else {}
             kind, data = body.get("type"), body.get("data") or {}
-            if kind not in (CALLBACK_MESSAGE, CALLBACK_DEFERRED):
+            allowed = [CALLBACK_MESSAGE, CALLBACK_DEFERRED]
+            if interaction.kind == INTERACTION_COMPONENT:
+                allowed += [CALLBACK_DEFERRED_UPDATE, CALLBACK_UPDATE]
+            if kind not in allowed:
                 return self._form_error({"type": "INTERACTION_CALLBACK_TYPE_INVALID"})
             problem = self._content_problem(data)
             if problem is not None:
@@ -971,18 +1124,34 @@ class FakeDiscord(ThreadedServer):
             if kind == CALLBACK_MESSAGE and not (data.get("content") or data.get("embeds")):
                 return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
             flags = int(data.get("flags") or 0) & EPHEMERAL
-            message = self._response_message(interaction, data, flags)
-            message.loading = kind == CALLBACK_DEFERRED
-            if message.loading:
-                message.history = []
-            interaction.callback_type, interaction.callback_after = kind, age
+            if kind in (CALLBACK_DEFERRED_UPDATE, CALLBACK_UPDATE):
+                # The pressed message becomes the interaction's original; 7 edits it right away.
+                interaction.callback_type, interaction.callback_after = kind, age
+                interaction.original = interaction.message_id
+                pressed = self.messages.get(interaction.message_id or "")
+                if kind == CALLBACK_UPDATE and pressed is not None:
+                    if "content" in data:
+                        pressed.history.append(data["content"] or "")
+                    if "components" in data:
+                        pressed.set_components(data["components"])
+                if kind == CALLBACK_DEFERRED_UPDATE or pressed is None:
+                    if request.query.get("with_response") not in ("1", "true", "True"):
+                        return web.Response(status=204)
+                    return _json({"interaction": {"id": interaction.id, "type": interaction.kind}})
+                message = pressed
+            else:
+                message = self._response_message(interaction, data, flags)
+                message.loading = kind == CALLBACK_DEFERRED
+                if message.loading:
+                    message.history = []
+                interaction.callback_type, interaction.callback_after = kind, age
             interaction.ephemeral, interaction.original = bool(flags), message.id
         if request.query.get("with_response") not in ("1", "true", "True"):
             return web.Response(status=204)
         result = {
             "interaction": {
                 "id": interaction.id,
-                "type": 2,
+                "type": interaction.kind,
                 "response_message_id": message.id,
                 "response_message_loading": message.loading,
                 "response_message_ephemeral": message.ephemeral,
@@ -993,9 +1162,23 @@ class FakeDiscord(ThreadedServer):
 
     def _webhook_message(self, message: FakeMessage) -> dict[str, Any]:
         body = self._message_object(message, {"flags": message.flags | (1 << 7 if message.loading else 0)})
+        interaction = self.interactions.get(message.interaction or "")
+        if interaction is None:  # an ordinary message (e.g. the pressed one, edited through @original)
+            return body
         body["webhook_id"] = self.bot_id
         body["application_id"] = self.bot_id
-        body["type"] = 20  # CHAT_INPUT_COMMAND
+        body["type"] = 20 if interaction.kind == INTERACTION_COMMAND else 0  # CHAT_INPUT_COMMAND / DEFAULT
+        metadata: dict[str, Any] = {
+            "id": interaction.id,
+            "type": interaction.kind,
+            "user": self.user(interaction.user_id),
+            "authorizing_integration_owners": {"0": interaction.guild_id or "0"},
+        }
+        if message.id != interaction.original:  # Discord names the original on followups only
+            metadata["original_response_message_id"] = interaction.original
+        if interaction.message_id is not None:
+            metadata["interacted_message_id"] = interaction.message_id
+        body["interaction_metadata"] = metadata
         return body
 
     def _webhook_problem(self, interaction: FakeInteraction | None) -> web.Response | None:
@@ -1033,6 +1216,8 @@ class FakeDiscord(ThreadedServer):
                 if "content" in body:
                     message.history.append(body["content"] or "")
                     message.loading = False
+                if "components" in body:
+                    message.set_components(body["components"])
                 message.allowed_mentions.append(body.get("allowed_mentions"))
             return _json(self._webhook_message(message))
 
@@ -1057,6 +1242,8 @@ class FakeDiscord(ThreadedServer):
             if original is not None and original.loading:
                 original.history.append(body.get("content") or "")
                 original.allowed_mentions.append(body.get("allowed_mentions"))
+                if "components" in body:
+                    original.set_components(body["components"])
                 original.loading = False
                 original.files.update(files)
                 message = original
@@ -1089,6 +1276,8 @@ class FakeDiscord(ThreadedServer):
             if "content" in body:
                 message.history.append(body["content"] or "")
                 message.loading = False
+            if "components" in body:
+                message.set_components(body["components"])
             message.allowed_mentions.append(body.get("allowed_mentions"))
             return _json(self._webhook_message(message))
 

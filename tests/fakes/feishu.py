@@ -32,6 +32,18 @@ Point the real lark-oapi SDK at it with ``domain=fake.url``. It speaks what the 
   While the message shows a card entity, each accepted content update is one more version in its
   ``history``; ``streaming`` tells whether the chat list still shows it as being generated.
 
+* Card buttons (JSON 2.0 ``button``, from the pages "按钮" and "卡片回传交互"): a card whose button is
+  malformed (no ``plain_text`` label of 1–100 characters, a ``type`` outside Feishu's list, no
+  ``behaviors`` or one whose type is unknown, a 1.0 ``action`` module in a 2.0 card) is refused like
+  other unusable card content (IM send/PATCH: 230099; CardKit create: 200220). ``press(message, label,
+  operator)`` is a user clicking a button the message shows *now* (a button that is gone cannot be
+  pressed): a ``card.action.trigger`` callback goes out over the long connection as an ``event`` frame
+  (the frame type lark-oapi routes to ``register_p2_card_action_trigger``); the answer must come
+  within 3 s, code 200 with a JSON object (``toast``/``card``) as its ``data``, else Feishu shows the
+  user an error (recorded in ``press_errors``) and the fake pushes it again like an unanswered event.
+  ``DELETE …/cards/:card_id/elements/:element_id`` takes a component out of a card entity (same
+  sequence rule; 300313 for an unknown element).
+
 Every request is recorded in ``requests``; ``fail_next(path_substring, status=…, code=…)`` injects failures;
 ``chat(chat_id)`` shows what the bot posted there, each message with its edit history.
 """
@@ -39,6 +51,7 @@ Every request is recorded in ``requests``; ``fail_next(path_substring, status=�
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import re
@@ -57,6 +70,13 @@ MAX_CARD_BODY = 30 * 1024
 MAX_ELEMENT_CONTENT = 100_000
 MAX_SEQUENCE = 2_147_483_647
 MAX_CARD_ELEMENTS = 200
+#: JSON 2.0 button: label length and the ``type`` values Feishu lists.
+MAX_BUTTON_LABEL = 100
+BUTTON_TYPES = frozenset(
+    {"default", "primary", "danger", "text", "primary_text", "danger_text", "primary_filled"}
+    | {"danger_filled", "laser"}
+)
+BEHAVIOR_TYPES = frozenset({"callback", "open_url"})
 STREAMING_TIMEOUT = 600.0
 #: Feishu counts an event as failed unless the client answers it (code 200) within 3 seconds.
 ACK_DEADLINE = 3.0
@@ -103,6 +123,13 @@ class LarkMessage:
     @property
     def patches(self) -> int:
         return len(self.contents) - 1
+
+    @property
+    def buttons(self) -> list[str]:
+        """The labels of the buttons the message shows now."""
+        if not self.contents or self.msg_type != "interactive":
+            return []
+        return [str(b["text"]["content"]) for b in buttons_of(self.contents[-1])]
 
 
 AT_TAG = re.compile(r"<at\s+(?:id|user_id|email)=['\"]?([^'\" >]+)", re.IGNORECASE)
@@ -160,6 +187,58 @@ def render(msg_type: str, content: str) -> str:
     return content
 
 
+def _callback_answer(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The callback answer in a long-connection response frame: base64 JSON in ``data``, or None."""
+    data = response.get("data")
+    if not isinstance(data, str) or not data:
+        return None
+    try:
+        value = json.loads(base64.b64decode(data))
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or set(value) - {"toast", "card"}:
+        return None
+    return value
+
+
+def button_problem(elements: list[Any]) -> str | None:
+    """Why Feishu would refuse these JSON 2.0 card elements' buttons, or None."""
+    for element in elements:
+        if not isinstance(element, dict):
+            return "a card element must be an object"
+        if element.get("tag") == "action":
+            return "the action module (tag action) is not supported in card JSON 2.0"
+        if element.get("tag") != "button":
+            continue
+        text = element.get("text")
+        if not isinstance(text, dict) or text.get("tag") not in ("plain_text", "lark_md"):
+            return "button text must be a plain_text or lark_md object"
+        content = text.get("content")
+        if not isinstance(content, str) or not 1 <= len(content) <= MAX_BUTTON_LABEL:
+            return f"button text content must be 1 to {MAX_BUTTON_LABEL} characters"
+        if element.get("type", "default") not in BUTTON_TYPES:
+            return f"unknown button type {element.get('type')!r}"
+        behaviors = element.get("behaviors")
+        if not isinstance(behaviors, list) or not behaviors:
+            return "a button outside a form needs behaviors"
+        for behavior in behaviors:
+            if not isinstance(behavior, dict) or behavior.get("type") not in BEHAVIOR_TYPES:
+                return "unknown behavior type"
+            if behavior["type"] == "callback" and not isinstance(behavior.get("value"), (dict, str)):
+                return "a callback behavior needs a value"
+    return None
+
+
+def buttons_of(content: str) -> list[dict[str, Any]]:
+    """The buttons a card (message content or card JSON) shows, in order."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return []
+    elements = value.get("elements") or (value.get("body") or {}).get("elements") or []
+    return [e for e in elements if isinstance(e, dict) and e.get("tag") == "button"]
+
+
 @dataclass(slots=True)
 class _Failure:
     path: str
@@ -209,6 +288,10 @@ class FakeLark(ThreadedServer):
         self.resources: dict[tuple[str, str], tuple[str, bytes]] = {}
         self.uploads: dict[str, tuple[str, bytes]] = {}  # key → (file name, bytes)
         self.acks: list[dict[str, Any]] = []
+        #: card.action.trigger event ids → the press the fake delivered (see :meth:`press`).
+        self.presses: dict[str, dict[str, Any]] = {}
+        #: Event ids of presses whose answer Feishu would not accept (late, 500, or no JSON object).
+        self.press_errors: set[str] = set()
         self.user_messages: dict[str, str] = {}  # message_id → chat_id of messages users "wrote"
         self.pings = 0
         self.ws_connections = 0
@@ -239,6 +322,7 @@ class FakeLark(ThreadedServer):
         r.add_post("/open-apis/cardkit/v1/cards", self._create_card)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)
         r.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
+        r.add_delete("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}", self._delete_element)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -376,14 +460,21 @@ class FakeLark(ThreadedServer):
                         response = json.loads(frame.payload or b"{}")
                     except ValueError:
                         response = {}
+                    frame_id = headers.get("message_id")
+                    code = response.get("code")
+                    if frame_id in self.presses and code == 200 and _callback_answer(response) is None:
+                        code = None  # Feishu cannot read it: to the user it is an error like no answer
                     with self._lock:
                         self.acks.append(
                             {
-                                "message_id": headers.get("message_id"),
-                                "code": response.get("code"),
+                                "message_id": frame_id,
+                                "code": code,
                                 "headers": headers,
+                                "data": _callback_answer(response),
                             }
                         )
+                        if frame_id in self.presses and code != 200:
+                            self.press_errors.add(str(frame_id))
         finally:
             if entry in self._sockets:
                 self._sockets.remove(entry)
@@ -406,7 +497,9 @@ class FakeLark(ThreadedServer):
     def connected(self) -> bool:
         return bool(self._sockets)
 
-    def push_event(self, event: dict[str, Any], *, fragments: int = 1, redeliver: bool = True) -> None:
+    def push_event(
+        self, event: dict[str, Any], *, fragments: int = 1, redeliver: bool = True, frame_type: str = "event"
+    ) -> None:
         """Send one event over the open long connections, optionally split into ``fragments`` frames.
 
         Unless ``redeliver=False``, it is pushed again (to one connection) until it is answered with 200.
@@ -421,20 +514,25 @@ class FakeLark(ThreadedServer):
                 raise RuntimeError("no long connection is open")
             acks_before = self._ack_count(frame_id)
             for ws, service_id in list(self._sockets):
-                await self._send_parts(ws, service_id, frame_id, parts)
+                await self._send_parts(ws, service_id, frame_id, parts, frame_type)
             if redeliver:
-                self.redeliver(self._repush_until_answered(frame_id, parts, acks_before))
+                self.redeliver(self._repush_until_answered(frame_id, parts, acks_before, frame_type))
 
         self.call(send)
 
     async def _send_parts(
-        self, ws: web.WebSocketResponse, service_id: int, frame_id: str, parts: list[bytes]
+        self,
+        ws: web.WebSocketResponse,
+        service_id: int,
+        frame_id: str,
+        parts: list[bytes],
+        frame_type: str = "event",
     ) -> None:
         with self._lock:
             self.pushes[frame_id] = self.pushes.get(frame_id, 0) + 1
         for seq, part in enumerate(parts):
             headers = {
-                "type": "event",
+                "type": frame_type,
                 "message_id": frame_id,
                 "trace_id": uuid.uuid4().hex,
                 "sum": str(len(parts)),
@@ -454,7 +552,9 @@ class FakeLark(ThreadedServer):
             return True
         return False if answers else None
 
-    async def _repush_until_answered(self, frame_id: str, parts: list[bytes], acks_before: int) -> None:
+    async def _repush_until_answered(
+        self, frame_id: str, parts: list[bytes], acks_before: int, frame_type: str = "event"
+    ) -> None:
         """Runs on the server loop: Feishu's re-push policy for one event."""
         for attempt in range(len(self.retry_delays) + 1):
             if attempt:
@@ -464,7 +564,7 @@ class FakeLark(ThreadedServer):
                 acks_before = self._ack_count(frame_id)
                 ws, service_id = self._sockets[-1]
                 try:
-                    await self._send_parts(ws, service_id, frame_id, parts)
+                    await self._send_parts(ws, service_id, frame_id, parts, frame_type)
                 except (RuntimeError, ConnectionError):
                     continue
             loop = asyncio.get_running_loop()
@@ -474,6 +574,9 @@ class FakeLark(ThreadedServer):
             # An answer after the deadline does not count: Feishu has already marked the push failed.
             if self._answered_since(frame_id, acks_before) and loop.time() <= deadline + 0.05:
                 return
+            if frame_id in self.presses:
+                with self._lock:
+                    self.press_errors.add(frame_id)
         with self._lock:
             self.given_up.append(frame_id)
 
@@ -608,6 +711,50 @@ class FakeLark(ThreadedServer):
         self.push_event(event)
         return event
 
+    def press(
+        self, message: LarkMessage, label: str, operator_open_id: str, *, frame_type: str = "event"
+    ) -> dict[str, Any]:
+        """A user clicks the button ``label`` on ``message``; returns the ``card.action.trigger`` sent.
+
+        Refuses a button the message does not show now. Each call is a new press with its own
+        ``event_id``; ``push_event(press)`` again is Feishu re-pushing the same one. ``frame_type="card"``
+        sends it in a ``type=card`` frame, as some deployments report Feishu doing.
+        """
+        with self._lock:
+            shown = message.contents[-1] if message.contents else ""
+        button = next((b for b in buttons_of(shown) if b["text"]["content"] == label), None)
+        if button is None:
+            labels = ", ".join(message.buttons) or "none"
+            raise LookupError(f"{message.message_id} shows no button {label!r} (it shows: {labels})")
+        behavior = next(b for b in button["behaviors"] if b["type"] == "callback")
+        event = {
+            "schema": "2.0",
+            "header": {
+                "event_id": uuid.uuid4().hex,
+                "token": "",
+                "create_time": str(int(time.time() * 1_000_000)),
+                "event_type": "card.action.trigger",
+                "tenant_key": self.tenant_key,
+                "app_id": self.app_id,
+            },
+            "event": {
+                "operator": {
+                    "tenant_key": self.tenant_key,
+                    "user_id": operator_open_id.removeprefix("ou_"),
+                    "open_id": operator_open_id,
+                    "union_id": f"on_{operator_open_id}",
+                },
+                "token": f"c-{uuid.uuid4().hex}",
+                "action": {"value": behavior.get("value"), "tag": "button"},
+                "host": "im_message",
+                "context": {"open_message_id": message.message_id, "open_chat_id": message.chat_id},
+            },
+        }
+        with self._lock:
+            self.presses[event["header"]["event_id"]] = event
+        self.push_event(event, frame_type=frame_type)
+        return event
+
     def fail_next(
         self,
         path_substring: str,
@@ -719,6 +866,9 @@ class FakeLark(ThreadedServer):
                 return web.json_response(
                     {"code": 230099, "msg": "card must declare update_multi"}, status=400
                 )
+            problem = button_problem((value.get("body") or {}).get("elements") or [])
+            if problem is not None:
+                return _error(230099, f"Failed to create card content: {problem}")
         elif msg_type not in ("text", "post", "file", "image"):
             return web.json_response({"code": 230001, "msg": f"unsupported msg_type {msg_type}"}, status=400)
         return None
@@ -776,6 +926,9 @@ class FakeLark(ThreadedServer):
         if (card.get("config") or {}).get("update_multi") is False:
             return _error(300302, "update_multi property is false")
         elements = (card.get("body") or {}).get("elements") or []
+        problem = button_problem(elements)
+        if problem is not None:
+            return _error(200220, f"Failed to generate card content: {problem}")
         if len(elements) > MAX_CARD_ELEMENTS:
             return _error(300305, "The number of card components exceeds 200")
         ids = [e.get("element_id") for e in elements if isinstance(e, dict) and e.get("element_id")]
@@ -841,6 +994,27 @@ class FakeLark(ThreadedServer):
             if problem is not None:
                 return problem
             element["content"] = content
+            self._publish(card)
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _delete_element(self, request: web.Request) -> web.Response:
+        card = self.cards.get(request.match_info["card_id"])
+        if card is None:
+            return _error(200740, "The card entity does not exist")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        with self._lock:
+            elements = (card.data.get("body") or {}).get("elements") or []
+            element_id = request.match_info["element_id"]
+            found = [e for e in elements if isinstance(e, dict) and e.get("element_id") == element_id]
+            if not found:
+                return _error(300313, "Failed to update element properties: no such element_id")
+            problem = self._take_sequence(card, body or {})
+            if problem is not None:
+                return problem
+            card.data["body"]["elements"] = [e for e in elements if e not in found]
             self._publish(card)
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 

@@ -12,8 +12,10 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -110,6 +112,16 @@ async def first_health(client: httpx.AsyncClient, proc: subprocess.Popen[bytes])
     raise AssertionError("serve never answered /health")
 
 
+async def health_once_open(client: httpx.AsyncClient, proc: subprocess.Popen[bytes]) -> httpx.Response:
+    """The first /health after the service opened (before that it honestly says "starting")."""
+    for _ in range(1200):
+        health = await first_health(client, proc)
+        if health.json()["status"] != "starting":
+            return health
+        await asyncio.sleep(0.05)
+    raise AssertionError("serve never finished opening the service")
+
+
 async def health_until(client: httpx.AsyncClient, agent_state: str) -> dict[str, Any]:
     for _ in range(1200):
         body: dict[str, Any] = (await client.get("/health")).json()
@@ -135,7 +147,7 @@ async def test_a_comment_sent_while_the_agent_starts_is_stored_and_answered_once
     port = free_port()
     config = write_config(tmp_path, port, llm, github, gate)
     async with serving(config, port) as (client, proc):
-        health = await first_health(client, proc)
+        health = await health_once_open(client, proc)
         # HTTP, the database and the GitHub webhook route are up; the agent is honestly not.
         assert health.status_code == 200
         body = health.json()
@@ -226,3 +238,65 @@ def test_a_broken_model_config_stops_serve_before_anything_starts(tmp_path: Path
     assert result.returncode == 2
     assert "configuration problem" in result.stderr
     assert "model names must be unique; repeated: default" in result.stderr
+
+
+async def test_health_answers_while_the_database_is_still_opening_and_a_database_that_fails_ends_serve(
+    tmp_path: Path,
+) -> None:
+    # A PostgreSQL host that accepts the connection and never answers (a hung network or server):
+    # opening the service waits on it, which makes "still opening" a state the test controls.
+    hung = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(hung.accept()[0]), daemon=True).start()
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"host": "127.0.0.1", "port": port},
+                "data_dir": str(tmp_path / "data"),
+                "database": {"url": f"postgresql+asyncpg://sb:pw@127.0.0.1:{hung.getsockname()[1]}/sb"},
+                "sandbox": {"mode": "host"},
+                "models": [
+                    {"name": "default", "model": "m", "api_key": "k", "base_url": "http://127.0.0.1:9/v1"}
+                ],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot", "--log-format", "text", "serve", "--config", str(config)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            health = await first_health(client, proc)  # type: ignore[arg-type]
+            # Alive, and saying nothing it does not know yet.
+            assert health.status_code == 200
+            assert health.json()["status"] == "starting" and health.json()["database"] == "starting"
+            not_ready = await client.get("/ready")
+            assert not_ready.status_code == 503
+            assert not_ready.json()["reason"] == "starting: the database is not open yet"
+            for _ in range(600):  # the service is really waiting on the database
+                if accepted:
+                    break
+                await asyncio.sleep(0.05)
+            assert accepted, "serve never connected to the database"
+            early = asyncio.create_task(client.get("/metrics"))  # any other route waits for start-up
+            await asyncio.sleep(0.5)
+            assert not early.done()
+
+            hung.close()  # the database goes away: start-up fails
+            accepted[0].close()
+            assert (await early).status_code == 503
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 3, stdout + stderr
+    failure = [line for line in stderr.splitlines() if line.startswith("switchboard: ")]
+    assert len(failure) == 1 and failure[0].startswith("switchboard: start-up failed: "), stderr
+    assert "Traceback" not in stderr

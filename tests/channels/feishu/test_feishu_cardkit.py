@@ -59,7 +59,10 @@ async def test_an_answer_streams_into_one_card_entity_that_ends_with_streaming_c
     calls = cardkit_calls(lark)
     assert calls[0] == ("POST", "/open-apis/cardkit/v1/cards")
     assert calls[-1] == ("PATCH", f"/open-apis/cardkit/v1/cards/{message.card_id}/settings")
-    assert all(m == "PUT" and p.endswith("/elements/answer/content") for m, p in calls[1:-1])
+    # The live Stop button is taken out of the entity before streaming closes.
+    assert calls[-2] == ("DELETE", f"/open-apis/cardkit/v1/cards/{message.card_id}/elements/action_0")
+    assert all(m == "PUT" and p.endswith("/elements/answer/content") for m, p in calls[1:-2])
+    assert message.buttons == []
     seq = sequences(lark)
     assert seq == sorted(set(seq)) and seq[0] >= 1, "each call on the card has a larger sequence"
     assert lark.calls("PATCH", "/open-apis/im/v1/messages/") == [], "no whole-card patch was needed"

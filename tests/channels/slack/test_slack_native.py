@@ -1,10 +1,4 @@
-"""Slack's native streaming (chat.startStream / appendStream / stopStream) and the assistant status.
-
-Slack's stream cannot show buttons while it is written (chat.stopStream alone takes blocks, for the
-finished message), so an answer with its live Stop button takes chat.update (test_slack_buttons.py). The
-stream is used for a thread reply without live buttons; those tests drive such a reply through the
-channel's own ``open_reply`` against the fake.
-"""
+"""Slack's native streaming (chat.startStream / appendStream / stopStream) and the assistant status."""
 
 from __future__ import annotations
 
@@ -13,61 +7,31 @@ from pathlib import Path
 
 import httpx
 
-from channels.slack import SlackChannel
-from channels.types import InboundMessage, Sender
-from tests.conftest import make_settings
+from bot.manager import STOPPED_NOTE
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack import TEAM_ID, FakeSlack
 
-from .conftest import running_bot, slack_section
+from .conftest import running_bot
 
 WORDS = " ".join(f"word{i}" for i in range(40))
-ROOT = "1700000099.000001"
 
 
 def stream_methods(slack: FakeSlack) -> list[str]:
     return [c.method for c in slack.calls if c.method.startswith("chat.")]
 
 
-def native_channel(tmp_path: Path, slack: FakeSlack) -> SlackChannel:
-    settings = make_settings(tmp_path, channels={"slack": slack_section(slack, native_streaming=True)})
-    return SlackChannel(settings.channels.slack, settings=settings)
-
-
-def question(slack: FakeSlack, chat: str = "C1", root: str = ROOT, user: str = "U1") -> InboundMessage:
-    """A question a person wrote at ``root`` (the thread the answer goes in), as the channel keys it."""
-    slack.user_messages.add((chat, root))
-    return InboundMessage(
-        provider="slack",
-        workspace=TEAM_ID,
-        chat=chat,
-        topic=root,
-        sender=Sender(user),
-        text="talk",
-        platform_message_id=f"q-{root}",
-        mentioned=True,
-        is_private=chat.startswith("D"),
-        context={"ts": root, "thread_ts": root},
-    )
-
-
-async def stream(channel: SlackChannel, message: InboundMessage, text: str, step: int = 40) -> None:
-    """A reply without live buttons: placeholder, the text growing ``step`` characters at a time, final."""
-    reply = channel.open_reply(message)
-    await reply.start("…")
-    for end in range(step, len(text) + step, step):
-        reply.update(text[:end])
-        await asyncio.sleep(0.02)
-    await reply.finish(text)
-
-
-async def test_a_thread_reply_without_buttons_streams_natively_and_is_stopped_with_the_final_text(
-    tmp_path: Path, slack: FakeSlack
+async def test_a_thread_answer_streams_natively_and_is_stopped_with_the_final_text(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
 ):
-    await stream(native_channel(tmp_path, slack), question(slack), WORDS)
+    llm.script(Reply(text=WORDS, chunk_size=8, delay=0.03))
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        mention = slack.mention("C1", "U1", "talk")
+        await slack.wait_for_text("word39", "C1")
+        await bot.harness.idle(timeout=30)
+
     [start] = slack.calls_to("chat.startStream")
     assert start.error is None
-    assert start.args["thread_ts"] == ROOT, "the thread under the question"
+    assert start.args["thread_ts"] == mention["event"]["ts"], "the thread under the mention"
     assert start.args["recipient_user_id"] == "U1" and start.args["recipient_team_id"] == TEAM_ID
     assert len(slack.calls_to("chat.appendStream")) >= 1
     [stop] = slack.calls_to("chat.stopStream")
@@ -90,55 +54,50 @@ async def test_a_top_level_dm_keeps_chat_update_because_a_stream_needs_a_thread(
     assert len(slack.calls_to("chat.postMessage")) == 1
 
 
-async def test_a_dm_thread_streams_without_recipient_fields(tmp_path: Path, slack: FakeSlack):
-    await stream(native_channel(tmp_path, slack), question(slack, chat="DU1"), "In the DM thread.")
+async def test_a_dm_thread_streams_without_recipient_fields(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    llm.script(Reply(text="In the DM thread.", chunk_size=4, delay=0.02))
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        first = slack.dm("U1", "root")
+        root_ts = first["event"]["ts"]
+        await bot.harness.idle(timeout=30)
+        llm.script(Reply(text="In the DM thread.", chunk_size=4, delay=0.02))
+        slack.dm("U1", "follow-up", thread_ts=root_ts)
+        await slack.wait_for_text("In the DM thread.", "DU1", thread_ts=root_ts)
+        await bot.harness.idle(timeout=30)
     [start] = slack.calls_to("chat.startStream")
     assert start.error is None and "recipient_user_id" not in start.args
-    assert [m.text for m in slack.channel_messages("DU1", ROOT)] == ["In the DM thread."]
+    assert [m.text for m in slack.channel_messages("DU1", root_ts)] == ["In the DM thread."]
 
 
 async def test_when_slack_refuses_the_stream_the_answer_is_posted_and_updated(
-    tmp_path: Path, slack: FakeSlack
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
 ):
+    llm.script(Reply(text=WORDS, chunk_size=8, delay=0.03))
     slack.fail_next("chat.startStream", "not_in_channel")
-    await stream(native_channel(tmp_path, slack), question(slack), WORDS)
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        slack.mention("C1", "U1", "talk")
+        await slack.wait_for_text("word39", "C1")
+        await bot.harness.idle(timeout=30)
     [start] = slack.calls_to("chat.startStream")
     assert start.error == "not_in_channel"
     assert len(slack.calls_to("chat.postMessage")) == 1 and slack.calls_to("chat.update")
     assert [m.text for m in slack.channel_messages("C1")] == [WORDS]
 
 
-async def test_past_the_split_limit_the_stream_is_stopped_and_the_rest_goes_on_the_edit_path(
-    tmp_path: Path, slack: FakeSlack
-):
-    lines = [" ".join(f"l{n}w{i}" for i in range(12)) for n in range(120)]  # about 7,000 characters
-    answer = "\n".join(lines)
-    await stream(native_channel(tmp_path, slack), question(slack), answer, step=200)
-    [stop] = slack.calls_to("chat.stopStream")
-    assert stop.error is None
-    messages = slack.channel_messages("C1")
-    assert len(messages) >= 2 and messages[0].stream == "stopped"
-    assert "\n".join(m.text for m in messages).split() == answer.split(), "every word, once, in order"
-    assert all(len(m.text) <= 3500 for m in messages)
-
-
-async def test_a_queued_notice_in_a_thread_is_a_plain_message_that_becomes_the_answer(
+async def test_a_model_error_mid_answer_still_stops_the_stream_with_the_error_sentence(
     tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
 ):
-    llm.script(
-        Reply(text=" ".join(f"first{i}" for i in range(30)), chunk_size=6, delay=0.05),
-        Reply(text="The second answer.", chunk_size=6, delay=0.01),
-    )
+    llm.script(Reply(text=WORDS, chunk_size=8, delay=0.03, abort_after_chunks=3))
     async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
-        root = slack.mention("C1", "U1", "first")["event"]["ts"]
-        await slack.wait_for_text("first3", "C1", thread_ts=root)
-        slack.mention("C1", "U1", "second", thread_ts=root)
-        notice = await slack.wait_for_text("⏳ Queued", "C1", thread_ts=root)
-        await slack.wait_for_text("The second answer.", "C1", thread_ts=root)
+        slack.mention("C1", "U1", "talk")
+        await slack.wait_for(lambda: slack.calls_to("chat.stopStream"), 30, "stopStream")
         await bot.harness.idle(timeout=30)
-    assert notice.history[0].startswith("⏳ Queued") and notice.text == "The second answer."
-    assert notice.labels == [], "the finished answer keeps no Stop button"
-    assert slack.calls_to("chat.startStream") == [], "answers with a Stop button are not streamed"
+    [stop] = slack.calls_to("chat.stopStream")
+    assert stop.error is None
+    [message] = slack.channel_messages("C1")
+    assert message.stream == "stopped" and "⚠️" in message.text
 
 
 async def test_is_thinking_status_is_set_while_nothing_visible_changes(
@@ -154,7 +113,7 @@ async def test_is_thinking_status_is_set_while_nothing_visible_changes(
     assert seen >= 1 and len(slack.statuses) == seen, "set while thinking, not after the answer"
     [(channel, thread_ts, status)] = set(slack.statuses)
     assert channel == "C1" and status == "is thinking…"
-    assert thread_ts == slack.calls_to("chat.postMessage")[0].args["thread_ts"]
+    assert thread_ts == slack.calls_to("chat.startStream")[0].args["thread_ts"]
 
 
 async def test_the_fake_checks_stream_arguments_like_slack(slack: FakeSlack):
@@ -178,3 +137,58 @@ async def test_the_fake_checks_stream_arguments_like_slack(slack: FakeSlack):
         assert (await call("chat.stopStream", channel="DU1", ts=started["ts"], markdown_text="done"))["ok"]
         late = await call("chat.appendStream", channel="DU1", ts=started["ts"], markdown_text="more")
         assert late["error"] == "message_not_in_streaming_state"
+
+
+async def test_stop_ends_the_stream_with_the_partial_answer_and_the_stopped_note(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    llm.script(Reply(text=" ".join(f"slow{i}" for i in range(200)), chunk_size=4, delay=0.1))
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        mention = slack.mention("C1", "U1", "talk for long")
+        root = mention["event"]["ts"]
+        await slack.wait_for(lambda: slack.calls_to("chat.appendStream"), 30, "the stream started")
+        slack.mention("C1", "U1", "/stop", thread_ts=root)
+        await slack.wait_for(lambda: slack.calls_to("chat.stopStream"), 30, "stopStream")
+        await bot.harness.idle(timeout=30)
+    [stop] = slack.calls_to("chat.stopStream")
+    assert stop.error is None
+    streamed = [m for m in slack.channel_messages("C1", root) if m.stream is not None]
+    [message] = streamed
+    assert message.stream == "stopped" and message.text.startswith("slow")
+    assert STOPPED_NOTE in message.text and "slow199" not in message.text
+
+
+async def test_past_the_split_limit_the_stream_is_stopped_and_the_rest_goes_on_the_edit_path(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    lines = [" ".join(f"l{n}w{i}" for i in range(12)) for n in range(120)]  # about 7,000 characters
+    answer = "\n".join(lines)
+    llm.script(Reply(text=answer, chunk_size=200, delay=0.02))
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        slack.mention("C1", "U1", "a long one")
+        await slack.wait_for_text(lines[-1], "C1")
+        await bot.harness.idle(timeout=30)
+    [stop] = slack.calls_to("chat.stopStream")
+    assert stop.error is None
+    messages = slack.channel_messages("C1")
+    assert len(messages) >= 2 and messages[0].stream == "stopped"
+    assert "\n".join(m.text for m in messages).split() == answer.split(), "every word, once, in order"
+    assert all(len(m.text) <= 3500 for m in messages)
+
+
+async def test_a_queued_notice_in_a_thread_is_a_plain_message_that_becomes_the_answer(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
+):
+    llm.script(
+        Reply(text=" ".join(f"first{i}" for i in range(30)), chunk_size=6, delay=0.05),
+        Reply(text="The second answer.", chunk_size=6, delay=0.01),
+    )
+    async with running_bot(tmp_path, llm, slack, native_streaming=True) as bot:
+        root = slack.mention("C1", "U1", "first")["event"]["ts"]
+        await slack.wait_for(lambda: slack.calls_to("chat.startStream"), 30, "the first stream")
+        slack.mention("C1", "U1", "second", thread_ts=root)
+        notice = await slack.wait_for_text("⏳ Queued", "C1", thread_ts=root)
+        await slack.wait_for_text("The second answer.", "C1", thread_ts=root)
+        await bot.harness.idle(timeout=30)
+    assert notice.history[0].startswith("⏳ Queued") and notice.text == "The second answer."
+    assert len(slack.calls_to("chat.startStream")) == 1, "only the first answer streamed"

@@ -1,0 +1,72 @@
+"""The delivery log's write path on SQLite: a 2xx means the delivery is committed, whether its batch
+committed on the event loop or had to wait for another writer (off the loop), and a rejected delivery
+leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from pathlib import Path
+
+from config.schema import Settings
+from tests.github.conftest import comment_payload, github_settings, running_service
+
+
+def stored(settings: Settings, delivery: str) -> tuple[str, str] | None:
+    """(status, event) as another process sees it: a second connection reads only committed rows."""
+    path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT status, event FROM github_deliveries WHERE delivery_id = ?", (delivery,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return (row[0], row[1]) if row else None
+
+
+async def test_every_acknowledged_delivery_of_a_burst_is_committed_once(tmp_path, llm, github):
+    """Thirty deliveries at once (they share commits) plus a redelivery of each: every 200 is on disk
+    for a second connection, and each redelivery is answered as the duplicate it is."""
+    settings = github_settings(tmp_path, llm, github)
+    ids = [str(uuid.uuid4()) for _ in range(30)]
+    async with running_service(settings) as sb:
+        data = comment_payload("no mention here")  # stored and acknowledged, no agent run
+        first = await asyncio.gather(*(sb.deliver("issue_comment", data, delivery=i) for i in ids))
+        assert [r.status_code for r in first] == [200] * len(ids)
+        assert [stored(settings, i) for i in ids] == [("done", "issue_comment")] * len(ids)
+        again = await asyncio.gather(*(sb.deliver("issue_comment", data, delivery=i) for i in ids))
+        assert [(r.status_code, r.json()["duplicate"]) for r in again] == [(200, True)] * len(ids)
+        forged = await sb.deliver("issue_comment", data, delivery="forged-1", secret="not-the-secret")
+        assert forged.status_code == 401
+    assert stored(settings, "forged-1") is None
+
+
+async def test_a_delivery_that_finds_the_database_locked_is_acknowledged_only_once_committed(
+    tmp_path, llm, github
+):
+    """Another writer (``switchboard webhooks retry``, say) holds SQLite's lock: the delivery waits for
+    it without holding up the service (the health check still answers), then commits and gets its 200."""
+    settings = github_settings(tmp_path, llm, github)
+    async with running_service(settings) as sb:
+        warm = await sb.deliver("issue_comment", comment_payload("before"), delivery="before-lock")
+        assert warm.status_code == 200
+        path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            delivering = asyncio.create_task(
+                sb.deliver("issue_comment", comment_payload("while locked"), delivery="during-lock")
+            )
+            await asyncio.sleep(0.3)
+            assert not delivering.done(), "acknowledged before the delivery could be committed"
+            health = await asyncio.wait_for(sb.client.get("/health"), 5)
+            assert health.status_code in (200, 503)
+            assert stored(settings, "during-lock") is None
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        response = await asyncio.wait_for(delivering, 15)
+        assert response.status_code == 200 and response.json()["duplicate"] is False
+        assert stored(settings, "during-lock") == ("done", "issue_comment")
