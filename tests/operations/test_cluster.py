@@ -222,13 +222,16 @@ async def test_an_instance_whose_claim_was_taken_over_stops_its_copy_of_the_turn
 
 
 async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_holder():
-    from bot import cluster
+    from bot import approvals, cluster, inbox, migrations, threads
     from bot.db import Database
 
     async with fresh_pg_database() as url:
         db = Database(url)
         try:
-            await db.create_schema([cluster.metadata])
+            # The schema's upgrade steps expect the service's own tables beside the cluster's.
+            await db.create_schema(
+                [cluster.metadata, inbox.metadata, threads.metadata, approvals.metadata, migrations.metadata]
+            )
             first = cluster.Lease(db, "channel:telegram", "instance-a", ttl=1)
             second = cluster.Lease(db, "channel:telegram", "instance-b", ttl=1)
             assert await first.acquire() and first.token == 1
