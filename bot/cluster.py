@@ -74,6 +74,8 @@ leases_table = Table(
 
 INBOX_CHANNEL = "switchboard_inbox"
 STOP_CHANNEL = "switchboard_stop"
+#: Payload: a lease's name, released by a stopping instance (the others try to take it at once).
+LEASE_CHANNEL = "switchboard_lease"
 #: Pending entries read per look for work (oldest first). A backlog beyond this waits its turn.
 SCAN_LIMIT = 500
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
@@ -132,6 +134,7 @@ _LEASE_RELEASE = text(
     "UPDATE cluster_leases SET expires = 0 WHERE name = :name AND holder = :me AND token = :token"
 )
 _LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :name AND expires >= {NOW}")
+_LEASE_LAPSES_IN = text(f"SELECT expires - {NOW} FROM cluster_leases WHERE name = :name")
 
 IsCommand = Callable[[InboundMessage], bool]
 
@@ -166,6 +169,8 @@ class Cluster:
         self.on_stop: Callable[[str, str | None], object] | None = None
         #: Told an entry id whose claim another instance took over (this instance must stop its turn).
         self.on_lost: Callable[[str], object] | None = None
+        #: Told the name of a lease another instance released (bot.leases.LeaseKeeper.wake).
+        self.on_lease_freed: Callable[[str], object] | None = None
         self._wake = asyncio.Event()
         self._listener: Any = None  # asyncpg.Connection
         self._heartbeat: asyncio.Task[None] | None = None
@@ -212,11 +217,16 @@ class Cluster:
             self._listener = await asyncpg.connect(url)
             await self._listener.add_listener(INBOX_CHANNEL, self._on_inbox)
             await self._listener.add_listener(STOP_CHANNEL, self._on_stop)
+            await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
         except Exception as exc:  # the fallback poll still finds work, only later
             log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
 
     def _on_inbox(self, *_args: object) -> None:
         self._wake.set()
+
+    def _on_lease(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if self.on_lease_freed is not None:
+            self.on_lease_freed(payload)
 
     def _on_stop(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         thread_id, _, token = payload.partition(" ")
@@ -456,7 +466,7 @@ async def live_instances(db: Database, ttl: float) -> list[dict[str, Any]]:
 
 class Lease:
     """A named lease that at most one instance holds: for a platform connection that must exist once
-    (Telegram long polling, the Discord gateway). Not wired to channels yet (docs/scale-out.md).
+    (Telegram long polling, the Discord gateway); :class:`bot.leases.LeaseKeeper` holds them.
 
     ``token`` is the fencing token: it rises every time the lease changes hands, so a former holder
     that wakes up after its lease lapsed can tell (its renewal, keyed by its token, finds nothing).
@@ -468,6 +478,9 @@ class Lease:
         self.holder = holder
         self.ttl = ttl
         self.token: int | None = None
+        #: After a failed :meth:`acquire`: seconds until the current holder's lease lapses (PostgreSQL's
+        #: clock), so a standby can try again right then instead of a whole period later.
+        self.lapses_in: float = 0.0
 
     async def acquire(self) -> bool:
         """Take the lease if it is free or lapsed (or already ours); True when this instance holds it."""
@@ -475,6 +488,9 @@ class Lease:
             token = (
                 await conn.execute(_LEASE_ACQUIRE, {"name": self.name, "me": self.holder, "ttl": self.ttl})
             ).scalar()
+            if token is None:
+                left = (await conn.execute(_LEASE_LAPSES_IN, {"name": self.name})).scalar()
+                self.lapses_in = max(float(left or 0.0), 0.0)
         if token is not None and token != self.token:
             log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, token)
         self.token = token
@@ -497,6 +513,7 @@ class Lease:
             return
         async with self.db.engine.begin() as conn:
             await conn.execute(_LEASE_RELEASE, {"name": self.name, "me": self.holder, "token": self.token})
+            await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": LEASE_CHANNEL, "p": self.name})
         self.token = None
 
     async def current(self) -> tuple[str, int] | None:

@@ -3,8 +3,9 @@
 Read top to bottom, :meth:`Service.__init__` lists every part and :meth:`Service.start` starts them in
 two stages. :meth:`Service.open` brings up what takes input and needs no agent:
 
-    database schema → WAL maintenance → inbox writer → channels built → agent build begins (background)
-    → features (connections, GitHub and Telegram webhooks, schedules) → channels started
+    database schema → WAL maintenance → inbox writer → cluster → channels built (and, in a cluster,
+    those receiving exclusively put under a lease) → agent build begins (background) → features
+    (connections, GitHub and Telegram webhooks, schedules) → channels started → leases kept
 
 and :meth:`Service.run_agent`, once the agent exists, what answers:
 
@@ -15,8 +16,9 @@ Importing LangGraph/LangChain and building the agent takes about a second; ``ser
 stores arriving messages in the inbox meanwhile, and the manager takes them once the agent is ready.
 ``switchboard chat`` and the tests await both stages (:meth:`Service.start`).
 
-:meth:`Service.stop` reverses it: channels pause (no new input), the manager drains running turns,
-channels stop, features stop in reverse, then the inbox writer, the agent, and last the database.
+:meth:`Service.stop` reverses it: leases stop changing hands here, channels pause (no new input), the
+leases are released (another instance receives now), the manager drains running turns, channels stop,
+features stop in reverse, then the inbox writer, the agent, and last the database.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from bot.features.schedules import SchedulesFeature
 from bot.features.telegram import TelegramWebhookFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
+from bot.leases import LeaseKeeper
 from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.registry import channel_class
 from bot.threads import ThreadStore
@@ -95,6 +98,12 @@ class Service:
         self.inbox = Inbox(self.db, max_attempts=settings.bus.max_attempts)
         # PostgreSQL: any instance runs any message, claimed in the database (docs/scale-out.md).
         self.cluster = None if self.db.is_sqlite else Cluster(self.db, settings)
+        # In a cluster, Telegram long polling and the Discord gateway receive on one instance only.
+        self.leases = (
+            None
+            if self.cluster is None
+            else LeaseKeeper(self.db, self.cluster.instance_id, settings.cluster.lease_ttl_seconds)
+        )
         self.bus = MessageBus(
             self.inbox,
             settings.bus.queue_size,
@@ -186,14 +195,19 @@ class Service:
         if self.cluster is not None:
             await self.cluster.start()
         self.channels = self.build_channels()  # before the agent's imports begin: SDK imports stay here
+        if self.leases is not None:
+            self.leases.govern(self.channels)
         self._agent_start = asyncio.create_task(self._start_agent(), name="agent-start")
         running = Running(channels=self.channels)
         for feature in self.features:
             await feature.start(running)
         await self.bus.resume_unfinished()
         self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
-        for provider, channel in self.channels.items():
-            await self._start_channel(provider, channel)
+        started = {p for p, channel in self.channels.items() if await self._start_channel(p, channel)}
+        if self.leases is not None:
+            assert self.cluster is not None
+            self.cluster.on_lease_freed = self.leases.wake  # a released lease is taken at once
+            await self.leases.start(started)
         self.started_at = time.time()
 
     async def agent_ready(self) -> None:
@@ -262,7 +276,7 @@ class Service:
             except Exception as exc:  # a busy or briefly unreachable database: the next poll does it
                 log.warning("checking for inbox retries failed: %s", exc)
 
-    async def _start_channel(self, provider: str, channel: Channel) -> None:
+    async def _start_channel(self, provider: str, channel: Channel) -> bool:
         channel.status.set("starting")
         # Platforms with a command menu list what the manager answers.
         channel.offer_commands([ChatCommand(c.name, c.help) for c in self.commands.commands])
@@ -272,10 +286,16 @@ class Service:
             # One broken platform must not take the others down; /health and doctor show it.
             log.error("channel %s failed to start: %s", provider, exc)
             channel.status.set("error", str(exc))
+            return False
+        return True
 
     async def stop(self, grace: float | None = None) -> None:
         # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
+        if self.leases is not None:
+            self.leases.halt()
         await self._each_channel("pause")
+        if self.leases is not None:  # paused (stored updates confirmed): the next instance may take over
+            await self.leases.stop()
         self._stopping.set()
         if self._agent_start is not None and not self._agent_start.done():
             self._agent_start.cancel()  # still building: what was queued stays in the inbox for next time
@@ -328,5 +348,9 @@ class Service:
             "mcp": self.agent.mcp_status() if self.agent is not None else {},
             "channels": channels,
             "inbox": {"unfinished": self.bus.load},
-            **({"cluster": await self.cluster.health()} if self.cluster is not None else {}),
+            **({"cluster": await self._cluster_health()} if self.cluster is not None else {}),
         }
+
+    async def _cluster_health(self) -> dict[str, Any]:
+        assert self.cluster is not None and self.leases is not None
+        return {**await self.cluster.health(), "leases": self.leases.held()}

@@ -34,6 +34,12 @@ class Channel(ABC):
     """
 
     provider: ClassVar[str]
+    #: The platform lets only one connection receive a bot's messages (Telegram long polling) or does
+    #: not spread them over several connections (a Discord gateway session). When True and
+    #: several instances share the work, the service calls :meth:`lease_intake` before :meth:`start`
+    #: and then :meth:`start_receiving` / :meth:`stop_receiving` as this instance gains and loses the
+    #: channel's lease. A channel may set it per instance (Telegram: polling mode only).
+    receives_exclusively: bool = False
     #: Commands the channel answers itself, never sent to the service (the terminal's /quit): (name, help).
     local_commands: ClassVar[tuple[tuple[str, str], ...]] = ()
     limits: ClassVar[ReplyLimits]
@@ -46,6 +52,8 @@ class Channel(ABC):
         self.commands: tuple[ChatCommand, ...] = ()
         #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).
         self.admins: frozenset[str] = frozenset()
+        #: Set by :meth:`lease_intake`: receiving waits for :meth:`start_receiving`.
+        self.intake_leased = False
 
     def offer_commands(self, commands: Sequence[ChatCommand]) -> None:
         """Called by the service just before :meth:`start`: the commands the manager answers.
@@ -58,6 +66,21 @@ class Channel(ABC):
     @abstractmethod
     async def start(self, sink: InboundSink) -> None:
         """Connect and begin delivering messages to ``sink``. Returns once the worker is running."""
+
+    def lease_intake(self) -> None:
+        """Called before :meth:`start` for a channel that :attr:`receives_exclusively` when another
+        instance may hold its intake: :meth:`start` then connects for replies only, and receiving waits
+        for :meth:`start_receiving`. Without this call :meth:`start` receives as always."""
+        self.intake_leased = True
+
+    async def start_receiving(self) -> None:  # noqa: B027 - optional hook
+        """This instance now holds the channel's lease: begin taking messages (after :meth:`start`).
+
+        Must return promptly (start a background task rather than wait for a connection)."""
+
+    async def stop_receiving(self) -> None:  # noqa: B027 - optional hook
+        """The lease is gone (lost to another instance, or not renewable): stop taking messages now,
+        without touching the platform in a way that disturbs the new holder. Replies keep working."""
 
     async def pause(self) -> None:  # noqa: B027 - optional hook
         """Stop taking new messages but keep the ability to reply.

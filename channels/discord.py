@@ -118,6 +118,8 @@ class _Client(discord.Client):
 class DiscordChannel(Channel):
     provider = "discord"
     limits = DISCORD_LIMITS
+    # Discord does not spread one shard's events over several sessions: in a cluster, one connects.
+    receives_exclusively = True
 
     def __init__(self, config: DiscordConfig, *, settings: Settings | None = None) -> None:
         if config.edit_interval_seconds != DISCORD_LIMITS.min_edit_interval:
@@ -191,6 +193,12 @@ class DiscordChannel(Channel):
             problem = map_discord_error(exc)
             self.status.set("error", f"login failed: {problem}")
             raise problem from exc
+        if self.intake_leased:  # replies over REST from here; the gateway once the lease is ours
+            self._paused = True
+            self.status.set(
+                "connected", f"as {client.user}, replies only (another instance holds the gateway)"
+            )
+            return
         self._runner = asyncio.create_task(self._connect(client), name="discord-gateway")
         ready = asyncio.create_task(self._ready.wait())
         await asyncio.wait(
@@ -224,6 +232,46 @@ class DiscordChannel(Channel):
         else:
             if not self._stopping:
                 self.status.set("error", "the Discord gateway connection ended")
+
+    async def start_receiving(self) -> None:
+        """This instance holds the cluster's Discord lease: connect the gateway (READY backfills what
+        arrived while nobody held it)."""
+        if self._client is None or self._stopping or (self._runner is not None and not self._runner.done()):
+            return
+        self._paused = False
+        self._ready.clear()
+        self.status.set("starting", "connecting the gateway")
+        self._runner = asyncio.create_task(self._receive(self._client), name="discord-gateway")
+
+    async def _receive(self, client: discord.Client) -> None:
+        """Pick up where the previous holder left off: its cursors (the channels it followed, how far
+        it got) are in the shared table, so load them again before READY's backfill reads from them."""
+        await self.cursors.stop()
+        await self.cursors.start()
+        await self._connect(client)
+
+    async def stop_receiving(self) -> None:
+        """The lease moved on: hand nothing more to the inbox and close the gateway session (REST
+        replies keep working). What arrives meanwhile is the new holder's, or its backfill's."""
+        self._paused = True
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()  # first, so discord.py does not reconnect after the close below
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await runner
+        if self._backfill_task is not None:
+            self._backfill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._backfill_task
+            self._backfill_task = None
+        client = self._client
+        if client is not None and client.ws is not None and client.ws.open:
+            with contextlib.suppress(Exception):
+                await client.ws.close(code=1000)
+        if client is not None:
+            self.status.set(
+                "connected", f"as {client.user}, replies only (another instance holds the gateway)"
+            )
 
     async def pause(self) -> None:
         """Stop handing messages to the inbox; those arriving now are left for the next backfill."""

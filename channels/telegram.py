@@ -45,7 +45,12 @@ from telegram.request import HTTPXRequest
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream
-from channels.telegram_polling import READ_TIMEOUT_MARGIN, UpdatePoller
+from channels.telegram_polling import (
+    CONFLICT_RETRY_SECONDS,
+    LEASED_CONFLICT_RETRY_SECONDS,
+    READ_TIMEOUT_MARGIN,
+    UpdatePoller,
+)
 from channels.telegram_presses import answer as answer_press
 from channels.telegram_presses import press_message
 from channels.telegram_transport import TelegramTransport, map_error
@@ -92,6 +97,8 @@ class TelegramChannel(Channel):
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
         self.admins = frozenset(config.admins)
+        # Long polling runs once per bot token (a second getUpdates gets 409); a webhook reaches anyone.
+        self.receives_exclusively = config.mode == "polling"
         # Every chat (private or group) is paced by the base class's per-chat budget (about 1 call/s);
         # a group's calls also draw on its cap, and message calls on the bot-wide cap.
         self._group_budgets = BudgetRegistry(
@@ -194,9 +201,32 @@ class TelegramChannel(Channel):
             self.status,
             poll_timeout=self.config.poll_timeout_seconds,
             connected_detail=lambda: f"@{self.bot_username}, long polling",
+            conflict_retry=LEASED_CONFLICT_RETRY_SECONDS if self.intake_leased else CONFLICT_RETRY_SECONDS,
         )
+        if self.intake_leased:  # replies from here; polling once this instance holds the lease
+            self.status.set("connected", self._standby_detail())
+            return
         self.status.set("connected", f"@{self.bot_username}, long polling")
         self._poller.start()
+
+    def _standby_detail(self) -> str:
+        return f"@{self.bot_username}, replies only (another instance holds long polling)"
+
+    async def start_receiving(self) -> None:
+        """This instance holds the cluster's Telegram lease: long polling starts here."""
+        poller = self._poller
+        if poller is not None and not poller.running:
+            self.status.set("connected", f"@{self.bot_username}, long polling")
+            poller.start()
+
+    async def stop_receiving(self) -> None:
+        """The lease moved on: no further getUpdates from here. What was fetched is still stored (any
+        instance may accept), but not confirmed: that call would cut the new holder's long poll short."""
+        poller = self._poller
+        if poller is not None and poller.running:
+            await poller.pause(STOP_STORE_GRACE, confirm=False)
+        if self._poller is not None:
+            self.status.set("connected", self._standby_detail())
 
     @property
     def webhook(self) -> WebhookIntake | None:

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 #: After a 409 Conflict: first pause before polling again, doubling up to the maximum.
 CONFLICT_RETRY_SECONDS = 60.0
 CONFLICT_RETRY_MAX_SECONDS = 600.0
+#: Under a cluster lease a 409 is the last poll of a former holder, which stops within a third of the
+#: lease TTL: poll again soon instead of backing off for a minute.
+LEASED_CONFLICT_RETRY_SECONDS = 2.0
 #: After a network failure of getUpdates: first pause, doubling up to the maximum.
 NETWORK_RETRY_SECONDS = 0.5
 NETWORK_RETRY_MAX_SECONDS = 30.0
@@ -65,12 +68,14 @@ class UpdatePoller:
         *,
         poll_timeout: int,
         connected_detail: Callable[[], str],
+        conflict_retry: float = CONFLICT_RETRY_SECONDS,
     ) -> None:
         self.bot = bot
         self.store = store
         self.status = status
         self.poll_timeout = poll_timeout
         self.connected_detail = connected_detail
+        self.conflict_retry = conflict_retry
         self.offset: int | None = None  # None: "from the earliest unconfirmed", Telegram's default
         self.confirmed: int | None = None  # the offset Telegram last accepted from us
         self._fetching = False  # new getUpdates calls are allowed
@@ -90,8 +95,12 @@ class UpdatePoller:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def pause(self, grace: float) -> None:
-        """Stop fetching; store what was fetched (up to ``grace`` s); confirm what was stored."""
+    async def pause(self, grace: float, *, confirm: bool = True) -> None:
+        """Stop fetching; store what was fetched (up to ``grace`` s); confirm what was stored.
+
+        ``confirm=False`` when another process may be polling now (the cluster lease moved): a
+        getUpdates from here would end its long poll with 409. The stored updates are redelivered to it
+        instead, and the inbox knows them."""
         self._fetching = False
         self._wake.set()
         if self._fetch is not None and not self._fetch.done():
@@ -107,7 +116,8 @@ class UpdatePoller:
                 self._abandon.set()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self._confirm_stored()
+        if confirm:
+            await self._confirm_stored()
 
     async def _confirm_stored(self) -> None:
         """One short getUpdates with the next offset: Telegram forgets what we stored."""
@@ -125,7 +135,7 @@ class UpdatePoller:
     # --- the loop ------------------------------------------------------------------------------------
     async def _run(self) -> None:
         network_wait = NETWORK_RETRY_SECONDS
-        conflict_wait = CONFLICT_RETRY_SECONDS
+        conflict_wait = self.conflict_retry
         while self._fetching:
             try:
                 updates = await self._get_updates()
@@ -155,10 +165,10 @@ class UpdatePoller:
                 network_wait = min(network_wait * 2, NETWORK_RETRY_MAX_SECONDS)
                 continue
             if self.status.state != "connected":
-                if conflict_wait > CONFLICT_RETRY_SECONDS:
+                if conflict_wait > self.conflict_retry:
                     log.info("Telegram: polling resumed after a conflict")
                 self.status.set("connected", self.connected_detail())
-            network_wait, conflict_wait = NETWORK_RETRY_SECONDS, CONFLICT_RETRY_SECONDS
+            network_wait, conflict_wait = NETWORK_RETRY_SECONDS, self.conflict_retry
             for update in updates:
                 if self.offset is not None and update.update_id < self.offset:
                     continue  # already stored (Telegram re-sent it before our confirmation arrived)

@@ -210,6 +210,9 @@ class ClusterConfig(Section):
     #: Entries an instance claims beyond ``bus.max_concurrent_turns`` (they route while turns run);
     #: 0 spreads turns strictly by free turn slots.
     claim_ahead: int = Field(64, ge=0)
+    #: A platform connection held by one instance (Telegram long polling, the Discord gateway) moves to
+    #: another instance this long after its holder stopped renewing the lease (renewed every third).
+    lease_ttl_seconds: float = Field(15, gt=0, le=30)
 
 
 class ChannelsConfig(Section):

@@ -10,6 +10,7 @@ is delivered to one of them, alternately) and both post into the same chats, so 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -221,13 +222,16 @@ async def test_an_instance_whose_claim_was_taken_over_stops_its_copy_of_the_turn
 
 
 async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_holder():
-    from bot import cluster
+    from bot import approvals, cluster, inbox, migrations, threads
     from bot.db import Database
 
     async with fresh_pg_database() as url:
         db = Database(url)
         try:
-            await db.create_schema([cluster.metadata])
+            # The schema's upgrade steps expect the service's own tables beside the cluster's.
+            await db.create_schema(
+                [cluster.metadata, inbox.metadata, threads.metadata, approvals.metadata, migrations.metadata]
+            )
             first = cluster.Lease(db, "channel:telegram", "instance-a", ttl=1)
             second = cluster.Lease(db, "channel:telegram", "instance-b", ttl=1)
             assert await first.acquire() and first.token == 1
@@ -243,3 +247,209 @@ async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_h
             assert await first.acquire() and first.token == 3
         finally:
             await db.close()
+
+
+def telegram_instance(tmp_path, llm, url: str, tg: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+    from channels.telegram import TelegramChannel
+    from tests.channels.telegram.conftest import telegram_config
+
+    settings = make_settings(
+        tmp_path / name,
+        llm,
+        database={"url": url},
+        cluster={"instance_id": f"instance-{name}", **cluster},
+    )
+    channel = TelegramChannel(telegram_config(tg), settings=settings)
+    return Harness(settings, channels={"telegram": channel})  # type: ignore[dict-item]
+
+
+def conflicts(tg: Any) -> int:
+    return sum(1 for call in tg.calls("getUpdates") if call["status"] == 409)
+
+
+async def test_only_the_telegram_lease_holder_polls_and_one_whose_lease_moved_stops_at_once(
+    tmp_path, llm, caplog
+):
+    """Two instances, one bot token: the first up holds ``channel:telegram`` and polls; the other only
+    replies. The lease is then moved away (what a takeover after a pause looks like): the holder stops
+    polling at once, nobody polls while the foreign lease lasts, and after it lapses polling resumes and
+    what was sent meanwhile is answered once."""
+    from tests.fakes.telegram import FakeTelegram
+
+    caplog.set_level(logging.INFO, logger="bot.leases")
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=1.5)
+            b = telegram_instance(tmp_path, llm, url, tg, "b", lease_ttl_seconds=1.5)
+            await a.start()
+            await b.start()
+            try:
+                health_a, health_b = await a.service.health(), await b.service.health()
+                assert health_a["cluster"]["leases"] == [{"name": "channel:telegram", "token": 1}]
+                assert health_b["cluster"]["leases"] == []
+                assert "replies only" in health_b["channels"]["telegram"]["detail"]
+                for n in range(6):
+                    tg.user_message(40 + n % 3, f"first {n}")
+                for n in range(6):
+                    await tg.wait_for_bot_text(40 + n % 3, f"echo: first {n}")
+                await asyncio.sleep(1)  # a few long polls of the holder, none overlapping another
+                assert conflicts(tg) == 0, "two instances polled at once"
+
+                async with a.service.db.engine.begin() as conn:
+                    await conn.execute(
+                        text(
+                            "UPDATE cluster_leases SET holder = 'instance-other', token = token + 1, "
+                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 4"
+                        )
+                    )
+                await until(lambda: "lease channel:telegram lost" in caplog.text, seconds=5)
+                lost_at = time.time()
+                tg.user_message(50, "sent while nobody polls")
+                await asyncio.sleep(1.2)
+                polled = [c for c in tg.calls("getUpdates") if c["at"] > lost_at + 0.1]
+                assert polled == [], "an instance polled without holding the lease"
+                assert tg.bot_messages(50) == []
+                await tg.wait_for_bot_text(50, "echo: sent while nobody polls", timeout=10)
+                holders = [
+                    (await h.service.health())["cluster"]["leases"] for h in (a, b) if h.service.leases
+                ]
+                assert sorted(len(leases) for leases in holders) == [0, 1]
+                assert [lease["token"] for leases in holders for lease in leases] == [3]
+                await asyncio.sleep(0.5)
+            finally:
+                await a.stop()
+                await b.stop()
+        assert tg.bot_texts(50) == ["echo: sent while nobody polls"]
+        for n in range(3):
+            assert tg.bot_texts(40 + n) == [f"echo: first {n}", f"echo: first {n + 3}"]
+    assert "acquired (token 3)" in caplog.text
+
+
+def discord_instance(tmp_path, llm, url: str, fake: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+    from channels.discord import DiscordChannel
+    from tests.channels.discord.conftest import discord_config
+
+    settings = make_settings(
+        tmp_path / name,
+        llm,
+        database={"url": url},
+        cluster={"instance_id": f"instance-{name}", **cluster},
+    )
+    channel = DiscordChannel(discord_config(fake), settings=settings)
+    return Harness(settings, channels={"discord": channel})  # type: ignore[dict-item]
+
+
+async def test_the_discord_gateway_is_connected_once_and_moves_with_its_lease(tmp_path, llm):
+    """Every session of the fake gets every message (as two sessions of one bot do), so only the lease
+    holder connects. A holder whose lease moved closes its session; a holder that stops hands the lease
+    on; each time the new holder's READY reads back what was sent while no session was open, and every
+    DM is answered once."""
+    from tests.channels.discord.conftest import USER_ID
+    from tests.fakes.discord import FakeDiscord
+
+    with FakeDiscord() as fake:
+        dm = fake.new_id()
+
+        def texts() -> list[str]:
+            return [m.text for m in fake.in_channel(dm)]
+
+        async with fresh_pg_database() as url:
+            a = discord_instance(tmp_path, llm, url, fake, "a", lease_ttl_seconds=1.5)
+            b = discord_instance(tmp_path, llm, url, fake, "b", lease_ttl_seconds=1.5)
+            await a.start()
+            await b.start()
+            try:
+                await until(lambda: fake.connected == 1, seconds=20)
+                assert (await a.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:discord", "token": 1}
+                ]
+                assert "replies only" in (await b.service.health())["channels"]["discord"]["detail"]
+                fake.message_create(dm, USER_ID, "hello")
+                await until(lambda: texts() == ["echo: hello"], seconds=20)
+
+                async with a.service.db.engine.begin() as conn:  # a was paused past the TTL
+                    await conn.execute(
+                        text(
+                            "UPDATE cluster_leases SET holder = 'instance-other', token = token + 1, "
+                            "expires = EXTRACT(EPOCH FROM clock_timestamp()) + 2"
+                        )
+                    )
+                await until(lambda: fake.connected == 0, seconds=5)
+                fake.message_create(dm, USER_ID, "while fenced")
+                await until(lambda: fake.connected == 1, seconds=10)
+                await until(lambda: texts() == ["echo: hello", "echo: while fenced"], seconds=20)
+
+                holder, other = (a, b) if (await a.service.health())["cluster"]["leases"] else (b, a)
+                await holder.stop()
+                fake.message_create(dm, USER_ID, "while moving")
+                await until(lambda: len(texts()) == 3, seconds=20)
+                assert (await other.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:discord", "token": 4}
+                ]
+                await asyncio.sleep(0.5)
+                assert fake.connected == 1
+            finally:
+                await a.stop()
+                await b.stop()
+        assert texts() == ["echo: hello", "echo: while fenced", "echo: while moving"]
+
+
+async def test_a_telegram_holder_that_cannot_renew_its_lease_in_time_stops_polling_until_it_can(
+    tmp_path, llm, caplog
+):
+    """The lease row is locked by another session (what a stuck database looks like to the holder):
+    renewals hang, and before the lease could lapse the holder stops polling. Once the database
+    answers again it takes the lease back and answers what was sent meanwhile, once."""
+    from tests.fakes.telegram import FakeTelegram
+
+    caplog.set_level(logging.INFO, logger="bot.leases")
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=1.5)
+            await a.start()
+            try:
+                tg.user_message(60, "before")
+                await tg.wait_for_bot_text(60, "echo: before")
+                async with a.service.db.engine.connect() as blocker:
+                    await blocker.execute(text("SELECT 1 FROM cluster_leases FOR UPDATE"))
+                    await until(lambda: "could not be renewed in time" in caplog.text, seconds=10)
+                    stopped_at = time.time()
+                    tg.user_message(60, "while stuck")
+                    await asyncio.sleep(1.5)
+                    polled = [c for c in tg.calls("getUpdates") if c["at"] > stopped_at + 0.1]
+                    assert polled == [], "polled without a lease it could renew"
+                    await blocker.rollback()
+                await tg.wait_for_bot_text(60, "echo: while stuck", timeout=10)
+                assert (await a.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:telegram", "token": 1}
+                ]
+                await asyncio.sleep(0.5)
+            finally:
+                await a.stop()
+        assert tg.bot_texts(60) == ["echo: before", "echo: while stuck"]
+
+
+async def test_a_stopping_telegram_holder_hands_its_lease_over_at_once(tmp_path, llm):
+    """A rolling restart: the holder stops gracefully. With a 30 s lease the standby would look again
+    only after 10 s; the release's NOTIFY makes it take the lease and poll right away."""
+    from tests.fakes.telegram import FakeTelegram
+
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:
+        async with fresh_pg_database() as url:
+            a = telegram_instance(tmp_path, llm, url, tg, "a", lease_ttl_seconds=30)
+            b = telegram_instance(tmp_path, llm, url, tg, "b", lease_ttl_seconds=30)
+            await a.start()
+            await b.start()  # b's first look found the lease held: its next is 10 s away
+            try:
+                await a.stop()
+                stopped = time.monotonic()
+                tg.user_message(70, "after the restart")
+                await tg.wait_for_bot_text(70, "echo: after the restart", timeout=20)
+                handed_over = time.monotonic() - stopped
+                assert (await b.service.health())["cluster"]["leases"] == [
+                    {"name": "channel:telegram", "token": 2}
+                ]
+            finally:
+                await b.stop()
+        assert tg.bot_texts(70) == ["echo: after the restart"]
+    assert handed_over < 5, f"the standby took {handed_over:.1f} s to take the released lease"

@@ -7,6 +7,7 @@ call, so "answered once" and "one visible comment" are checked where a user woul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -21,6 +22,7 @@ import yaml
 
 from tests.fakes.github import FakeGitHub
 from tests.fakes.openai_server import Reply, echo_reply
+from tests.fakes.telegram import FakeTelegram
 from tests.foundation.test_cli import free_port
 from tests.github.conftest import APP_ID, BOT, REPO, SECRET, _key_pair, comment_payload
 from tests.operations.test_instances import fresh_pg_database, serve, stop  # noqa: F401 (fixture)
@@ -213,3 +215,149 @@ def test_kill_9_of_the_instance_running_a_turn_lets_the_other_finish_it_once(
     print(
         f"failover: kill -9 → survivor edits the comment after {took_over:.1f} s, answer done after {took:.1f} s"
     )
+
+
+# --- Telegram long polling under a lease -------------------------------------------------------------
+
+LEASE_TTL = 3.0
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegram]:
+    # A real Bot API answers 409 Conflict to the older of two getUpdates running at once; so does this.
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=1.0) as server:
+        yield server  # type: ignore[misc]
+
+
+def write_telegram_config(
+    tmp_path: Path, name: str, llm_url: str, tg: FakeTelegram, database_url: str
+) -> Path:
+    config = {
+        "data_dir": str(tmp_path / f"data-{name}"),
+        "database": {"url": database_url},
+        "models": [{"name": "default", "model": "fake-model", "api_key": "$FAKE_KEY", "base_url": llm_url}],
+        "memory": {"enabled": False},
+        "cluster": {
+            "instance_id": name,
+            "claim_ttl_seconds": 3,
+            "poll_seconds": 1,
+            "lease_ttl_seconds": LEASE_TTL,
+        },
+        "channels": {
+            "telegram": {
+                "enabled": True,
+                "bot_token": tg.token,
+                "bot_username": "switchboard_bot",
+                "api_base_url": tg.url,
+                "poll_timeout_seconds": 1,
+                "edit_interval_seconds": 0.1,
+                "private_drafts": False,  # the reply is one message edited in place
+            }
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def launch_telegram_instance(
+    tmp_path: Path, name: str, llm: Any, tg: FakeTelegram, url: str
+) -> tuple[int, Any]:
+    port = free_port()
+    return port, serve(write_telegram_config(tmp_path, name, llm.base_url, tg, url), port)
+
+
+def leases_once_open(port: int, proc: Any) -> list[str]:
+    """The leases an instance holds once its channels started (``serve`` answers /health before)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stdout.read() if proc.stdout else "serve exited")
+        with contextlib.suppress(httpx.HTTPError, KeyError):
+            answer = health(port)
+            if answer["channels"]["telegram"]["state"] == "connected":
+                return [lease["name"] for lease in answer["cluster"]["leases"]]
+        time.sleep(0.1)
+    raise AssertionError("the Telegram channel did not start")
+
+
+def leases(port: int) -> list[str]:
+    return [lease["name"] for lease in health(port)["cluster"]["leases"]]
+
+
+def conflicts(tg: FakeTelegram) -> int:
+    return sum(1 for call in tg.calls("getUpdates") if call["status"] == 409)
+
+
+def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its_turn_to_the_other(
+    tmp_path,
+    llm,
+    telegram,
+    fresh_pg_database,  # noqa: F811 (the fixture imported above)
+):
+    """p1 starts first, takes the Telegram lease and streams a long answer; p2 joins and only replies.
+    Messages over several chats are answered once, in order, with one poller. Then p1 is killed while
+    the answer streams: p2 polls within the lease TTL, finishes the answer in the same message, and
+    answers what was sent during the outage, each once."""
+    tg = telegram
+    essay = "essay: " + "word " * 400  # about 150 s at the first run's pace: it is killed long before
+    state = {"essay_delay": 0.3}
+
+    def reply(body: dict[str, Any]) -> Reply:
+        text = echo_reply(body).text
+        if "write an essay" in text:
+            return Reply(text=essay.strip(), chunk_size=4, delay=state["essay_delay"])
+        return Reply(text=text, delay=0.01)
+
+    llm.default_reply = reply
+    chats = [801, 802, 803, 804, 805, 806]
+    running: list[tuple[int, Any]] = []
+    outputs: dict[str, str] = {}
+    try:
+        # p1 alone: it takes the lease and runs the essay; p2 joins while the essay streams.
+        running.append(launch_telegram_instance(tmp_path, "p1", llm, tg, fresh_pg_database))
+        wait_ready(*running[0])
+        assert leases(running[0][0]) == ["channel:telegram"]
+        tg.user_message(900, "write an essay", user_id=900)
+        until(lambda: any(m.text.startswith("essay: word") for m in tg.bot_messages(900)), seconds=30)
+        running.append(launch_telegram_instance(tmp_path, "p2", llm, tg, fresh_pg_database))
+        assert leases_once_open(*running[1]) == [], "p1 holds the lease: p2 must not poll"
+        wait_ready(*running[1])
+        assert leases(running[1][0]) == []
+        assert "replies only" in health(running[1][0])["channels"]["telegram"]["detail"]
+
+        for n in range(24):
+            chat = chats[n % len(chats)]
+            tg.user_message(chat, f"before {n}", user_id=chat)
+        until(lambda: all(len(tg.bot_messages(c)) == 4 for c in chats), seconds=30)
+        until(lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)), seconds=10)
+        assert conflicts(tg) == 0, "two instances polled getUpdates at once"
+        assert tg.bot_messages(900)[0].text != essay.strip(), "the essay must still be streaming"
+
+        running[0][1].send_signal(signal.SIGKILL)
+        running[0][1].wait(timeout=30)
+        killed_at = time.time()
+        state["essay_delay"] = 0.01  # the re-run need not be slow
+        for n in range(12):
+            chat = chats[n % len(chats)]
+            tg.user_message(chat, f"during {n}", user_id=chat)
+        until(lambda: any(c["at"] > killed_at for c in tg.calls("getUpdates")), seconds=LEASE_TTL + 5)
+        resumed = min(c["at"] for c in tg.calls("getUpdates") if c["at"] > killed_at) - killed_at
+        assert leases(running[1][0]) == ["channel:telegram"]
+        until(lambda: all(len(tg.bot_messages(c)) == 6 for c in chats), seconds=30)
+        until(lambda: tg.bot_messages(900)[0].text == essay.strip(), seconds=30)
+        time.sleep(2)  # a second answer, if any, would land now
+    finally:
+        for (_port, proc), name in zip(running, ("p1", "p2"), strict=False):
+            outputs[name] = stop(proc)
+    assert resumed <= LEASE_TTL + 1, f"polling resumed {resumed:.1f} s after the kill"
+    [answer] = tg.bot_messages(900)  # the placeholder became the answer: no second reply
+    assert answer.text == essay.strip()
+    for chat in chats:
+        expected = [f"echo: before {n}" for n in range(24) if chats[n % len(chats)] == chat]
+        expected += [f"echo: during {n}" for n in range(12) if chats[n % len(chats)] == chat]
+        assert tg.bot_texts(chat) == expected
+    assert "took over inbox entry" in outputs["p2"]
+    assert "lease channel:telegram acquired" in outputs["p2"]
+    assert "Traceback" not in outputs["p2"], outputs["p2"]
+    print(f"failover: kill -9 of the Telegram lease holder → the other polls after {resumed:.1f} s")
