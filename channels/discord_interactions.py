@@ -349,18 +349,32 @@ class Interactions:
             await live.refuse(RESTARTING_ANSWER)
             return
         live.timer = asyncio.create_task(self._acknowledge_in_time(live), name="discord-interaction-ack")
+        try:
+            await self._store(live, inbound, busy=BUSY_ANSWER, failed=FAILED_ANSWER, what="interaction")
+        finally:
+            live.stored.set()
+
+    async def _store(
+        self, live: LiveInteraction, inbound: InboundMessage, *, busy: str, failed: str, what: str
+    ) -> bool:
+        """Hand ``inbound`` to the service; on refusal answer ``busy``/``failed`` to the person. True: stored.
+
+        The caller sets ``live.stored`` afterwards (and, for a press, acknowledges first), so the
+        deadline timer never answers the same interaction a second time.
+        """
         sink = self.channel._sink
         try:
             if sink is None:
                 raise Backpressure("the Discord channel is not started")
             await sink(inbound)
         except Backpressure:
-            await live.refuse(BUSY_ANSWER)
+            await live.refuse(busy)
         except Exception as exc:
-            log.warning("storing Discord interaction %s failed: %s", live.id, exc)
-            await live.refuse(FAILED_ANSWER)
-        finally:
-            live.stored.set()
+            log.warning("storing Discord %s %s failed: %s", what, live.id, exc)
+            await live.refuse(failed)
+        else:
+            return True
+        return False
 
     async def handle_press(self, interaction: discord.Interaction) -> None:
         """Store a button press, then acknowledge it (type 6) — at once, or at the deadline at the latest.
@@ -384,18 +398,12 @@ class Interactions:
             return
         if live.timer is None:
             live.timer = asyncio.create_task(self._acknowledge_press_in_time(live), name="discord-press-ack")
-        sink = self.channel._sink
         try:
-            if sink is None:
-                raise Backpressure("the Discord channel is not started")
-            await sink(inbound)
-        except Backpressure:
-            await live.refuse(PRESS_BUSY_ANSWER)
-        except Exception as exc:
-            log.warning("storing Discord button press %s failed: %s", live.id, exc)
-            await live.refuse(PRESS_FAILED_ANSWER)
-        else:
-            await live.defer()
+            stored = await self._store(
+                live, inbound, busy=PRESS_BUSY_ANSWER, failed=PRESS_FAILED_ANSWER, what="button press"
+            )
+            if stored:
+                await live.defer()
         finally:
             live.stored.set()
 
