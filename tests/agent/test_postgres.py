@@ -26,9 +26,11 @@ pytestmark = [
 ]
 
 
-async def test_on_postgres_a_thread_with_tool_calls_continues_after_a_restart(tmp_path, llm):
-    settings = agent_settings(tmp_path, llm, database={"url": PG_URL})
-    chat = f"pg-chat-{uuid.uuid4().hex[:8]}"  # the test database is shared between runs
+async def test_on_postgres_a_thread_with_tool_calls_continues_after_a_restart(tmp_path, llm, pg_url):
+    # A database of its own: on PostgreSQL every instance on a database shares its work, so another
+    # test's service on a shared database could claim (and answer) this test's messages.
+    settings = agent_settings(tmp_path, llm, database={"url": pg_url})
+    chat = f"pg-chat-{uuid.uuid4().hex[:8]}"
     llm.script(
         Reply(tool_calls=[ToolCall("bash", {"command": "echo from-a-checkpoint"})]), Reply(text="ran it")
     )

@@ -26,11 +26,12 @@ pytestmark = [
 
 
 async def test_on_postgres_racing_duplicates_run_once_and_a_failed_delivery_can_be_retried(
-    tmp_path, llm, github, capsys
+    tmp_path, llm, github, capsys, pg_url
 ):
-    settings = github_settings(tmp_path, llm, github, bus={"queue_size": 1}, database={"url": PG_URL})
+    # A database of its own: every instance on a PostgreSQL database shares its work (cluster claims).
+    settings = github_settings(tmp_path, llm, github, bus={"queue_size": 1}, database={"url": pg_url})
     config = tmp_path / "cli.yaml"
-    config.write_text(yaml.safe_dump({"database": {"url": PG_URL}, "data_dir": settings.data_dir}))
+    config.write_text(yaml.safe_dump({"database": {"url": pg_url}, "data_dir": settings.data_dir}))
     first_issue, second_issue = random.sample(range(100_000, 10_000_000), 2)
     raced, failing = f"pg-race-{uuid.uuid4()}", f"pg-fail-{uuid.uuid4()}"
 
