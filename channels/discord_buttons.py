@@ -75,7 +75,7 @@ def send_kwargs(actions: Sequence[Action]) -> dict[str, Any]:
 
 
 def pressed_ref(message: discord.Message) -> str:
-    """The reference our transports returned for ``message`` when they sent it (see BUTTONS.md).
+    """The reference our transports returned for ``message`` when they sent it (docs/channels.md, "Buttons").
 
     An ordinary bot message is its id (:class:`~channels.discord_transport.DiscordTransport`); a
     message sent through an interaction is that interaction's ``@original`` or ``i:<id>`` followup

@@ -429,30 +429,27 @@ class Interactions:
         args = next(
             (str(o.get("value") or "") for o in data.get("options") or [] if o.get("name") == ARGS_OPTION), ""
         )
-        workspace, chat, topic = self._place(interaction)
-        channel_id = interaction.channel_id or 0
-        guild_id = interaction.guild_id
-        user = interaction.user
-        return InboundMessage(
-            provider=self.channel.provider,
-            workspace=workspace,
-            chat=chat,
-            topic=topic,
-            sender=Sender(id=str(user.id), name=user.display_name, is_bot=user.bot),
-            text=f"/{name} {args.strip()}".strip(),
-            platform_message_id=str(interaction.id),
-            mentioned=True,  # a slash command is addressed to the bot by definition
-            is_private=guild_id is None,
-            context={"reply_channel": str(channel_id), "interaction": str(interaction.id)},
-        )
+        return self._inbound(interaction, f"/{name} {args.strip()}".strip(), kind="interaction")
 
     def normalise_press(self, interaction: discord.Interaction) -> InboundMessage | None:
-        """A button press as BUTTONS.md has it: the button's command, in the pressed message's
-        conversation, ``pressed`` = the reference the transport returned for that message."""
+        """A button press as the channel contract has it (docs/channels.md, "Buttons"): the button's
+        command, in the pressed message's conversation, ``pressed`` = the reference the transport
+        returned for that message."""
         data: dict[str, Any] = dict(interaction.data or {})
         custom_id = data.get("custom_id")
         if data.get("component_type") != BUTTON_COMPONENT or not custom_id or interaction.message is None:
             return None  # a select menu, or a press without its message: nothing of ours
+        return self._inbound(
+            interaction, str(custom_id), kind="press", pressed=pressed_ref(interaction.message)
+        )
+
+    def _inbound(
+        self, interaction: discord.Interaction, text: str, *, kind: str, pressed: str | None = None
+    ) -> InboundMessage:
+        """A command or a press, in the conversation a typed message in that place would have.
+
+        Both are addressed to the bot by definition (a slash command, a press on the bot's own message).
+        """
         workspace, chat, topic = self._place(interaction)
         user = interaction.user
         return InboundMessage(
@@ -461,12 +458,12 @@ class Interactions:
             chat=chat,
             topic=topic,
             sender=Sender(id=str(user.id), name=user.display_name, is_bot=user.bot),
-            text=str(custom_id),
+            text=text,
             platform_message_id=str(interaction.id),
-            mentioned=True,  # a press on the bot's own message is addressed to the bot
+            mentioned=True,
             is_private=interaction.guild_id is None,
-            context={"reply_channel": str(interaction.channel_id or 0), "press": str(interaction.id)},
-            pressed=pressed_ref(interaction.message),
+            context={"reply_channel": str(interaction.channel_id or 0), kind: str(interaction.id)},
+            pressed=pressed,
         )
 
     def _place(self, interaction: discord.Interaction) -> tuple[str, str, str | None]:
