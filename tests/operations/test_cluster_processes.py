@@ -86,7 +86,7 @@ def wait_ready(port: int, proc: Any, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(proc.stdout.read() if proc.stdout else "serve exited")
+            raise AssertionError(proc.output())
         try:
             if health(port).get("agent") == "ready":
                 return
@@ -272,7 +272,7 @@ def leases_once_open(port: int, proc: Any) -> list[str]:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(proc.stdout.read() if proc.stdout else "serve exited")
+            raise AssertionError(proc.output())
         with contextlib.suppress(httpx.HTTPError, KeyError):
             answer = health(port)
             if answer["channels"]["telegram"]["state"] == "connected":
@@ -289,6 +289,18 @@ def conflicts(tg: FakeTelegram) -> int:
     return sum(1 for call in tg.calls("getUpdates") if call["status"] == 409)
 
 
+def turns_run(port: int) -> int:
+    """Finished turns this instance ran, from its Prometheus ``/metrics`` (what an operator graphs)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return int(
+        sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("switchboard_turns_total{")
+        )
+    )
+
+
 def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its_turn_to_the_other(
     tmp_path,
     llm,
@@ -296,9 +308,9 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
     fresh_pg_database,  # noqa: F811 (the fixture imported above)
 ):
     """p1 starts first, takes the Telegram lease and streams a long answer; p2 joins and only replies.
-    Messages over several chats are answered once, in order, with one poller. Then p1 is killed while
-    the answer streams: p2 polls within the lease TTL, finishes the answer in the same message, and
-    answers what was sent during the outage, each once."""
+    300 messages over 60 chats are answered once each, in order per chat, with one poller, and both
+    instances run turns. Then p1 is killed while the answer streams: p2 polls within the lease TTL,
+    finishes the answer in the same message, and answers what was sent during the outage, each once."""
     tg = telegram
     essay = "essay: " + "word " * 400  # about 150 s at the first run's pace: it is killed long before
     state = {"essay_delay": 0.3}
@@ -310,41 +322,46 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
         return Reply(text=text, delay=0.01)
 
     llm.default_reply = reply
-    chats = [801, 802, 803, 804, 805, 806]
+    chats = list(range(801, 861))
+    before, during = 300, len(chats)
     running: list[tuple[int, Any]] = []
     outputs: dict[str, str] = {}
     try:
-        # p1 alone: it takes the lease and runs the essay; p2 joins while the essay streams.
+        # p1 alone: it takes the lease and runs the essay; p2 starts while the essay streams.
         running.append(launch_telegram_instance(tmp_path, "p1", llm, tg, fresh_pg_database))
         wait_ready(*running[0])
         assert leases(running[0][0]) == ["channel:telegram"]
-        tg.user_message(900, "write an essay", user_id=900)
-        until(lambda: any(m.text.startswith("essay: word") for m in tg.bot_messages(900)), seconds=30)
         running.append(launch_telegram_instance(tmp_path, "p2", llm, tg, fresh_pg_database))
+        tg.user_message(900, "write an essay", user_id=900)
         assert leases_once_open(*running[1]) == [], "p1 holds the lease: p2 must not poll"
         wait_ready(*running[1])
         assert leases(running[1][0]) == []
         assert "replies only" in health(running[1][0])["channels"]["telegram"]["detail"]
+        until(lambda: any(m.text.startswith("essay: word") for m in tg.bot_messages(900)), seconds=30)
 
-        for n in range(24):
+        for n in range(before):
             chat = chats[n % len(chats)]
             tg.user_message(chat, f"before {n}", user_id=chat)
-        until(lambda: all(len(tg.bot_messages(c)) == 4 for c in chats), seconds=30)
+        per_chat = before // len(chats)
+        until(lambda: all(len(tg.bot_messages(c)) == per_chat for c in chats), seconds=120)
         until(lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)), seconds=10)
         assert conflicts(tg) == 0, "two instances polled getUpdates at once"
         assert tg.bot_messages(900)[0].text != essay.strip(), "the essay must still be streaming"
+        work = [turns_run(port) for port, _proc in running]
+        assert sum(work) == before, work
+        assert min(work) > 0, f"one instance ran every turn: {work}"
 
         running[0][1].send_signal(signal.SIGKILL)
         running[0][1].wait(timeout=30)
         killed_at = time.time()
         state["essay_delay"] = 0.01  # the re-run need not be slow
-        for n in range(12):
+        for n in range(during):
             chat = chats[n % len(chats)]
             tg.user_message(chat, f"during {n}", user_id=chat)
         until(lambda: any(c["at"] > killed_at for c in tg.calls("getUpdates")), seconds=LEASE_TTL + 5)
         resumed = min(c["at"] for c in tg.calls("getUpdates") if c["at"] > killed_at) - killed_at
         assert leases(running[1][0]) == ["channel:telegram"]
-        until(lambda: all(len(tg.bot_messages(c)) == 6 for c in chats), seconds=30)
+        until(lambda: all(len(tg.bot_messages(c)) == per_chat + 1 for c in chats), seconds=60)
         until(lambda: tg.bot_messages(900)[0].text == essay.strip(), seconds=30)
         time.sleep(2)  # a second answer, if any, would land now
     finally:
@@ -354,10 +371,13 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
     [answer] = tg.bot_messages(900)  # the placeholder became the answer: no second reply
     assert answer.text == essay.strip()
     for chat in chats:
-        expected = [f"echo: before {n}" for n in range(24) if chats[n % len(chats)] == chat]
-        expected += [f"echo: during {n}" for n in range(12) if chats[n % len(chats)] == chat]
+        expected = [f"echo: before {n}" for n in range(before) if chats[n % len(chats)] == chat]
+        expected += [f"echo: during {n}" for n in range(during) if chats[n % len(chats)] == chat]
         assert tg.bot_texts(chat) == expected
     assert "took over inbox entry" in outputs["p2"]
     assert "lease channel:telegram acquired" in outputs["p2"]
     assert "Traceback" not in outputs["p2"], outputs["p2"]
-    print(f"failover: kill -9 of the Telegram lease holder → the other polls after {resumed:.1f} s")
+    print(
+        f"turns run by p1/p2: {work[0]}/{work[1]}; "
+        f"failover: kill -9 of the Telegram lease holder → the other polls after {resumed:.1f} s"
+    )

@@ -39,23 +39,39 @@ def write_config(tmp_path: Path, llm_url: str, database_url: str, name: str = "c
     return path
 
 
-def serve(config: Path, port: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bot", "serve", "--config", str(config), "--port", str(port)],
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+class ServeProcess(subprocess.Popen[str]):
+    """A ``serve`` process whose output goes to a file next to its config.
+
+    Not a pipe: nobody reads a pipe while the test runs, and once its 64 KiB buffer is full the
+    service's next log line blocks its event loop — every turn and ``/health`` stall until the test
+    reads at shutdown, which looks exactly like a product hang.
+    """
+
+    def __init__(self, config: Path, port: int) -> None:
+        self.log_path = config.with_suffix(".log")
+        with self.log_path.open("w") as log:
+            super().__init__(
+                [sys.executable, "-m", "bot", "serve", "--config", str(config), "--port", str(port)],
+                env=cli_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
+    def output(self) -> str:
+        """Everything the process has written so far."""
+        return self.log_path.read_text(errors="replace")
 
 
-def wait_healthy(port: int, proc: subprocess.Popen[str], seconds: float = 60) -> dict:  # type: ignore[type-arg]
+def serve(config: Path, port: int) -> ServeProcess:
+    return ServeProcess(config, port)
+
+
+def wait_healthy(port: int, proc: ServeProcess, seconds: float = 60) -> dict:  # type: ignore[type-arg]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(
-                f"serve exited with {proc.returncode}:\n{proc.stdout.read() if proc.stdout else ''}"
-            )
+            raise AssertionError(f"serve exited with {proc.returncode}:\n{proc.output()}")
         try:
             body = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()
         except httpx.HTTPError:
@@ -66,10 +82,11 @@ def wait_healthy(port: int, proc: subprocess.Popen[str], seconds: float = 60) ->
     raise AssertionError("serve did not answer /health")
 
 
-def stop(proc: subprocess.Popen[str]) -> str:
+def stop(proc: ServeProcess) -> str:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-    return proc.communicate(timeout=60)[0]
+    proc.wait(timeout=60)
+    return proc.output()
 
 
 def test_a_second_instance_on_the_same_sqlite_file_is_refused_and_may_start_once_the_first_is_gone(
