@@ -230,9 +230,16 @@ def telegram() -> Iterator[FakeTelegram]:
 
 
 def write_telegram_config(
-    tmp_path: Path, name: str, llm_url: str, tg: FakeTelegram, database_url: str
+    tmp_path: Path,
+    name: str,
+    llm_url: str,
+    tg: FakeTelegram,
+    database_url: str,
+    telegram: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
+    **extra: Any,
 ) -> Path:
-    config = {
+    config: dict[str, Any] = {
         "data_dir": str(tmp_path / f"data-{name}"),
         "database": {"url": database_url},
         "models": [{"name": "default", "model": "fake-model", "api_key": "$FAKE_KEY", "base_url": llm_url}],
@@ -242,6 +249,7 @@ def write_telegram_config(
             "claim_ttl_seconds": 3,
             "poll_seconds": 1,
             "lease_ttl_seconds": LEASE_TTL,
+            **(cluster or {}),
         },
         "channels": {
             "telegram": {
@@ -252,8 +260,10 @@ def write_telegram_config(
                 "poll_timeout_seconds": 1,
                 "edit_interval_seconds": 0.1,
                 "private_drafts": False,  # the reply is one message edited in place
+                **(telegram or {}),
             }
         },
+        **extra,
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -381,3 +391,63 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
         f"turns run by p1/p2: {work[0]}/{work[1]}; "
         f"failover: kill -9 of the Telegram lease holder → the other polls after {resumed:.1f} s"
     )
+
+
+# --- /stop across instances, Telegram in webhook mode --------------------------------------------------
+
+WEBHOOK_SECRET = "cluster-webhook_Secret-0123456789"
+
+
+def test_stop_sent_through_one_instance_stops_the_turn_running_on_the_other(
+    tmp_path,
+    llm,
+    fresh_pg_database,  # noqa: F811 (the fixture imported above)
+):
+    """Webhook mode: Telegram pushes each update to whichever instance's URL is registered (behind a
+    load balancer, any of them). b runs a long answer; a, registered next, receives the /stop. b takes
+    one turn at a time and claims nothing ahead, so the /stop runs on a, which finds the turn's claim
+    held by b and sends it there: the answer stops where it was, on b, and ends with "⏹ Stopped."."""
+    llm.default_reply = lambda body: Reply(text="a very long answer " * 200, chunk_size=4, delay=0.05)
+    outputs: dict[str, str] = {}
+    running: dict[str, tuple[int, Any]] = {}
+    with FakeTelegram(bot_username="switchboard_bot", local_mode=True, webhook_retry_seconds=0.2) as tg:
+
+        def launch(name: str, turns: int = 32, claim_ahead: int = 64) -> tuple[int, Any]:
+            port = free_port()
+            webhook = {"mode": "webhook", "webhook_secret": WEBHOOK_SECRET}
+            server = {"host": "127.0.0.1", "port": port, "public_url": f"http://127.0.0.1:{port}"}
+            config = write_telegram_config(
+                tmp_path,
+                name,
+                llm.base_url,
+                tg,
+                fresh_pg_database,
+                webhook,
+                {"claim_ahead": claim_ahead},
+                server=server,
+                bus={"max_concurrent_turns": turns},
+            )
+            running[name] = (port, serve(config, port))
+            wait_ready(*running[name])
+            until(lambda: tg.webhook_url.startswith(f"http://127.0.0.1:{port}/"), seconds=30)
+            return running[name]
+
+        try:
+            launch("b", turns=1, claim_ahead=0)
+            tg.user_message(900, "write an essay", user_id=900)
+            until(lambda: any(m.text.startswith("a very long") for m in tg.bot_messages(900)), seconds=30)
+            launch("a")  # Telegram now pushes to a
+            tg.user_message(900, "/stop", user_id=900)
+            until(lambda: any(m.text.endswith("⏹ Stopped.") for m in tg.bot_messages(900)), seconds=30)
+            time.sleep(1)  # a second reply, if any, would land now
+        finally:
+            for name, (_port, proc) in running.items():
+                outputs[name] = stop(proc)
+    texts = tg.bot_texts(900)
+    [stopped] = [t for t in texts if t.endswith("⏹ Stopped.")]
+    assert len(stopped) < len("a very long answer " * 200), "the answer ran to its end"
+    assert "Stopping the current reply." in texts
+    assert not any(t.startswith("Nothing is running") for t in texts), texts
+    assert "cluster: /stop for a turn on instance b sent there" in outputs["a"]
+    for output in outputs.values():
+        assert "Traceback" not in output, output
