@@ -8,6 +8,10 @@ entry, and a claim row says who runs it:
 - **A claim per conversation** (``conv:<provider>/<workspace>/<chat>/<topic>``) for turns: only the
   oldest pending turn of a conversation can be claimed, and the key is the primary key of
   ``cluster_claims``, so at most one turn per thread runs anywhere and the thread keeps its order.
+  The claim belongs to the instance's *lane* for that thread, not to one entry: while it is held, the
+  thread's later messages are claimed by the same instance and queue in its lane ("⏳ Queued", as on
+  one instance), and a hidden follow-up (a goal step) runs under it through a *hold*. It is released
+  when the last of them is finished, so no other instance can start a turn of the thread meanwhile.
 - **A claim per entry** (``entry:<id>``) for chat commands (``/stop``, ``/help``…): they run at once,
   as on one instance, instead of waiting behind the turn they may be about to stop.
 
@@ -98,8 +102,11 @@ _OLDER_IN_CHAT = text(
     "SELECT payload FROM inbox WHERE provider = :provider AND workspace = :workspace AND chat = :chat "
     "AND status = 'pending' AND (created_at < :created OR (created_at = :created AND id < :id))"
 )
-_RENEW = text(f"UPDATE cluster_claims SET expires = {NOW} + :ttl WHERE holder = :me RETURNING entry_id")
-_RELEASE = text("DELETE FROM cluster_claims WHERE entry_id = :id AND holder = :me")
+_STILL_PENDING_IDS = text("SELECT id FROM inbox WHERE id = ANY(:ids) AND status = 'pending'")
+_RENEW = text(f"UPDATE cluster_claims SET expires = {NOW} + :ttl WHERE holder = :me RETURNING key")
+_RELEASE = text("DELETE FROM cluster_claims WHERE key = :key AND holder = :me")
+#: Hold tokens share ``cluster_claims.entry_id`` (32 characters) with inbox entry ids.
+HOLD_PREFIX = "hold-"
 _HEARTBEAT = text(
     "INSERT INTO cluster_instances (id, host, pid, started_at, heartbeat_at) "
     f"VALUES (:me, :host, :pid, {NOW}, {NOW}) "
@@ -164,6 +171,10 @@ class Cluster:
         self.ttl = settings.cluster.claim_ttl_seconds
         self.poll_seconds = min(settings.cluster.poll_seconds, self.ttl / 2)
         self.held: set[str] = set()  # inbox entry ids this instance claimed and has not released
+        #: Claim key → what runs under it here: entry ids and hold tokens. The row is deleted when the
+        #: set empties, so a thread stays this instance's while its lane has anything left to run.
+        self.members: dict[str, set[str]] = {}
+        self._key_of: dict[str, str] = {}  # entry id or hold token → its claim key
         #: Told the thread id (and a Stop button's turn token, if any) of a ``/stop`` another instance
         #: received (the manager's cancel_running).
         self.on_stop: Callable[[str, str | None], object] | None = None
@@ -204,6 +215,8 @@ class Cluster:
         except Exception as exc:  # the claims lapse by themselves after the TTL
             log.warning("cluster: leaving cleanly failed: %s", exc)
         self.held.clear()
+        self.members.clear()
+        self._key_of.clear()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -285,16 +298,22 @@ class Cluster:
         seen: set[str] = set()
         entries: list[tuple[str, InboxEntry]] = []
         candidates: list[tuple[str, InboxEntry]] = []
+        joining: list[tuple[str, InboxEntry]] = []  # later messages of threads this instance holds
         for row in rows:
             entry = Inbox._entry(row)
             key = claim_key(entry, is_command)
             entries.append((key, entry))
+            if entry.id in self.held:
+                continue
+            if key in self.members and live.get(key) == self.instance_id:
+                joining.append((key, entry))
+                continue
             if key in seen:  # a later turn of a thread whose oldest turn is ahead of it
                 continue
             seen.add(key)
-            if key not in live and entry.id not in self.held:
+            if key not in live:
                 candidates.append((key, entry))
-        claimed: list[InboxEntry] = []
+        claimed = await self._join(joining[:limit])
         mine = {key for key, holder in live.items() if holder == self.instance_id}
         took_over: list[tuple[str, str]] = []
         if candidates:
@@ -310,7 +329,8 @@ class Cluster:
                         mine.add(key)
                         if previous is not None and previous != self.instance_id:
                             took_over.append((fresh.id, previous))
-            self.held.update(entry.id for entry in claimed)
+            for entry in claimed:
+                self._add(claim_key(entry, is_command), entry.id)
         for entry_id, previous in took_over:
             log.warning(
                 "cluster: took over inbox entry %s from instance %s (its claim lapsed)", entry_id, previous
@@ -318,6 +338,64 @@ class Cluster:
         taken = {entry.id for entry in claimed} | self.held
         waiting = sum(1 for key, entry in entries if key in mine and entry.id not in taken)
         return claimed, waiting
+
+    async def _join(self, joining: list[tuple[str, InboxEntry]]) -> list[InboxEntry]:
+        """Take later messages of threads held here into their lanes (no claim row to write: the
+        thread's row is ours). Read again first: one that finished since the pass began (it was run
+        here and released) must not run twice."""
+        if not joining:
+            return []
+        async with self.db.engine.connect() as conn:
+            still = {
+                row[0]
+                for row in await conn.execute(
+                    _STILL_PENDING_IDS, {"ids": [entry.id for _key, entry in joining]}
+                )
+            }
+        joined = []
+        for key, entry in joining:
+            if entry.id in still and entry.id not in self.held and key in self.members:
+                self._add(key, entry.id)
+                joined.append(entry)
+        return joined
+
+    def _add(self, key: str, member: str) -> None:
+        self.members.setdefault(key, set()).add(member)
+        self._key_of[member] = key
+        if not member.startswith(HOLD_PREFIX):
+            self.held.add(member)
+
+    # --- holds: hidden follow-ups under a thread's claim ----------------------------------------------
+    def hold(self, message: InboundMessage) -> str | None:
+        """Keep the conversation's claim for work no inbox entry stands for (a goal step, the after-turn
+        hooks): a token to :meth:`release`, or None when this instance does not hold the thread."""
+        key = conversation_claim_key(message)
+        if key not in self.members:
+            return None
+        token = HOLD_PREFIX + uuid.uuid4().hex[:24]
+        self._add(key, token)
+        return token
+
+    async def acquire(self, message: InboundMessage) -> str | None:
+        """Claim a conversation this instance does not hold, for a hidden turn (a goal step resumed at
+        start): a hold token, or None while another instance holds it or an older message waits."""
+        token = self.hold(message)
+        if token is not None:
+            return token
+        key = conversation_claim_key(message)
+        token = HOLD_PREFIX + uuid.uuid4().hex[:24]
+        async with self.db.engine.begin() as conn:
+            if not (await conn.execute(_TRY_LOCK, {"space": CLAIM_LOCKSPACE, "key": key})).scalar():
+                return None
+            got = await conn.execute(
+                _UPSERT, {"key": key, "entry": token, "me": self.instance_id, "ttl": self.ttl}
+            )
+            if got.first() is None:
+                return None
+        if key in self.members:  # a claim pass took the thread meanwhile: one row, shared
+            return self.hold(message)
+        self._add(key, token)
+        return token
 
     async def _try_claim(
         self, conn: Any, key: str, entry: InboxEntry, is_command: IsCommand
@@ -365,18 +443,26 @@ class Cluster:
         return False
 
     def release(self, entry_id: str) -> None:
-        """The entry is finished here (done, failed, or left at shutdown): free its claim, wake others.
+        """The entry (or a hold token) is finished here (done, failed, or left at shutdown); once
+        nothing else runs under its claim, free the claim and wake the others.
 
         Called after the entry's done/failed mark is committed, so nobody can claim a finished entry.
         """
-        if entry_id not in self.held:
-            return
+        key = self._key_of.pop(entry_id, None)
         self.held.discard(entry_id)
-        self._spawn(self._release(entry_id))
+        if key is None:
+            return
+        members = self.members.get(key)
+        if members is not None:
+            members.discard(entry_id)
+            if members:
+                return
+            del self.members[key]
+        self._spawn(self._release(key))
 
-    async def _release(self, entry_id: str) -> None:
+    async def _release(self, key: str) -> None:
         async with self.db.engine.begin() as conn:
-            await conn.execute(_RELEASE, {"id": entry_id, "me": self.instance_id})
+            await conn.execute(_RELEASE, {"key": key, "me": self.instance_id})
             await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
         self._wake.set()
 
@@ -420,7 +506,7 @@ class Cluster:
                 log.warning("cluster: heartbeat failed: %s", exc)
 
     async def _beat(self) -> None:
-        held = set(self.held)  # committed before the renewal below starts, so it must see them
+        held = set(self.members)  # committed before the renewal below starts, so it must see them
         async with self.db.engine.begin() as conn:
             await conn.execute(
                 _HEARTBEAT, {"me": self.instance_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -429,12 +515,13 @@ class Cluster:
                 row[0] for row in await conn.execute(_RENEW, {"me": self.instance_id, "ttl": self.ttl})
             }
             await conn.execute(_FORGET_DEAD)
-        for entry_id in held - renewed:
-            if entry_id in self.held:
-                log.warning("cluster: lost the claim on inbox entry %s to another instance", entry_id)
-                self.held.discard(entry_id)
+        for key in held - renewed:
+            for member in sorted(self.members.pop(key, ())):
+                self._key_of.pop(member, None)
+                self.held.discard(member)
+                log.warning("cluster: lost the claim on inbox entry %s to another instance", member)
                 if self.on_lost is not None:
-                    self.on_lost(entry_id)
+                    self.on_lost(member)
 
     # --- visibility ----------------------------------------------------------------------------------
     async def instances(self) -> list[dict[str, Any]]:

@@ -163,6 +163,9 @@ class Turn:
     #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
     #: Its inbox entry id where it has one, so any instance can look up who asked.
     token: str = field(default_factory=lambda: secrets.token_hex(6))
+    #: Cluster only, for a turn no inbox entry stands for (a hidden follow-up): its hold on the
+    #: thread's claim, so no other instance starts a turn of the thread while it runs.
+    hold: str | None = None
 
 
 @dataclass(slots=True)
@@ -233,9 +236,16 @@ class ChannelManager:
         return parsed is not None and self.commands.get(parsed.name) is not None
 
     def _abandon(self, entry_id: str) -> None:
-        """Another instance took this entry's claim over (ours lapsed): stop the turn, reply nothing more."""
+        """Another instance took this entry's claim over (ours lapsed): stop the turn, reply nothing more.
+
+        ``entry_id`` may also be a hidden turn's hold on the thread's claim."""
         for lane in self._lanes.values():
-            if lane.current is not None and lane.current.entry_id == entry_id and lane.worker is not None:
+            current = lane.current
+            if (
+                current is not None
+                and entry_id in (current.entry_id, current.hold)
+                and lane.worker is not None
+            ):
                 lane.worker.cancel()
 
     async def stop(self, grace: float | None = None) -> None:
@@ -484,6 +494,8 @@ class ChannelManager:
         )
         if entry_id is not None:
             turn.token = entry_id
+        if hidden and self.bus.cluster is not None:  # keep the thread's claim for it (None: acquired later)
+            turn.hold = self.bus.cluster.hold(message)
         lane = self._lanes.get(conversation.thread_id)
         if lane is None:
             lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
@@ -532,6 +544,10 @@ class ChannelManager:
                         with contextlib.suppress(Exception):
                             await turn.reply.finish(PAUSED_FOR_RESTART)
                     continue
+                if turn.hidden and self.bus.cluster is not None and turn.hold is None:
+                    turn.hold = await self._acquire_thread(turn)
+                    if turn.hold is None:  # shutting down meanwhile: the step resumes at next start
+                        continue
                 lane.current = turn
                 lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
@@ -548,10 +564,14 @@ class ChannelManager:
                     trace_id_var.reset(token)
                     lane.current = None
                     lane.agent_task = None
+                    if turn.hold is not None:
+                        self.bus.release(turn.hold)
         except asyncio.CancelledError:
             for turn in lane.pending:  # left for the next start: still pending in the inbox
                 if turn.entry_id:
                     self.bus.release(turn.entry_id)
+                if turn.hold is not None:
+                    self.bus.release(turn.hold)
             raise
         finally:
             if not lane.pending and self._lanes.get(lane.thread_id) is lane:
@@ -605,19 +625,44 @@ class ChannelManager:
         return final, stopped, failed
 
     async def _finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
-        """After the reply is delivered and the lane released: mark the entry done, then the hooks."""
-        if turn.entry_id:
+        """After the reply is delivered and the lane released: mark the entry done, then the hooks.
+
+        In a cluster the thread's claim is held until the hooks have run: a follow-up they start
+        takes its own hold first, so the thread never looks free to another instance in between."""
+        cluster = self.bus.cluster
+        finishing = cluster.hold(turn.message) if cluster is not None else None
+        try:
+            if turn.entry_id:
+                try:
+                    await self._complete(turn.entry_id)
+                except asyncio.CancelledError:
+                    self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
+                    raise
+            if turn.after_delivery is not None:
+                try:
+                    await turn.after_delivery(final, stopped, failed)
+                except Exception:
+                    log.exception("after-delivery callback failed")
+            await self._after_turn(turn, final, stopped=stopped, failed=failed)
+        finally:
+            if finishing is not None:
+                self.bus.release(finishing)
+
+    async def _acquire_thread(self, turn: Turn) -> str | None:
+        """Cluster only: wait until this instance may run a hidden turn of the thread (no other
+        instance runs one of its turns); None when the service stops first."""
+        cluster = self.bus.cluster
+        assert cluster is not None
+        while not self._stopping:
             try:
-                await self._complete(turn.entry_id)
-            except asyncio.CancelledError:
-                self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
-                raise
-        if turn.after_delivery is not None:
-            try:
-                await turn.after_delivery(final, stopped, failed)
-            except Exception:
-                log.exception("after-delivery callback failed")
-        await self._after_turn(turn, final, stopped=stopped, failed=failed)
+                hold = await cluster.acquire(turn.message)
+            except Exception as exc:  # PostgreSQL briefly away: try again
+                log.warning("cluster: claiming a thread for a follow-up failed: %s", exc)
+                hold = None
+            if hold is not None:
+                return hold
+            await asyncio.sleep(min(1.0, cluster.poll_seconds))
+        return None
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""

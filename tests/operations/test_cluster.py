@@ -10,6 +10,8 @@ is delivered to one of them, alternately) and both post into the same chats, so 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import logging
 import time
 from collections import Counter, defaultdict
@@ -18,9 +20,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from agent.goals import EVALUATOR_MARKER
 from channels.memory import MemoryChannel
+from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
-from tests.fakes.openai_server import Reply, echo_reply
+from tests.fakes.openai_server import Reply, echo_reply, last_user_text
 from tests.harness import Harness
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -453,3 +457,79 @@ async def test_a_stopping_telegram_holder_hands_its_lease_over_at_once(tmp_path,
                 await b.stop()
         assert tg.bot_texts(70) == ["echo: after the restart"]
     assert handed_over < 5, f"the standby took {handed_over:.1f} s to take the released lease"
+
+
+# --- a thread's claim covers its whole lane: queued messages and goal steps ---------------------------
+
+
+async def test_a_message_sent_while_its_thread_runs_elsewhere_is_queued_there_and_answered_after(
+    tmp_path, llm
+):
+    """As on one instance: the second message of a busy thread shows "⏳ Queued" and that notice becomes
+    its answer once the first is done, whichever instance the platform handed the message to."""
+    llm.default_reply = slow_echo(0.1, chunk_size=4)
+    async with fresh_pg_database() as url:
+        a, b = instance(tmp_path, llm, url, "a"), instance(tmp_path, llm, url, "b")
+        shared_platform(a.chat, b.chat)
+        await a.start()
+        try:
+            await a.chat.say("tell me a long story about a lighthouse", chat="busy", message_id="q1")
+            await until(lambda: any(m.text.startswith("echo") for m in a.chat.in_chat("busy")))
+            await b.start()
+            await b.chat.say("and then?", chat="busy", message_id="q2")
+            await until(lambda: "q1" in a.chat.finished and "q2" in a.chat.finished, seconds=30)
+            await asyncio.sleep(0.5)  # a second answer, if any, would land now
+        finally:
+            await a.stop()
+            await b.stop()
+    assert a.chat.finished == ["q1", "q2"]
+    [first, second] = a.chat.in_chat("busy")
+    assert first.text == "echo: tell me a long story about a lighthouse"
+    assert second.history[0] == "⏳ Queued — I'll answer after the 1 message(s) ahead of this one."
+    assert second.text == "echo: and then?"
+
+
+async def test_goal_steps_keep_their_thread_so_no_other_instance_answers_in_between(tmp_path, llm):
+    """A goal's hidden steps run on the instance that finished the turn before them. Messages sent to
+    the thread meanwhile, through the other instance, wait for the running step instead of starting a
+    second turn of the same thread beside it: the model never streams two answers of the thread at once,
+    and each message is answered once."""
+    steps = iter(range(1, 100))
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if EVALUATOR_MARKER in system_text(body):
+            return Reply(text=json.dumps({"decision": "continue", "reason": "more to tidy"}))
+        if last_user_text(body).startswith("[Goal continuation"):
+            return Reply(text=f"tidied part {next(steps)}", chunk_size=2, delay=0.05)
+        return Reply(text=echo_reply(body).text, chunk_size=2, delay=0.05)
+
+    llm.default_reply = reply
+    async with fresh_pg_database() as url:
+        a, b = instance(tmp_path, llm, url, "a"), instance(tmp_path, llm, url, "b")
+        shared_platform(a.chat, b.chat)
+        await a.start()
+        await b.start()
+        try:
+            await a.chat.say("/goal tidy the workspace", chat="goal", message_id="g0")
+            await until(
+                lambda: "🎯 continuing toward the goal (1/8)…" in everything_shown(a.chat), seconds=30
+            )
+            for n in range(3):
+                await b.chat.say(f"question {n}", chat="goal", message_id=f"u{n}")
+                await asyncio.sleep(1.0)
+            await until(lambda: "Goal paused after 8 continuations" in " ".join(everything_shown(a.chat)), 60)
+            await until(lambda: all(f"u{n}" in a.chat.finished for n in range(3)), seconds=30)
+            await asyncio.sleep(0.5)
+        finally:
+            await a.stop()
+            await b.stop()
+    work = sorted(
+        times
+        for body, times in zip(llm.completions, llm.completion_times, strict=True)
+        if EVALUATOR_MARKER not in system_text(body)
+    )
+    for (_started, finished), (next_started, _) in itertools.pairwise(work):
+        assert finished is not None and finished <= next_started, "two turns of one thread streamed at once"
+    finals = [m.text for m in a.chat.in_chat("goal")]
+    for n in range(3):
+        assert finals.count(f"echo: question {n}") == 1, finals
