@@ -103,7 +103,14 @@ _OLDER_IN_CHAT = text(
     "AND status = 'pending' AND (created_at < :created OR (created_at = :created AND id < :id))"
 )
 _STILL_PENDING_IDS = text("SELECT id FROM inbox WHERE id = ANY(:ids) AND status = 'pending'")
-_RENEW = text(f"UPDATE cluster_claims SET expires = {NOW} + :ttl WHERE holder = :me RETURNING key")
+#: Only the keys this process holds: rows left under the same id by a dead process are not renewed.
+_RENEW = text(
+    f"UPDATE cluster_claims SET expires = {NOW} + :ttl WHERE holder = :me AND key = ANY(:keys) RETURNING key"
+)
+_SAME_ID = text(
+    f"SELECT host, pid, heartbeat_at, {NOW} - heartbeat_at AS age FROM cluster_instances WHERE id = :me"
+)
+_DROP_MINE = text("DELETE FROM cluster_claims WHERE holder = :me")
 _RELEASE = text("DELETE FROM cluster_claims WHERE key = :key AND holder = :me")
 #: Hold tokens share ``cluster_claims.entry_id`` (32 characters) with inbox entry ids.
 HOLD_PREFIX = "hold-"
@@ -144,6 +151,11 @@ _LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :na
 _LEASE_LAPSES_IN = text(f"SELECT expires - {NOW} FROM cluster_leases WHERE name = :name")
 
 IsCommand = Callable[[InboundMessage], bool]
+
+
+class InstanceIdInUse(RuntimeError):
+    """Another running instance uses this ``cluster.instance_id``; two would both think they hold its
+    claims and leases, so the second is refused. The message says what to change."""
 
 
 def default_instance_id() -> str:
@@ -190,6 +202,7 @@ class Cluster:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
+        await self._take_id()
         await self._beat()
         await self._listen()
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="cluster-heartbeat")
@@ -221,6 +234,48 @@ class Cluster:
             with contextlib.suppress(Exception):
                 await self._listener.close()
             self._listener = None
+
+    async def _take_id(self) -> None:
+        """Refuse an id a running instance uses; free what a dead process under this id left behind.
+
+        A process restarted with a fixed id (kill -9, then start again) finds its predecessor's row:
+        if that heartbeat is recent, wait one heartbeat period to see whether it still beats (refused)
+        or not (dead: its claims are deleted so its unfinished turns run at once, here or anywhere).
+        """
+        row = await self._same_id()  # not this process's own: it has not beaten yet
+        if row is not None and float(row["age"]) < self.ttl:
+            wait = self.ttl / 3 + 0.5
+            log.info(
+                "cluster: instance id %s was last seen %.1f s ago (host %s, pid %s); checking for %.1f s "
+                "whether it is still running",
+                self.instance_id,
+                float(row["age"]),
+                row["host"],
+                row["pid"],
+                wait,
+            )
+            await asyncio.sleep(wait)
+            again = await self._same_id()
+            if again is not None and float(again["heartbeat_at"]) > float(row["heartbeat_at"]):
+                raise InstanceIdInUse(
+                    f"cluster.instance_id {self.instance_id!r} is in use by a running instance (host "
+                    f"{again['host']}, pid {again['pid']}): give each instance its own id, or leave it "
+                    "empty for a generated one"
+                )
+        async with self.db.engine.begin() as conn:
+            dropped = (await conn.execute(_DROP_MINE, {"me": self.instance_id})).rowcount
+            if dropped:
+                await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+        if dropped:
+            log.warning(
+                "cluster: freed %d claim(s) a previous process with id %s left behind",
+                dropped,
+                self.instance_id,
+            )
+
+    async def _same_id(self) -> Any:
+        async with self.db.engine.connect() as conn:
+            return (await conn.execute(_SAME_ID, {"me": self.instance_id})).mappings().first()
 
     async def _listen(self) -> None:
         import asyncpg
@@ -512,7 +567,10 @@ class Cluster:
                 _HEARTBEAT, {"me": self.instance_id, "host": socket.gethostname(), "pid": os.getpid()}
             )
             renewed = {
-                row[0] for row in await conn.execute(_RENEW, {"me": self.instance_id, "ttl": self.ttl})
+                row[0]
+                for row in await conn.execute(
+                    _RENEW, {"me": self.instance_id, "ttl": self.ttl, "keys": sorted(held)}
+                )
             }
             await conn.execute(_FORGET_DEAD)
         for key in held - renewed:

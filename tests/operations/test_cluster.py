@@ -10,6 +10,7 @@ is delivered to one of them, alternately) and both post into the same chats, so 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -21,6 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from agent.goals import EVALUATOR_MARKER
+from bot.cluster import InstanceIdInUse
 from channels.memory import MemoryChannel
 from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
@@ -533,3 +535,75 @@ async def test_goal_steps_keep_their_thread_so_no_other_instance_answers_in_betw
     finals = [m.text for m in a.chat.in_chat("goal")]
     for n in range(3):
         assert finals.count(f"echo: question {n}") == 1, finals
+
+
+# --- one id, one running instance ---------------------------------------------------------------------
+
+
+async def test_a_second_instance_with_a_running_instances_id_is_refused(tmp_path, llm):
+    async with fresh_pg_database() as url:
+        a = instance(tmp_path, llm, url, "a", claim_ttl_seconds=3)
+        twin = instance(tmp_path, llm, url, "twin", instance_id="instance-a", claim_ttl_seconds=3)
+        await a.start()
+        try:
+            with pytest.raises(
+                InstanceIdInUse, match=r"cluster\.instance_id .instance-a. is in use by a running"
+            ):
+                await twin.start()
+            await a.chat.say("still here?", chat="c", message_id="m1")
+            await until(lambda: a.chat.finished == ["m1"], seconds=20)
+        finally:
+            with contextlib.suppress(Exception):
+                await twin.stop()
+            await a.stop()
+    assert [m.text for m in a.chat.in_chat("c")] == ["echo: still here?"]
+
+
+async def test_a_restart_under_the_same_id_after_a_crash_runs_the_dead_processs_turn_at_once(tmp_path, llm):
+    """kill -9, then the same instance (a fixed ``instance_id``) starts again a second later: the rows
+    the dead process left — a pending entry with its placeholder, a claim still valid for a minute and a
+    fresh heartbeat from another pid — must not make the new process renew the claim for ever (the turn
+    would never run); it sees the old process is gone and runs the turn in the same placeholder."""
+    from bot.db import Database
+    from bot.inbox import Inbox
+
+    async with fresh_pg_database() as url:
+        first = instance(tmp_path, llm, url, "a")
+        await first.start()  # the schema
+        await first.stop()
+        chat = first.chat
+        placeholder = await chat.reply_transport(chat.make_message("x")).send("…")
+        message = chat.make_message("survive this", chat="crashed", message_id="c1")
+        db = Database(url)
+        inbox = Inbox(db)
+        await inbox.start()
+        entry = await inbox.accept(message)
+        await inbox.save_reply_ref(entry.id, placeholder)
+        await inbox.close()
+        async with db.engine.begin() as conn:
+            now = "EXTRACT(EPOCH FROM clock_timestamp())"
+            await conn.execute(
+                text(
+                    "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
+                    f"VALUES (:key, :id, 'instance-a', {now} + 60)"
+                ),
+                {"key": "conv:" + "/".join(message.conversation_key), "id": entry.id},
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO cluster_instances (id, host, pid, started_at, heartbeat_at) VALUES "
+                    f"('instance-a', 'old-host', 4242, {now} - 100, {now} - 1) ON CONFLICT (id) DO UPDATE "
+                    "SET host = EXCLUDED.host, pid = EXCLUDED.pid, heartbeat_at = EXCLUDED.heartbeat_at"
+                )
+            )
+        await db.close()
+        again = instance(tmp_path, llm, url, "a", claim_ttl_seconds=3, poll_seconds=0.5)
+        shared_platform(chat, again.chat)
+        await again.start()
+        try:
+            await until(lambda: chat.finished == ["c1"], seconds=15)  # the old claim had 60 s left
+            await asyncio.sleep(1)
+        finally:
+            await again.stop()
+    assert chat.finished == ["c1"]
+    assert chat.messages[placeholder].text == "echo: survive this"  # the placeholder became the answer
