@@ -543,6 +543,8 @@ class ChannelManager:
                     if turn.reply is not None:  # its notice ("continuing…") must not look like work
                         with contextlib.suppress(Exception):
                             await turn.reply.finish(PAUSED_FOR_RESTART)
+                    if turn.hold is not None:
+                        self.bus.release(turn.hold)
                     continue
                 if turn.hidden and self.bus.cluster is not None and turn.hold is None:
                     turn.hold = await self._acquire_thread(turn)
