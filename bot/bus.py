@@ -40,6 +40,9 @@ class MessageBus:
         #: Cluster: entries accepted (or requeued) here that no full claim pass has looked at yet. They
         #: count as unfinished, so ``wait_idle`` does not return before this instance had a chance.
         self._unoffered = 0
+        #: Cluster: 1 from start-up until the first full claim pass — the reservation that keeps
+        #: ``wait_idle`` from returning before it. It stands for no message, so back-pressure skips it.
+        self._start_pass = 0
         self._queue: asyncio.Queue[InboxEntry | None] = asyncio.Queue()
         self._in_flight: set[str] = set()
         self._reserved = 0
@@ -71,7 +74,7 @@ class MessageBus:
         if self._closed:
             self.refused += 1
             raise Backpressure("the service is shutting down")
-        if self._reserved >= self.capacity:
+        if self._reserved - self._start_pass >= self.capacity:
             self.refused += 1
             raise Backpressure(f"inbox full ({self.capacity} unfinished messages)")
         self._reserve()
@@ -107,6 +110,7 @@ class MessageBus:
         if self.cluster is not None:  # pending ones are claimed like any other; failed ones run again
             self._reserve()  # unfinished until the first claim pass has looked (wait_idle)
             self._unoffered += 1
+            self._start_pass = 1
             return await self.cluster.requeue_failed()
         entries = await self.inbox.unfinished()
         for entry in entries:
@@ -198,6 +202,8 @@ class MessageBus:
                 self._queue.put_nowait(entry)
             if complete:  # what was accepted before this pass is claimed here, elsewhere, or waits its turn
                 self._unoffered -= offered
+                if offered:
+                    self._start_pass = 0
                 for _ in range(offered):
                     self._unreserve()
                 await cluster.wait_for_work()

@@ -311,6 +311,7 @@ def turns_run(port: int) -> int:
     )
 
 
+@pytest.mark.timeout(300)  # two processes and 360 answers at Telegram's pace: ~80 s quiet, ~120 s loaded
 def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its_turn_to_the_other(
     tmp_path,
     llm,
