@@ -72,10 +72,10 @@ class GitHubWebhookEndpoint:
 
     A delivery is the busiest request this service answers, and GitHub waits on it. Through FastAPI it
     also paid the middleware stack, the router's matching, the ``Request``/response wrapper and the
-    dependency machinery — about a fifth of its CPU (bench/webhooks.py), with nothing for them to do
-    here. Served directly, it answers exactly what the FastAPI route answered: the same Starlette
-    response classes render every answer, and an unexpected exception gets the 500 Starlette's
-    ``ServerErrorMiddleware`` sends and is re-raised to the server, as there.
+    dependency machinery — about a quarter of a delivery's server CPU (bench/webhooks.py), with nothing
+    for them to do here. Served directly, it answers exactly what the FastAPI route answered: the same
+    Starlette response classes render every answer, and an unexpected exception gets the 500 that
+    Starlette's ``ServerErrorMiddleware`` sends and is re-raised to the server, as there.
     """
 
     #: ``bot/app.py`` serves POST routes whose endpoint says this before FastAPI's middleware stack.
