@@ -109,7 +109,7 @@ _COLUMNS = ", ".join(c.name for c in deliveries_table.columns)
 #: (SQLAlchemy inserts a batch's claims in one statement: ``claim_statement``).
 _INSERT_ONE = (
     f"INSERT INTO {_TABLE} ({', '.join(CLAIM_COLUMNS)}) VALUES ({', '.join('?' * len(CLAIM_COLUMNS))}) "
-    "ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id"
+    "ON CONFLICT (delivery_id) DO NOTHING"
 )
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE delivery_id = :id"
 _FINISH = (
@@ -170,14 +170,16 @@ class _Sql(Protocol):
 class _Sqlite3(_Sql):
     """The delivery log's own sqlite3 connection (on the loop; see webhooks/sqlite_writer.py). One
     ``execute`` per row: sqlite3 caches the prepared statement, which a multi-row INSERT of every batch
-    size would defeat."""
+    size would defeat. Whether a row went in is the statement's change count (0 when ``DO NOTHING``
+    applied), not ``RETURNING``: SQLite collects RETURNING rows in a temporary table per statement, which
+    took the insert from ~15 to ~25 µs CPU per 5.6 KB delivery (docs/PERFORMANCE.md)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
     def insert_new(self, rows: list[tuple[Any, ...]]) -> set[str]:
         execute = self.conn.execute
-        return {row[0] for row in rows if execute(_INSERT_ONE, row).fetchone() is not None}
+        return {row[0] for row in rows if execute(_INSERT_ONE, row).rowcount == 1}
 
     def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
         return self.conn.execute(sql, params).fetchall()
