@@ -21,13 +21,13 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bot import metrics
 from bot.gc_tuning import tune_gc
 from bot.service import VERSION, Service
 from config.schema import Settings
+from webhooks.route import DirectRoute
 
 log = logging.getLogger("switchboard")
 
@@ -116,8 +116,8 @@ def route_path(scope: Scope) -> str:
 
 
 class SwitchboardApp(FastAPI):
-    """FastAPI, except that POST routes whose endpoint is a plain ASGI app marked ``serve_directly``
-    (the GitHub webhook: webhooks/route.py) are served before FastAPI's middleware stack and routing,
+    """FastAPI, except that :class:`webhooks.route.DirectRoute` routes (the GitHub webhook, a plain ASGI
+    endpoint) are served before FastAPI's middleware stack and routing,
     which cost more than such an endpoint's own work and do nothing for it."""
 
     direct: Mapping[str, ASGIApp] = MappingProxyType({})
@@ -127,13 +127,8 @@ class SwitchboardApp(FastAPI):
         self.include_router(router)
         direct = dict(self.direct)
         for route in router.routes:
-            if (
-                isinstance(route, Route)
-                and getattr(route.endpoint, "serve_directly", False)
-                and route.methods == {"POST"}
-                and not route.param_convertors
-            ):
-                direct.setdefault(route.path, route.endpoint)
+            if isinstance(route, DirectRoute) and not route.param_convertors:
+                direct.setdefault(route.path, route.asgi_endpoint)
         self.direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.requests import ClientDisconnect
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from config.channels.github import GitHubConfig
@@ -77,9 +78,6 @@ class GitHubWebhookEndpoint:
     Starlette response classes render every answer, and an unexpected exception gets the 500 that
     Starlette's ``ServerErrorMiddleware`` sends and is re-raised to the server, as there.
     """
-
-    #: ``bot/app.py`` serves POST routes whose endpoint says this before FastAPI's middleware stack.
-    serve_directly = True
 
     def __init__(self, config: GitHubConfig, processor: DeliveryProcessor) -> None:
         self.config = config
@@ -176,6 +174,15 @@ async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes
         message = await receive()
 
 
+class DirectRoute(Route):
+    """A POST route whose endpoint is a plain ASGI app that ``bot/app.py`` serves ahead of FastAPI's
+    middleware stack and routing (reached through FastAPI's routing it still works, only slower)."""
+
+    def __init__(self, path: str, endpoint: GitHubWebhookEndpoint) -> None:
+        super().__init__(path, cast(Any, endpoint), methods=["POST"], include_in_schema=False)
+        self.asgi_endpoint = endpoint
+
+
 def build_router(config: GitHubConfig, processor: DeliveryProcessor) -> APIRouter:
     """The endpoint as a route (served directly by ``bot/app.py``), plus its description for /docs."""
     router = APIRouter(tags=["github"])
@@ -183,7 +190,7 @@ def build_router(config: GitHubConfig, processor: DeliveryProcessor) -> APIRoute
     # A Starlette route with an ASGI endpoint: no request/response wrapper even when reached through
     # FastAPI's routing (an app that does not serve it directly). The FastAPI route below only
     # describes the endpoint in /docs; the route above always matches first.
-    router.add_route(PATH, cast(Any, endpoint), methods=["POST"], include_in_schema=False)  # ASGI app
+    router.routes.append(DirectRoute(PATH, endpoint))
 
     @router.post(
         PATH,
