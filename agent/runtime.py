@@ -245,19 +245,10 @@ class AgentRuntime:
 
     async def _open_checkpointer(self) -> BaseCheckpointSaver[Any]:
         if self.checkpoint_path is not None:
-            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+            from agent.sqlite_checkpoints import open_saver
 
-            self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-            saver = await self._stack.enter_async_context(
-                AsyncSqliteSaver.from_conn_string(str(self.checkpoint_path))
-            )
-            await saver.setup()  # WAL mode and tables
-            # Wait for a lock instead of failing at once with "database is locked" (same as bot/db.py).
-            await saver.conn.execute("PRAGMA busy_timeout=10000")
-            # As for the main database: in WAL mode NORMAL survives a process crash (only an OS crash
-            # can lose the last commits) and saves an fsync per checkpoint write.
-            await saver.conn.execute("PRAGMA synchronous=NORMAL")
-            return saver
+            # Closed by the stack with no write left half-done (a cut-off one kept the file locked).
+            return await open_saver(self._stack, self.checkpoint_path)
         conninfo = _postgres_conninfo(self.settings.database.url)
         if conninfo is not None:
             try:
