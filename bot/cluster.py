@@ -80,12 +80,19 @@ INBOX_CHANNEL = "switchboard_inbox"
 STOP_CHANNEL = "switchboard_stop"
 #: Payload: a lease's name, released by a stopping instance (the others try to take it at once).
 LEASE_CHANNEL = "switchboard_lease"
-#: Pending entries read per look for work (oldest first). A backlog beyond this waits its turn.
+#: Pending entries read per page of a look for work (oldest first). A pass reads further pages only
+#: while it has found less work than it may take (the oldest entries may all wait behind threads
+#: other instances run), up to SCAN_PAGES pages; a backlog beyond that waits its turn.
 SCAN_LIMIT = 500
+SCAN_PAGES = 20
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
 
 _LIVE_KEYS = text(f"SELECT key, holder FROM cluster_claims WHERE expires >= {NOW}")
 _PENDING = text("SELECT * FROM inbox WHERE status = 'pending' ORDER BY created_at, id LIMIT :limit")
+_PENDING_AFTER = text(
+    "SELECT * FROM inbox WHERE status = 'pending' AND (created_at, id) > (:created, :id) "
+    "ORDER BY created_at, id LIMIT :limit"
+)
 #: Taken before a claim is written, without waiting: two instances claiming the same key in overlapping
 #: passes skip instead of queueing on each other's rows (which could deadlock across two passes).
 CLAIM_LOCKSPACE = 17017
@@ -347,27 +354,37 @@ class Cluster:
         """
         if limit <= 0:
             return [], 0
-        async with self.db.engine.connect() as conn:
-            live = {row[0]: row[1] for row in await conn.execute(_LIVE_KEYS)}
-            rows = (await conn.execute(_PENDING, {"limit": SCAN_LIMIT})).mappings().all()
         seen: set[str] = set()
         entries: list[tuple[str, InboxEntry]] = []
         candidates: list[tuple[str, InboxEntry]] = []
         joining: list[tuple[str, InboxEntry]] = []  # later messages of threads this instance holds
-        for row in rows:
-            entry = Inbox._entry(row)
-            key = claim_key(entry, is_command)
-            entries.append((key, entry))
-            if entry.id in self.held:
-                continue
-            if key in self.members and live.get(key) == self.instance_id:
-                joining.append((key, entry))
-                continue
-            if key in seen:  # a later turn of a thread whose oldest turn is ahead of it
-                continue
-            seen.add(key)
-            if key not in live:
-                candidates.append((key, entry))
+        async with self.db.engine.connect() as conn:
+            live = {row[0]: row[1] for row in await conn.execute(_LIVE_KEYS)}
+            rows = (await conn.execute(_PENDING, {"limit": SCAN_LIMIT})).mappings().all()
+            for page in range(SCAN_PAGES):
+                for row in rows:
+                    entry = Inbox._entry(row)
+                    key = claim_key(entry, is_command)
+                    entries.append((key, entry))
+                    if entry.id in self.held:
+                        continue
+                    if key in self.members and live.get(key) == self.instance_id:
+                        joining.append((key, entry))
+                        continue
+                    if key in seen:  # a later turn of a thread whose oldest turn is ahead of it
+                        continue
+                    seen.add(key)
+                    if key not in live:
+                        candidates.append((key, entry))
+                if (
+                    len(rows) < SCAN_LIMIT
+                    or len(candidates) + len(joining) >= limit
+                    or page + 1 == SCAN_PAGES
+                ):
+                    break
+                last = rows[-1]
+                after = {"created": last["created_at"], "id": last["id"], "limit": SCAN_LIMIT}
+                rows = (await conn.execute(_PENDING_AFTER, after)).mappings().all()
         claimed = await self._join(joining[:limit])
         mine = {key for key, holder in live.items() if holder == self.instance_id}
         took_over: list[tuple[str, str]] = []

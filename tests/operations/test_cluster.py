@@ -607,3 +607,43 @@ async def test_a_restart_under_the_same_id_after_a_crash_runs_the_dead_processs_
             await again.stop()
     assert chat.finished == ["c1"]
     assert chat.messages[placeholder].text == "echo: survive this"  # the placeholder became the answer
+
+
+async def test_a_new_conversation_behind_a_long_backlog_of_a_busy_thread_is_answered_at_once(tmp_path, llm):
+    """More pending messages than one page of a look for work (500), all in one thread that another
+    instance runs one at a time: a new conversation's message, newer than every one of them, is
+    answered by the idle instance right away instead of after the whole backlog."""
+    from bot.cluster import SCAN_LIMIT
+    from bot.db import Database
+    from bot.inbox import Inbox
+
+    def reply(body: dict[str, Any]) -> Reply:
+        text = echo_reply(body).text
+        return Reply(text=text, chunk_size=2, delay=0.2 if "backlog" in text else 0.01)
+
+    llm.default_reply = reply
+    async with fresh_pg_database() as url:
+        first = instance(tmp_path, llm, url, "setup")
+        await first.start()  # the schema
+        await first.stop()
+        db = Database(url)
+        inbox = Inbox(db)
+        await inbox.start()
+        for n in range(SCAN_LIMIT + 100):
+            await inbox.accept(first.chat.make_message(f"backlog {n}", chat="busy", message_id=f"b{n}"))
+        await inbox.close()
+        await db.close()
+        busy = instance(tmp_path, llm, url, "busy", turns=1, claim_ahead=0)
+        idle = instance(tmp_path, llm, url, "idle")
+        shared_platform(busy.chat, idle.chat)
+        await busy.start()
+        try:
+            await until(lambda: any(m.text.startswith("echo: backlog") for m in busy.chat.in_chat("busy")))
+            await idle.start()
+            await idle.chat.say("hello there", chat="new", message_id="n1")
+            await until(lambda: "n1" in idle.chat.finished, seconds=15)
+        finally:
+            await idle.stop()
+            await busy.stop(grace=0)
+    assert [m.text for m in idle.chat.in_chat("new")] == ["echo: hello there"]
+    assert busy.chat.finished.index("n1") < 10, "the new message waited for the backlog"

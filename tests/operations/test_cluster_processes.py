@@ -7,6 +7,7 @@ call, so "answered once" and "one visible comment" are checked where a user woul
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
@@ -16,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
 
 from tests.fakes.github import FakeGitHub
 from tests.fakes.openai_server import Reply, echo_reply
@@ -399,13 +402,25 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
 WEBHOOK_SECRET = "cluster-webhook_Secret-0123456789"
 
 
+async def inbox_texts(url: str) -> list[str]:
+    """What the instances stored in the shared inbox, read straight from PostgreSQL."""
+    conn = await asyncpg.connect(
+        make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        return [json.loads(row["payload"])["text"] for row in await conn.fetch("SELECT payload FROM inbox")]
+    finally:
+        await conn.close()
+
+
 def test_stop_sent_through_one_instance_stops_the_turn_running_on_the_other(
     tmp_path,
     llm,
     fresh_pg_database,  # noqa: F811 (the fixture imported above)
 ):
     """Webhook mode: Telegram pushes each update to whichever instance's URL is registered (behind a
-    load balancer, any of them). b runs a long answer; a, registered next, receives the /stop. b takes
+    load balancer, any of them); a forged update without Telegram's secret header is refused (401)
+    and stores nothing. b runs a long answer; a, registered next, receives the /stop. b takes
     one turn at a time and claims nothing ahead, so the /stop runs on a, which finds the turn's claim
     held by b and sends it there: the answer stops where it was, on b, and ends with "⏹ Stopped."."""
     llm.default_reply = lambda body: Reply(text="a very long answer " * 200, chunk_size=4, delay=0.05)
@@ -437,7 +452,20 @@ def test_stop_sent_through_one_instance_stops_the_turn_running_on_the_other(
             launch("b", turns=1, claim_ahead=0)
             tg.user_message(900, "write an essay", user_id=900)
             until(lambda: any(m.text.startswith("a very long") for m in tg.bot_messages(900)), seconds=30)
-            launch("a")  # Telegram now pushes to a
+            a_port, _ = launch("a")  # Telegram now pushes to a
+            # Anyone who finds the URL: a well-formed update without Telegram's secret header.
+            forged = {
+                "update_id": 990_001,
+                "message": tg.user_message(901, "run rm -rf", user_id=901, push=False),
+            }
+            for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "guessed"}):
+                refused = httpx.post(
+                    f"http://127.0.0.1:{a_port}/api/webhooks/telegram",
+                    json=forged,
+                    headers=headers,
+                    timeout=10,
+                )
+                assert refused.status_code == 401, refused.text
             tg.user_message(900, "/stop", user_id=900)
             until(lambda: any(m.text.endswith("⏹ Stopped.") for m in tg.bot_messages(900)), seconds=30)
             time.sleep(1)  # a second reply, if any, would land now
@@ -450,5 +478,8 @@ def test_stop_sent_through_one_instance_stops_the_turn_running_on_the_other(
     assert "Stopping the current reply." in texts
     assert not any(t.startswith("Nothing is running") for t in texts), texts
     assert "cluster: /stop for a turn on instance b sent there" in outputs["a"]
+    assert tg.bot_messages(901) == [], "a forged update was answered"
+    stored = asyncio.run(inbox_texts(fresh_pg_database))
+    assert sorted(stored) == ["/stop", "write an essay"], "a forged update was stored"
     for output in outputs.values():
         assert "Traceback" not in output, output
