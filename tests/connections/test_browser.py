@@ -6,19 +6,15 @@ A person creates a Telegram code and sees it with a countdown; the fake Telegram
 
 from __future__ import annotations
 
-import asyncio
 import re
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from bot.app import create_app
 from channels.memory import MemoryChannel
 from tests.conftest import make_settings
+from tests.serving import serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -37,28 +33,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
 ]
-
-
-@asynccontextmanager
-async def serving(app) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
-    """Run ``app`` with uvicorn on a free 127.0.0.1 port in this event loop; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-        sock.close()
 
 
 async def test_a_person_connects_telegram_on_the_page_and_disconnects_it(tmp_path, llm):

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-import uvicorn
 
 from config.schema import Settings
 from tests.github.conftest import SECRET, comment_payload, github_settings
 from tests.github.test_delivery_write_path import stored
+from tests.serving import serving
 from webhooks.signature import sign
 
 PATH = "/api/webhooks/github"
@@ -30,25 +29,11 @@ async def served(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The real app (create_app, lifespan included) under uvicorn on 127.0.0.1; a client for it."""
     from bot.app import create_app
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), log_config=None, access_log=False, lifespan="on")
-    )
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.05)
-        async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-        sock.close()
+    async with (
+        serving(create_app(settings)) as url,
+        httpx.AsyncClient(base_url=url, trust_env=False) as client,
+    ):
+        yield client
 
 
 def signed(body: bytes, delivery: str, secret: str = SECRET) -> dict[str, str]:

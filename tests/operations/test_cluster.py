@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from agent.goals import EVALUATOR_MARKER
 from bot.cluster import InstanceIdInUse
+from bot.db import Database
 from channels.memory import MemoryChannel
 from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
@@ -104,37 +105,53 @@ async def test_two_instances_answer_every_message_once_in_order_and_both_work(tm
     assert sends(a.chat) > 0 and sends(b.chat) > 0, "both instances must have done work"
 
 
+async def crashed_mid_turn(
+    tmp_path, llm, url: str, *, holder: str, claim_seconds: float
+) -> tuple[MemoryChannel, str]:  # type: ignore[no-untyped-def]
+    """The database rows a kill -9 mid-turn leaves behind: a pending entry with its saved reply
+    reference (the placeholder, already in the chat) and ``holder``'s claim on its conversation,
+    valid for ``claim_seconds`` more. Returns the chat and the placeholder's reference."""
+    from bot.inbox import Inbox
+
+    first = instance(tmp_path, llm, url, "setup")
+    await first.start()  # the schema
+    await first.stop()
+    chat = first.chat
+    placeholder = await chat.reply_transport(chat.make_message("x")).send("…")
+    message = chat.make_message("survive this", chat="crashed", message_id="c1")
+    db = Database(url)
+    inbox = Inbox(db)
+    await inbox.start()
+    entry = await inbox.accept(message)
+    await inbox.save_reply_ref(entry.id, placeholder)
+    await inbox.close()
+    async with db.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
+                "VALUES (:key, :id, :holder, EXTRACT(EPOCH FROM clock_timestamp()) + :seconds)"
+            ),
+            {
+                "key": "conv:" + "/".join(message.conversation_key),
+                "id": entry.id,
+                "holder": holder,
+                "seconds": claim_seconds,
+            },
+        )
+    await db.close()
+    return chat, placeholder
+
+
 async def test_a_lapsed_claim_is_taken_over_and_its_placeholder_becomes_the_one_answer(tmp_path, llm):
     """An instance died mid-turn (its claim and heartbeat stopped, its placeholder is in the chat).
 
     The dead instance is written as the database rows a kill -9 leaves behind: a pending entry with
     its saved reply reference, and a claim by an instance whose heartbeat stopped.
     """
-    from bot.db import Database
-    from bot.inbox import Inbox
-
     async with fresh_pg_database() as url:
-        first = instance(tmp_path, llm, url, "a")
-        await first.start()  # the schema
-        await first.stop()
-        chat = first.chat
-        placeholder = await chat.reply_transport(chat.make_message("x")).send("…")
-        message = chat.make_message("survive this", chat="crashed", message_id="c1")
-        db = Database(url)
-        inbox = Inbox(db)
-        await inbox.start()
-        entry = await inbox.accept(message)
-        await inbox.save_reply_ref(entry.id, placeholder)
-        await inbox.close()
-        async with db.engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
-                    "VALUES (:key, :id, 'instance-dead', EXTRACT(EPOCH FROM clock_timestamp()) + 3)"
-                ),
-                {"key": "conv:" + "/".join(message.conversation_key), "id": entry.id},
-            )
-        await db.close()
+        chat, placeholder = await crashed_mid_turn(
+            tmp_path, llm, url, holder="instance-dead", claim_seconds=3
+        )
         survivor = instance(tmp_path, llm, url, "b", claim_ttl_seconds=3, poll_seconds=0.5)
         shared_platform(chat, survivor.chat)
         await survivor.start()
@@ -229,7 +246,6 @@ async def test_an_instance_whose_claim_was_taken_over_stops_its_copy_of_the_turn
 
 async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_holder():
     from bot import approvals, cluster, inbox, migrations, threads
-    from bot.db import Database
 
     async with fresh_pg_database() as url:
         db = Database(url)
@@ -564,36 +580,15 @@ async def test_a_restart_under_the_same_id_after_a_crash_runs_the_dead_processs_
     the dead process left — a pending entry with its placeholder, a claim still valid for a minute and a
     fresh heartbeat from another pid — must not make the new process renew the claim for ever (the turn
     would never run); it sees the old process is gone and runs the turn in the same placeholder."""
-    from bot.db import Database
-    from bot.inbox import Inbox
-
     async with fresh_pg_database() as url:
-        first = instance(tmp_path, llm, url, "a")
-        await first.start()  # the schema
-        await first.stop()
-        chat = first.chat
-        placeholder = await chat.reply_transport(chat.make_message("x")).send("…")
-        message = chat.make_message("survive this", chat="crashed", message_id="c1")
+        chat, placeholder = await crashed_mid_turn(tmp_path, llm, url, holder="instance-a", claim_seconds=60)
         db = Database(url)
-        inbox = Inbox(db)
-        await inbox.start()
-        entry = await inbox.accept(message)
-        await inbox.save_reply_ref(entry.id, placeholder)
-        await inbox.close()
-        async with db.engine.begin() as conn:
+        async with db.engine.begin() as conn:  # and its heartbeat, a second old, from another pid
             now = "EXTRACT(EPOCH FROM clock_timestamp())"
             await conn.execute(
                 text(
-                    "INSERT INTO cluster_claims (key, entry_id, holder, expires) "
-                    f"VALUES (:key, :id, 'instance-a', {now} + 60)"
-                ),
-                {"key": "conv:" + "/".join(message.conversation_key), "id": entry.id},
-            )
-            await conn.execute(
-                text(
                     "INSERT INTO cluster_instances (id, host, pid, started_at, heartbeat_at) VALUES "
-                    f"('instance-a', 'old-host', 4242, {now} - 100, {now} - 1) ON CONFLICT (id) DO UPDATE "
-                    "SET host = EXCLUDED.host, pid = EXCLUDED.pid, heartbeat_at = EXCLUDED.heartbeat_at"
+                    f"('instance-a', 'old-host', 4242, {now} - 100, {now} - 1)"
                 )
             )
         await db.close()
@@ -614,7 +609,6 @@ async def test_a_new_conversation_behind_a_long_backlog_of_a_busy_thread_is_answ
     instance runs one at a time: a new conversation's message, newer than every one of them, is
     answered by the idle instance right away instead of after the whole backlog."""
     from bot.cluster import SCAN_LIMIT
-    from bot.db import Database
     from bot.inbox import Inbox
 
     def reply(body: dict[str, Any]) -> Reply:

@@ -9,7 +9,6 @@ webhook in place for the other instances.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy import func, select
 
 from bot.app import create_app
@@ -29,6 +27,7 @@ from config.loader import ConfigError
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.fakes.telegram import FakeTelegram
+from tests.serving import base_url, bound_socket, serving
 
 from .conftest import BOT_USERNAME, TEST_EDIT_INTERVAL
 
@@ -57,10 +56,8 @@ async def webhook_service(
     tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, **settings_overrides: Any
 ) -> AsyncIterator[Served]:
     """The real app (create_app, lifespan included) under uvicorn, its public URL what Telegram calls."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock = bound_socket()
+    url = base_url(sock)
     telegram = {
         "enabled": True,
         "bot_token": tg.token,
@@ -73,24 +70,12 @@ async def webhook_service(
         "webhook_secret": SECRET,
     }
     settings = make_settings(
-        tmp_path, llm, server={"public_url": base_url}, channels={"telegram": telegram}, **settings_overrides
+        tmp_path, llm, server={"public_url": url}, channels={"telegram": telegram}, **settings_overrides
     )
     channel = TelegramChannel(settings.channels.telegram, settings=settings)
     app = create_app(settings, channels={"telegram": channel})
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.05)
-        async with httpx.AsyncClient(base_url=base_url) as client:
-            yield Served(base_url, app.state.service, client)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-        sock.close()
+    async with serving(app, sock), httpx.AsyncClient(base_url=url) as client:
+        yield Served(url, app.state.service, client)
 
 
 @pytest.fixture
