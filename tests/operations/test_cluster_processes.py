@@ -354,6 +354,8 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
         until(lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)), seconds=10)
         assert conflicts(tg) == 0, "two instances polled getUpdates at once"
         assert tg.bot_messages(900)[0].text != essay.strip(), "the essay must still be streaming"
+        # Counted when a turn's record closes, a moment after its final text is visible.
+        until(lambda: sum(turns_run(port) for port, _proc in running) >= before, seconds=10)
         work = [turns_run(port) for port, _proc in running]
         assert sum(work) == before, work
         assert min(work) > 0, f"one instance ran every turn: {work}"
