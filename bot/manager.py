@@ -46,6 +46,9 @@ PLACEHOLDER = "…"
 STOPPED_NOTE = "⏹ Stopped."
 STOP_LABEL = "⏹ Stop"
 PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
+#: How long a "⏳ Queued" notice waits for the message of the turn ahead of it to appear first. That is
+#: usually milliseconds; longer only when the turn ahead waits for a free turn slot (bus.max_concurrent_turns).
+QUEUED_NOTICE_WAIT_SECONDS = 2.0
 DEAD_LETTER_NOTE = (
     "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
     "and set it aside for the operator (trace {trace})."
@@ -166,6 +169,10 @@ class Turn:
     #: Cluster only, for a turn no inbox entry stands for (a hidden follow-up): its hold on the
     #: thread's claim, so no other instance starts a turn of the thread while it runs.
     hold: str | None = None
+    #: Set once the turn's first message is in the chat (placeholder or queued notice), or once it
+    #: leaves the lane without one: a later turn's "⏳ Queued" notice waits for it, so the chat shows
+    #: the messages in the order they were asked.
+    shown: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True)
@@ -502,6 +509,10 @@ class ChannelManager:
         busy = lane.current is not None or bool(lane.pending)
         if busy and not hidden:
             ahead = len(lane.pending) + 1
+            before = lane.pending[-1] if lane.pending else lane.current
+            if before is not None:  # its placeholder may be on its way right now: not above it
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
             turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
             try:
                 await turn.reply.start(
@@ -509,6 +520,7 @@ class ChannelManager:
                 )
             except ChannelError as exc:
                 log.info("could not show the queued notice: %s", exc)
+            turn.shown.set()
             await self._remember_notice(turn)
         elif notice:
             turn.reply = self.channels[message.provider].open_reply(message)
@@ -545,10 +557,12 @@ class ChannelManager:
                             await turn.reply.finish(PAUSED_FOR_RESTART)
                     if turn.hold is not None:
                         self.bus.release(turn.hold)
+                    turn.shown.set()
                     continue
                 if turn.hidden and self.bus.cluster is not None and turn.hold is None:
                     turn.hold = await self._acquire_thread(turn)
                     if turn.hold is None:  # shutting down meanwhile: the step resumes at next start
+                        turn.shown.set()
                         continue
                 lane.current = turn
                 lane.stop_requested = False
@@ -566,10 +580,12 @@ class ChannelManager:
                     trace_id_var.reset(token)
                     lane.current = None
                     lane.agent_task = None
+                    turn.shown.set()
                     if turn.hold is not None:
                         self.bus.release(turn.hold)
         except asyncio.CancelledError:
             for turn in lane.pending:  # left for the next start: still pending in the inbox
+                turn.shown.set()
                 if turn.entry_id:
                     self.bus.release(turn.entry_id)
                 if turn.hold is not None:
@@ -593,6 +609,7 @@ class ChannelManager:
                     await reply.start(PLACEHOLDER, self.live_actions(turn))
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
+                turn.shown.set()
                 if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
                     self.inbox.set_reply_ref(turn.entry_id, reply.ref)
                 files: tuple[Path, ...]

@@ -151,3 +151,24 @@ async def test_an_inbound_file_lands_in_the_owners_uploads_and_an_oversize_one_i
     assert (
         "[Files attached: /mnt/user-data/uploads/notes.txt]" in llm.completions[0]["messages"][-1]["content"]
     )
+
+
+async def test_at_the_turn_limit_a_queued_notice_never_lands_above_the_answer_it_waits_for(tmp_path, llm):
+    """Every turn slot is busy, so a chat's first message waits for one without a placeholder yet; a
+    second message to that chat queues behind it. Its "⏳ Queued" notice must not appear above the
+    first message's answer: the chat reads in the order things were asked."""
+
+    def reply(body):  # type: ignore[no-untyped-def]
+        if last_user_text(body) == "busy":
+            return Reply(text="b" * 12, chunk_size=1, delay=0.05)  # holds the only slot for ~0.6 s
+        return echo_reply(body)
+
+    llm.default_reply = reply
+    settings = make_settings(tmp_path, llm, bus={"max_concurrent_turns": 1})
+    async with Harness.running(settings) as harness:
+        await harness.chat.say("busy", chat="a")
+        await harness.chat.wait_for(lambda ch: any(m.text.startswith("b") for m in ch.in_chat("a")))
+        await harness.chat.say("one", chat="b")
+        await harness.chat.say("two", chat="b")
+        await harness.idle(timeout=30)
+        assert [m.text for m in harness.chat.in_chat("b")] == ["echo: one", "echo: two"]
