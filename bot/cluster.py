@@ -483,7 +483,11 @@ class Cluster:
                     _UPSERT, {"key": key, "entry": entry.id, "me": self.instance_id, "ttl": self.ttl}
                 )
                 if got.first() is None:
-                    return None  # someone else holds this thread (or this command) right now
+                    # Someone else holds this thread (or command) right now. Roll the savepoint back:
+                    # ON CONFLICT locked their row even though it changed nothing, and a lock kept to
+                    # the end of this pass made their heartbeat wait on us while we waited on it
+                    # (PostgreSQL ended the heartbeat with "deadlock detected").
+                    raise _NotOurs
                 # Read again after the claim (a fresh snapshot): finished meanwhile, or not its turn yet?
                 row = (await conn.execute(_STILL_PENDING, {"id": entry.id})).mappings().first()
                 if row is None:

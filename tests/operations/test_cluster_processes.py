@@ -296,13 +296,14 @@ def conflicts(tg: FakeTelegram) -> int:
 
 
 def turns_run(port: int) -> int:
-    """Finished turns this instance ran, from its Prometheus ``/metrics`` (what an operator graphs)."""
+    """Turns this instance answered, from its Prometheus ``/metrics`` (what an operator graphs). Only
+    ``ok`` ones: a copy cancelled because another instance took its claim over answers nothing."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     return int(
         sum(
             float(line.split()[-1])
             for line in text.splitlines()
-            if line.startswith("switchboard_turns_total{")
+            if line.startswith("switchboard_turns_total{") and 'outcome="ok"' in line
         )
     )
 
