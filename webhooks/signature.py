@@ -24,6 +24,8 @@ def signature_problem(secret: str, body: bytes, header: str | None) -> str | Non
         return "missing X-Hub-Signature-256 header"
     if not header.startswith(PREFIX) or len(header) != len(PREFIX) + 64:
         return "malformed X-Hub-Signature-256 header (expected sha256=<64 hex digits>)"
-    if not hmac.compare_digest(sign(secret, body).encode(), header.encode()):
+    # hmac.digest: the one-shot C path, without an HMAC object (the cheaper half of a verification).
+    expected = hmac.digest(secret.encode(), body, "sha256").hex().encode()
+    if not hmac.compare_digest(expected, header[len(PREFIX) :].encode()):
         return "X-Hub-Signature-256 does not match the body"
     return None

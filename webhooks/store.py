@@ -13,11 +13,12 @@ table at start-up with everyone else's.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -242,7 +243,7 @@ class DeliveryStore:
         )
 
     # --- writes (group-committed) --------------------------------------------------------------------
-    async def claim(
+    def claim(
         self,
         delivery_id: str,
         event: str,
@@ -251,18 +252,27 @@ class DeliveryStore:
         *,
         status: str = RECEIVED,
         dispatch: dict[str, Any] | None = None,
-    ) -> tuple[Delivery | None, bool]:
-        """Record a delivery. Returns (existing row or None, whether this caller should run it).
+    ) -> Awaitable[tuple[Delivery | None, bool]]:
+        """Record a delivery. Resolves to (existing row or None, whether this caller should run it).
 
         New → (None, True). Known and failed/stuck/queued for retry → it is atomically moved back to
         ``received`` and exactly one caller gets True (GitHub's "Redeliver" keeps the delivery id, so a
         redelivery of a failed delivery re-runs it). Known otherwise → (row, False): a duplicate.
         A new row may be stored already finished (``status``/``dispatch``) when nothing needs running,
         which saves the second write.
+
+        Not a coroutine: the caller awaits the writer's future itself. Every coroutine layer between a
+        delivery and its commit is resumed once more when the batch lands, on the path GitHub waits on.
         """
-        return await self._submit(
-            "claim", id=delivery_id, event=event, action=action, body=body, status=status, dispatch=dispatch
-        )
+        args = {
+            "id": delivery_id,
+            "event": event,
+            "action": action,
+            "body": body,
+            "status": status,
+            "dispatch": dispatch,
+        }
+        return self._enqueue(DeliveryOp("claim", args))
 
     async def finish(
         self, delivery_id: str, status: str, dispatch: dict[str, Any] | None, error: str | None = None
@@ -281,8 +291,11 @@ class DeliveryStore:
             sqlite.close()
 
     async def _submit(self, kind: OpKind, **args: Any) -> Any:
+        return await self._enqueue(DeliveryOp(kind, args))
+
+    def _enqueue(self, op: DeliveryOp) -> asyncio.Future[Any]:
         self._writer.start()  # on first use: the CLI opens this store only to read and to request retries
-        return await self._writer.submit(DeliveryOp(kind, args))
+        return self._writer.enqueue(op)
 
     async def _apply(self, batch: Sequence[DeliveryOp]) -> list[Any]:
         if self._sqlite is None and self._sqlite_connect is not None:

@@ -50,6 +50,8 @@ def _mention_pattern(login: str) -> re.Pattern[str]:
 
 def mentions(text: str, login: str) -> bool:
     """True when ``text`` @-mentions ``login`` outside code (GitHub does not notify for code spans)."""
+    if "@" not in text:  # most comments mention nobody: skip the code-stripping pass
+        return False
     login = login.removesuffix("[bot]")
     return bool(_mention_pattern(login).search(_CODE.sub(" ", text)))
 
