@@ -81,11 +81,18 @@ class DeliveryProcessor:
         if event is None:  # not an event we act on, or one without repository/number
             return Outcome(200, response_body(event_name, delivery_id, handled=False))
         agents, result = plan(self.config, event)
-        # Nothing to run: store the delivery already finished (one write instead of two).
-        status, stored = (RECEIVED, None) if agents else (DONE, result.to_json())
+        # Nothing to run: store the delivery already finished (one write instead of two), and without
+        # its payload. The row is what makes a redelivery a duplicate, and its dispatch says why
+        # nothing fired; the payload would only be read to run the delivery again, which a finished
+        # delivery never is. Most of a busy repository's deliveries fire nothing, so this keeps the log
+        # small (a payload can be 25 MB) and the write GitHub waits on cheap (docs/github.md).
+        if agents:
+            status, stored, kept = RECEIVED, None, raw
+        else:
+            status, stored, kept = DONE, result.to_json(), ""
         try:
             existing, run = await self.store.claim(
-                delivery_id, event_name, event.action, raw, status=status, dispatch=stored
+                delivery_id, event_name, event.action, kept, status=status, dispatch=stored
             )
         except Exception as exc:
             log.error("could not record GitHub delivery %s: %s", delivery_id, type(exc).__name__)

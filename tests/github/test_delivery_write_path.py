@@ -70,3 +70,35 @@ async def test_a_delivery_that_finds_the_database_locked_is_acknowledged_only_on
         response = await asyncio.wait_for(delivering, 15)
         assert response.status_code == 200 and response.json()["duplicate"] is False
         assert stored(settings, "during-lock") == ("done", "issue_comment")
+
+
+def stored_body(settings: Settings, delivery: str) -> tuple[str, str, str | None]:
+    path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT status, body, dispatch FROM github_deliveries WHERE delivery_id = ?", (delivery,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return row[0], row[1], row[2]
+
+
+async def test_a_delivery_that_fires_nothing_keeps_its_outcome_but_not_its_payload(tmp_path, llm, github):
+    """Most of a busy repository's deliveries mention nobody: the log keeps the fact and the reason (so
+    a redelivery is a duplicate, and `webhooks list` says why nothing ran), not the 5-25 KB payload.
+    A delivery that starts an agent keeps its payload, which a retry of a failed fan-out re-reads."""
+    settings = github_settings(tmp_path, llm, github)
+    async with running_service(settings) as sb:
+        ignored = await sb.deliver("issue_comment", comment_payload("no mention here"), delivery="quiet-1")
+        fired = await sb.deliver("issue_comment", comment_payload("@switchboard-bot hi"), delivery="loud-1")
+        assert (ignored.status_code, fired.status_code) == (200, 200)
+        await sb.idle()
+        again = await sb.deliver("issue_comment", comment_payload("no mention here"), delivery="quiet-1")
+        assert again.json()["duplicate"] is True
+    status, body, dispatch = stored_body(settings, "quiet-1")
+    assert (status, body) == ("done", "")
+    assert dispatch is not None and "not mentioned" in dispatch
+    status, body, _ = stored_body(settings, "loud-1")
+    assert status == "done" and "@switchboard-bot hi" in body
+    assert len(llm.completions) == 1
