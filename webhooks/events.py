@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
+
+from webhooks.payload import Payload
+
 #: Events that can trigger an agent; everything else is acknowledged with ``handled: false``.
 SUPPORTED_EVENTS = frozenset(
     {"issues", "issue_comment", "pull_request", "pull_request_review", "pull_request_review_comment"}
@@ -18,10 +22,15 @@ MAX_BODY_CHARS = 20_000
 
 
 def _get(data: Any, *path: str) -> Any:
+    """``data[path[0]][path[1]]…``, or None where a step is missing or not an object. ``data`` is the
+    payload either as decoded into :mod:`webhooks.payload`'s Structs or as plain dictionaries."""
     for key in path:
-        if not isinstance(data, dict):
+        if isinstance(data, Struct):
+            data = getattr(data, key, None)
+        elif isinstance(data, dict):
+            data = data.get(key)
+        else:
             return None
-        data = data.get(key)
     return data
 
 
@@ -50,80 +59,71 @@ class GitHubEvent:
         return "pull request" if self.kind == "pull_request" else "issue"
 
 
-def parse_event(name: str, payload: dict[str, Any]) -> GitHubEvent | None:
-    """The event's facts, or None when it is not one we handle (or lacks repository/number)."""
+def parse_event(name: str, payload: Payload | dict[str, Any]) -> GitHubEvent | None:
+    """The event's facts, or None when it is not one we handle (or lacks repository/number).
+
+    Written as straight-line lookups (no helper closures or keyword dictionaries): it runs for every
+    delivery, before the acknowledgement GitHub waits for.
+    """
     if name not in SUPPORTED_EVENTS:
         return None
     repo = _get(payload, "repository", "full_name")
     sender_login = str(_get(payload, "sender", "login") or "")
     installation = _get(payload, "installation", "id")
-    action = payload.get("action")
-    # Keyword arguments for GitHubEvent, filled per event kind below.
-    common: dict[str, Any] = {
-        "name": name,
-        "action": action if isinstance(action, str) else None,
-        "sender_login": sender_login,
-        "installation_id": int(installation) if isinstance(installation, int) else None,
-    }
-
-    def user(obj: Any) -> dict[str, Any]:
-        login = str(_get(obj, "login") or sender_login)
-        uid = _get(obj, "id")
-        return {
-            "author_login": login,
-            "author_id": str(uid) if uid is not None else login,
-            "author_is_bot": _get(obj, "type") == "Bot" or login.endswith("[bot]"),
-        }
-
-    if name in ("issues", "issue_comment"):
-        issue = payload.get("issue")
+    action = _get(payload, "action")
+    extra = ""
+    if name == "issues" or name == "issue_comment":
+        issue = _get(payload, "issue")
         number = _get(issue, "number")
         kind = "pull_request" if _get(issue, "pull_request") else "issue"
-        fields: dict[str, Any]
-        if name == "issues":
-            fields = {
-                "text": _join(_get(issue, "title"), _get(issue, "body")),
-                "url": _get(issue, "html_url"),
-            }
-            who = user(_get(issue, "user"))
-        else:
-            comment = payload.get("comment")
-            fields = {"text": str(_get(comment, "body") or ""), "url": _get(comment, "html_url")}
-            who = user(_get(comment, "user"))
         title, issue_body = _get(issue, "title"), _get(issue, "body")
+        if name == "issues":
+            text, url, author = _join(title, issue_body), _get(issue, "html_url"), _get(issue, "user")
+        else:
+            comment = _get(payload, "comment")
+            text = str(_get(comment, "body") or "")
+            url, author = _get(comment, "html_url"), _get(comment, "user")
     else:
-        pr = payload.get("pull_request")
-        number = _get(pr, "number") or payload.get("number")
+        pr = _get(payload, "pull_request")
+        number = _get(pr, "number") or _get(payload, "number")
         kind = "pull_request"
         title, issue_body = _get(pr, "title"), _get(pr, "body")
         head, base = _get(pr, "head", "ref"), _get(pr, "base", "ref")
-        common["extra"] = f"{head} → {base}" if head and base else ""
+        extra = f"{head} → {base}" if head and base else ""
         if name == "pull_request":
-            fields = {"text": _join(title, issue_body), "url": _get(pr, "html_url")}
-            who = user(_get(pr, "user"))
+            text, url, author = _join(title, issue_body), _get(pr, "html_url"), _get(pr, "user")
         elif name == "pull_request_review":
-            review = payload.get("review")
+            review = _get(payload, "review")
             state = _get(review, "state")
-            fields = {"text": str(_get(review, "body") or ""), "url": _get(review, "html_url")}
-            common["extra"] = f"review state: {state}" if state else ""
-            who = user(_get(review, "user"))
+            text = str(_get(review, "body") or "")
+            url, author = _get(review, "html_url"), _get(review, "user")
+            extra = f"review state: {state}" if state else ""
         else:
-            comment = payload.get("comment")
+            comment = _get(payload, "comment")
             path, line = _get(comment, "path"), _get(comment, "line") or _get(comment, "original_line")
-            fields = {"text": str(_get(comment, "body") or ""), "url": _get(comment, "html_url")}
-            common["extra"] = f"on {path}" + (f" line {line}" if line else "") if path else ""
-            who = user(_get(comment, "user"))
+            text = str(_get(comment, "body") or "")
+            url, author = _get(comment, "html_url"), _get(comment, "user")
+            extra = f"on {path}" + (f" line {line}" if line else "") if path else ""
     if not isinstance(repo, str) or not isinstance(number, int):
         return None
+    author_login = str(_get(author, "login") or sender_login)
+    author_id = _get(author, "id")
     return GitHubEvent(
+        name=name,
+        action=action if isinstance(action, str) else None,
         repo=repo,
         number=number,
         kind=kind,
         title=str(title or ""),
+        text=text,
+        url=url,
+        author_login=author_login,
+        author_id=str(author_id) if author_id is not None else author_login,
+        author_is_bot=_get(author, "type") == "Bot" or author_login.endswith("[bot]"),
+        sender_login=sender_login,
+        installation_id=int(installation) if isinstance(installation, int) else None,
         issue_body=str(issue_body or ""),
-        **fields,
-        **who,
-        **common,
+        extra=extra,
     )
 
 

@@ -19,6 +19,7 @@ from channels.types import InboundMessage
 from config.channels.github import GitHubAgent, GitHubConfig
 from webhooks.dispatch import DispatchResult, plan, publish
 from webhooks.events import GitHubEvent, parse_event
+from webhooks.payload import Payload
 from webhooks.store import DONE, FAILED, RECEIVED, Delivery, DeliveryStore
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,9 @@ class DeliveryProcessor:
     def ready(self) -> bool:
         return self.channel is not None and self.channel.sink is not None
 
-    async def handle(self, delivery_id: str, event_name: str, payload: dict[str, Any], raw: str) -> Outcome:
+    async def handle(
+        self, delivery_id: str, event_name: str, payload: Payload | dict[str, Any], raw: str
+    ) -> Outcome:
         if event_name == "ping":
             return Outcome(200, response_body(event_name, delivery_id, handled=True))
         event = parse_event(event_name, payload)

@@ -6,34 +6,22 @@ unauthenticated caller can make us do no more than read (a bounded amount) and h
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from orjson import dumps as _dumps
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from config.channels.github import GitHubConfig
+from webhooks.payload import Payload, decode_payload
 from webhooks.processor import DeliveryProcessor
 from webhooks.signature import signature_problem
 
 log = logging.getLogger(__name__)
-
-_loads: Callable[[bytes], Any]
-_dumps: Callable[[Any], bytes]
-try:  # orjson parses a typical 10-25 KB payload several times faster; it ships with langsmith
-    from orjson import dumps as _dumps
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - plain json is correct, only slower
-    _loads = json.loads
-
-    def _dumps(value: Any) -> bytes:
-        return json.dumps(value, separators=(",", ":")).encode()
-
 
 PATH = "/api/webhooks/github"
 MAX_DELIVERY_ID = 100
@@ -118,10 +106,10 @@ class GitHubWebhookEndpoint:
             return _error(400, "missing or invalid X-GitHub-Delivery header")
         try:
             text = body.decode("utf-8")
-            payload = _loads(body)
+            payload = decode_payload(body)
         except (UnicodeDecodeError, ValueError):
             return _error(400, "body is not valid JSON", event=event, delivery=delivery)
-        if not isinstance(payload, dict):
+        if not isinstance(payload, Payload | dict):
             return _error(400, "body must be a JSON object", event=event, delivery=delivery)
         processor = self.processor
         if event != "ping" and not processor.ready:
