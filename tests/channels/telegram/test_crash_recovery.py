@@ -5,6 +5,9 @@ The many-cycle version with its numbers is ``bench/reliability_telegram.py`` (do
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,14 @@ from .conftest import BOT_USERNAME
 
 QUEUED = "⏳ Queued"
 LONG_ANSWER = " ".join(f"part{i}" for i in range(60))
+
+
+def notice_recorded(directory: Path, text: str) -> bool:
+    """Whether the inbox entry of the user's ``text`` has its reply's message id committed (read as
+    another process reads the database: only what is committed)."""
+    with contextlib.closing(sqlite3.connect(directory / "data" / "sb.db")) as conn:
+        rows = conn.execute("SELECT payload FROM inbox WHERE reply_ref IS NOT NULL").fetchall()
+    return any(json.loads(payload).get("text") == text for (payload,) in rows)
 
 
 def long_first(request: dict[str, Any]) -> Reply:
@@ -43,6 +54,11 @@ def test_a_queued_notice_shown_before_a_kill_is_edited_into_its_answer_after_the
         )
         assert notice, "the second message was queued behind the first"
         [queued] = [m for m in tg.bot_messages(42) if m.text.startswith(QUEUED)]  # type: ignore[attr-defined]
+        # The fake holds the notice before the service has Telegram's answer, and the service commits
+        # the notice's message id a moment after that answer. A kill inside that window leaves a notice
+        # nobody can find again (sendMessage has no idempotency key and the Bot API cannot list a chat:
+        # the documented Telegram residue, docs/bus.md). This test kills once the id is stored.
+        assert wait_for(lambda: notice_recorded(tmp_path, "second"), timeout=30), "the notice's id was stored"
         service.kill()  # the process dies before the second message's turn starts
 
         service = ServeProcess(config, tmp_path / "serve.log")
