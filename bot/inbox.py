@@ -46,6 +46,7 @@ from sqlalchemy import (
     UniqueConstraint,
     bindparam,
     case,
+    delete,
     select,
     text,
     tuple_,
@@ -460,6 +461,17 @@ class Inbox:
                 .values(status=RETRY, attempts=0, updated_at=time.time())
             )
         return bool(result.rowcount)
+
+    # --- retention (bot/retention.py) -----------------------------------------------------------------
+    retention_label = "inbox entries"
+
+    async def prune_finished(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` done entries last updated before ``before`` (one short transaction)."""
+        c = inbox_table.c
+        oldest = select(c.id).where(c.status == DONE, c.updated_at < before).limit(limit)
+        async with self.db.engine.begin() as conn:
+            result = await conn.execute(delete(inbox_table).where(c.id.in_(oldest.scalar_subquery())))
+        return int(result.rowcount or 0)
 
     # --- writer ------------------------------------------------------------------------------------
     async def _submit(self, kind: OpKind, **args: Any) -> Any:

@@ -5,12 +5,12 @@ two stages. :meth:`Service.open` brings up what takes input and needs no agent:
 
     database schema → WAL maintenance → inbox writer → cluster → channels built (and, in a cluster,
     those receiving exclusively put under a lease) → agent build begins (background) → features
-    (connections, GitHub and Telegram webhooks, schedules) → channels started → leases kept
+    (connections, GitHub and Telegram webhooks, schedules) → resume unfinished → retry poll →
+    retention (background) → channels started → leases kept
 
 and :meth:`Service.run_agent`, once the agent exists, what answers:
 
-    agent → manager (identity chain, /connect store) → agent hooks → manager starts → resume unfinished
-    → retry poll
+    agent → manager (identity chain, /connect store) → agent hooks → manager starts
 
 Importing LangGraph/LangChain and building the agent takes about a second; ``serve`` answers HTTP and
 stores arriving messages in the inbox meanwhile, and the manager takes them once the agent is ready.
@@ -55,6 +55,7 @@ from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
 from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.registry import channel_class
+from bot.retention import Retention
 from bot.threads import ThreadStore
 from bot.version import VERSION
 from channels.base import Channel
@@ -122,6 +123,8 @@ class Service:
         self.features: list[Feature] = [self.connections, self.github, self.telegram, self.schedules]
         # The agent's memory and goals, wired into the manager once the agent is ready.
         self.agent_feature = AgentFeature()
+        # Finished inbox entries and GitHub deliveries older than database.retention_days are deleted.
+        self.retention = Retention(settings.database.retention_days, [self.inbox, self.github.store])
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, self.connections.identity])
 
@@ -203,6 +206,7 @@ class Service:
             await feature.start(running)
         await self.bus.resume_unfinished()
         self._retry_poll = asyncio.create_task(self._poll_retries(), name="inbox-retries")
+        self.retention.start()
         started = {p for p, channel in self.channels.items() if await self._start_channel(p, channel)}
         if self.leases is not None:
             assert self.cluster is not None
@@ -305,6 +309,7 @@ class Service:
         if self._retry_poll is not None:
             await self._retry_poll  # stopped between polls, so a claimed retry is never lost mid-way
             self._retry_poll = None
+        await self.retention.stop()  # between chunks: no delete is cut off
         if self.manager is not None:
             await self.manager.stop(grace)
         else:

@@ -30,6 +30,19 @@ class ServerConfig(Section):
 
 class DatabaseConfig(Section):
     url: str = "sqlite+aiosqlite:///./data/switchboard.db"
+    #: Finished inbox entries and GitHub deliveries older than this are deleted (bot/retention.py);
+    #: 0 keeps them forever. At least a day, so a platform's redelivery still finds its duplicate.
+    retention_days: float = 30
+
+    @field_validator("retention_days")
+    @classmethod
+    def _retention_floor(cls, value: float) -> float:
+        if value != 0 and value < 1:
+            raise ValueError(
+                "database.retention_days must be 0 (keep everything) or at least 1: platforms redeliver "
+                "for up to a day (Telegram) or three (GitHub), and a deleted message no longer deduplicates"
+            )
+        return value
 
 
 class AuthConfig(Section):

@@ -33,6 +33,7 @@ from sqlalchemy import (
     Table,
     Text,
     TextClause,
+    delete,
     select,
     text,
     update,
@@ -389,6 +390,20 @@ class DeliveryStore:
                 delivery.status = RECEIVED
                 claimed.append(delivery)
         return claimed
+
+    # --- retention (the bot's bot/retention.py runs it) -----------------------------------------------
+    retention_label = "GitHub deliveries"
+
+    async def prune_finished(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` done deliveries last updated before ``before`` (one short transaction).
+        A failed or stuck delivery stays until it is retried."""
+        c = deliveries_table.c
+        oldest = select(c.delivery_id).where(c.status == DONE, c.updated_at < before).limit(limit)
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                delete(deliveries_table).where(c.delivery_id.in_(oldest.scalar_subquery()))
+            )
+        return int(result.rowcount or 0)
 
     # --- reads and operator actions (direct) -----------------------------------------------------------
     async def get(self, delivery_id: str) -> Delivery | None:

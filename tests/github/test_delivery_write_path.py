@@ -102,3 +102,34 @@ async def test_a_delivery_that_fires_nothing_keeps_its_outcome_but_not_its_paylo
     status, body, _ = stored_body(settings, "loud-1")
     assert status == "done" and "@switchboard-bot hi" in body
     assert len(llm.completions) == 1
+
+
+async def test_finished_deliveries_past_the_retention_period_are_deleted_failed_ones_kept(
+    tmp_path, llm, github
+):
+    settings = github_settings(tmp_path, llm, github, bus={"queue_size": 1})
+    github.pause("create_comment")  # the first turn holds the only slot, so the second delivery fails
+    async with running_service(settings) as sb:
+        fired = await sb.deliver("issue_comment", comment_payload("@switchboard-bot one", number=1))
+        failed = await sb.deliver(
+            "issue_comment", comment_payload("@switchboard-bot two", number=2), delivery="fail-1"
+        )
+        assert (fired.status_code, failed.status_code) == (200, 503)
+        github.resume("create_comment")
+        await sb.idle()
+        old = await sb.deliver("issue_comment", comment_payload("no mention"), delivery="old-1")
+        recent = await sb.deliver("issue_comment", comment_payload("no mention"), delivery="recent-1")
+        assert (old.status_code, recent.status_code) == (200, 200)
+        path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
+        conn = sqlite3.connect(path)
+        with conn:  # a month passes for two of them
+            conn.execute(
+                "UPDATE github_deliveries SET updated_at = updated_at - 31 * 86400 "
+                "WHERE delivery_id IN ('old-1', 'fail-1')"
+            )
+        conn.close()
+        deleted = await sb.service.retention.run_once()
+        assert deleted["GitHub deliveries"] == 1
+        assert stored(settings, "old-1") is None
+        assert stored(settings, "recent-1") == ("done", "issue_comment")
+        assert stored(settings, "fail-1") == ("failed", "issue_comment")
