@@ -165,6 +165,11 @@ class InstanceIdInUse(RuntimeError):
     claims and leases, so the second is refused. The message says what to change."""
 
 
+def _hold_token() -> str:
+    """A hold's member id in a claim's lane: never an inbox entry id (those are 32 hex digits)."""
+    return HOLD_PREFIX + uuid.uuid4().hex[:24]
+
+
 def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -385,24 +390,26 @@ class Cluster:
                 last = rows[-1]
                 after = {"created": last["created_at"], "id": last["id"], "limit": SCAN_LIMIT}
                 rows = (await conn.execute(_PENDING_AFTER, after)).mappings().all()
-        claimed = await self._join(joining[:limit])
+        claimed = await self._join(joining[:limit])  # joined entries are in their lanes already
         mine = {key for key, holder in live.items() if holder == self.instance_id}
         took_over: list[tuple[str, str]] = []
         if candidates:
+            fresh_claims: list[tuple[str, InboxEntry]] = []
             # One transaction for the pass, a savepoint per candidate (one that is not ours rolls back).
             async with self.db.engine.begin() as conn:
                 for key, entry in candidates:
-                    if len(claimed) >= limit:
+                    if len(claimed) + len(fresh_claims) >= limit:
                         break
                     got = await self._try_claim(conn, key, entry, is_command)
                     if got is not None:
                         fresh, previous = got
-                        claimed.append(fresh)
+                        fresh_claims.append((key, fresh))
                         mine.add(key)
                         if previous is not None and previous != self.instance_id:
                             took_over.append((fresh.id, previous))
-            for entry in claimed:
-                self._add(claim_key(entry, is_command), entry.id)
+            for key, fresh in fresh_claims:  # committed: now they are this instance's
+                self._add(key, fresh.id)
+                claimed.append(fresh)
         for entry_id, previous in took_over:
             log.warning(
                 "cluster: took over inbox entry %s from instance %s (its claim lapsed)", entry_id, previous
@@ -444,7 +451,7 @@ class Cluster:
         key = conversation_claim_key(message)
         if key not in self.members:
             return None
-        token = HOLD_PREFIX + uuid.uuid4().hex[:24]
+        token = _hold_token()
         self._add(key, token)
         return token
 
@@ -455,7 +462,7 @@ class Cluster:
         if token is not None:
             return token
         key = conversation_claim_key(message)
-        token = HOLD_PREFIX + uuid.uuid4().hex[:24]
+        token = _hold_token()
         async with self.db.engine.begin() as conn:
             if not (await conn.execute(_TRY_LOCK, {"space": CLAIM_LOCKSPACE, "key": key})).scalar():
                 return None
