@@ -8,22 +8,29 @@ import asyncio
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 from config.schema import Settings
 from tests.github.conftest import comment_payload, github_settings, running_service
 
 
-def stored(settings: Settings, delivery: str) -> tuple[str, str] | None:
-    """(status, event) as another process sees it: a second connection reads only committed rows."""
+def stored_row(settings: Settings, delivery: str, columns: str) -> tuple[Any, ...] | None:
+    """The delivery's ``columns`` as another process sees them: a second connection reads only
+    committed rows."""
     path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
     conn = sqlite3.connect(path)
     try:
         row = conn.execute(
-            "SELECT status, event FROM github_deliveries WHERE delivery_id = ?", (delivery,)
+            f"SELECT {columns} FROM github_deliveries WHERE delivery_id = ?", (delivery,)
         ).fetchone()
     finally:
         conn.close()
-    return (row[0], row[1]) if row else None
+    return tuple(row) if row else None
+
+
+def stored(settings: Settings, delivery: str) -> tuple[Any, ...] | None:
+    """(status, event), or None when the delivery is not committed."""
+    return stored_row(settings, delivery, "status, event")
 
 
 async def test_every_acknowledged_delivery_of_a_burst_is_committed_once(tmp_path, llm, github):
@@ -72,18 +79,6 @@ async def test_a_delivery_that_finds_the_database_locked_is_acknowledged_only_on
         assert stored(settings, "during-lock") == ("done", "issue_comment")
 
 
-def stored_body(settings: Settings, delivery: str) -> tuple[str, str, str | None]:
-    path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
-    conn = sqlite3.connect(path)
-    try:
-        row = conn.execute(
-            "SELECT status, body, dispatch FROM github_deliveries WHERE delivery_id = ?", (delivery,)
-        ).fetchone()
-    finally:
-        conn.close()
-    return row[0], row[1], row[2]
-
-
 async def test_a_delivery_that_fires_nothing_keeps_its_outcome_but_not_its_payload(tmp_path, llm, github):
     """Most of a busy repository's deliveries mention nobody: the log keeps the fact and the reason (so
     a redelivery is a duplicate, and `webhooks list` says why nothing ran), not the 5-25 KB payload.
@@ -96,10 +91,10 @@ async def test_a_delivery_that_fires_nothing_keeps_its_outcome_but_not_its_paylo
         await sb.idle()
         again = await sb.deliver("issue_comment", comment_payload("no mention here"), delivery="quiet-1")
         assert again.json()["duplicate"] is True
-    status, body, dispatch = stored_body(settings, "quiet-1")
+    status, body, dispatch = stored_row(settings, "quiet-1", "status, body, dispatch") or ()
     assert (status, body) == ("done", "")
     assert dispatch is not None and "not mentioned" in dispatch
-    status, body, _ = stored_body(settings, "loud-1")
+    status, body, _ = stored_row(settings, "loud-1", "status, body, dispatch") or ()
     assert status == "done" and "@switchboard-bot hi" in body
     assert len(llm.completions) == 1
 
