@@ -11,6 +11,10 @@ Server versions lack some. A payload whose declared fields have other types (or 
 decoder will not take) is decoded again by orjson into dictionaries, which ``parse_event`` reads the same
 way, so such a payload is handled exactly as before and orjson stays the judge of what is not JSON.
 
+msgspec is slightly more permissive than orjson inside the fields it skips (a number beyond a double's
+range such as ``1e400`` is accepted there, where orjson answers "not JSON"), so such a payload is read
+rather than refused with a 400; for a payload whose HMAC proves it came from GitHub that is harmless.
+
 Keep these in step with ``parse_event``: a field it reads that is not declared here reads as absent.
 ``tests/github/test_payload.py`` compares both decodings on every stored payload.
 """
