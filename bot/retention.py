@@ -17,8 +17,8 @@ What goes, and what stays:
   keeps, not a log.
 
 The pass runs in the background once after start-up and then every ``INTERVAL_SECONDS``, deleting in
-chunks of ``CHUNK_ROWS`` in separate transactions, so SQLite's write lock is never held for long and the
-inbox's own writer keeps committing between chunks. With several instances on PostgreSQL each runs it;
+chunks of ``CHUNK_ROWS`` in separate transactions with a short pause between them, so SQLite's write lock
+is never held for long and the inbox's own writer keeps committing between chunks. With several instances on PostgreSQL each runs it;
 the deletes are idempotent.
 """
 
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 3600.0
 CHUNK_ROWS = 500
+#: Between two chunks: the first pass after an upgrade may have months to delete, and back-to-back
+#: chunks would keep SQLite's write lock nearly all the time, so the inbox's writes would wait on it.
+CHUNK_PAUSE_SECONDS = 0.05
 DAY_SECONDS = 86400.0
 
 
@@ -90,6 +93,7 @@ class Retention:
                 total += count
                 if count < CHUNK_ROWS:
                     break
+                await asyncio.sleep(CHUNK_PAUSE_SECONDS)
             deleted[store.retention_label] = total
         if any(deleted.values()):
             summary = ", ".join(f"{count} {label}" for label, count in deleted.items() if count)

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bot.retention import CHUNK_ROWS
 from config.schema import Settings
 from tests.github.conftest import comment_payload, github_settings, running_service
 
@@ -128,3 +129,21 @@ async def test_finished_deliveries_past_the_retention_period_are_deleted_failed_
         assert stored(settings, "old-1") is None
         assert stored(settings, "recent-1") == ("done", "issue_comment")
         assert stored(settings, "fail-1") == ("failed", "issue_comment")
+
+
+async def test_a_backlog_larger_than_one_chunk_is_deleted_in_one_pass(tmp_path, llm, github):
+    """The first pass after an upgrade may have months to delete: it goes on chunk after chunk."""
+    settings = github_settings(tmp_path, llm, github)
+    ids = [f"old-{i}" for i in range(CHUNK_ROWS * 2 + 37)]
+    async with running_service(settings) as sb:
+        data = comment_payload("no mention here")
+        answers = await asyncio.gather(*(sb.deliver("issue_comment", data, delivery=i) for i in ids))
+        assert {r.status_code for r in answers} == {200}
+        path = Path(settings.database.url.removeprefix("sqlite+aiosqlite:///"))
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute("UPDATE github_deliveries SET updated_at = updated_at - 31 * 86400")
+        conn.close()
+        deleted = await sb.service.retention.run_once()
+    assert deleted["GitHub deliveries"] == len(ids)
+    assert stored(settings, ids[0]) is None and stored(settings, ids[-1]) is None
