@@ -99,11 +99,14 @@ def wait_ready(port: int, proc: Any, seconds: float = 90) -> None:
     raise AssertionError("serve did not become ready")
 
 
-def until(predicate: Any, seconds: float = 60) -> None:
+def until(predicate: Any, seconds: float = 60, progress: Any = None) -> None:
+    """Wait for ``predicate``; on timeout say where things stood (``progress()``), so a slow run can be
+    told from a stuck one."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            where = f": {progress()}" if progress is not None else ""
+            raise AssertionError(f"condition not reached in {seconds:g} s{where}")
         time.sleep(0.1)
 
 
@@ -308,7 +311,7 @@ def turns_run(port: int) -> int:
     )
 
 
-@pytest.mark.timeout(300)  # two processes and 360 answers at Telegram's pace: ~80 s quiet, ~120 s loaded
+@pytest.mark.timeout(420)  # two processes and 360 answers at Telegram's pace: ~80 s quiet, 120-200 s loaded
 def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its_turn_to_the_other(
     tmp_path,
     llm,
@@ -351,7 +354,11 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
             chat = chats[n % len(chats)]
             tg.user_message(chat, f"before {n}", user_id=chat)
         per_chat = before // len(chats)
-        until(lambda: all(len(tg.bot_messages(c)) == per_chat for c in chats), seconds=120)
+        until(
+            lambda: all(len(tg.bot_messages(c)) == per_chat for c in chats),
+            seconds=180,  # 300 answers: ~40 s quiet; one loaded run of both suites at once took over 120
+            progress=lambda: f"{sum(len(tg.bot_messages(c)) for c in chats)} of {before} answered",
+        )
         until(lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)), seconds=10)
         assert conflicts(tg) == 0, "two instances polled getUpdates at once"
         assert tg.bot_messages(900)[0].text != essay.strip(), "the essay must still be streaming"
