@@ -48,6 +48,48 @@ class ApprovalGate(Protocol):
     async def approve(self, command: str, reason: str) -> ApprovalDecision: ...
 
 
+#: Who sent a turn, decided at the edge by the bot (docs/security.md): ``admin`` (a channel admin),
+#: ``member`` (allowed on that platform) or ``guest`` (anyone else).
+TrustLevel = Literal["admin", "member", "guest"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProfile:
+    """What one turn's agent may do. The bot picks it from the sender's trust level; the runtime enforces it.
+
+    Why here and not in the bot: the runtime is the one place every tool call passes, so a tool outside the
+    profile is neither offered to the model nor run if the model asks for it anyway (a prompt-injected
+    guest turn cannot talk its way into ``bash``). ``tools`` None means every tool the runtime has;
+    otherwise only the built-in tools named. ``why`` is the sentence a refused call gives the model.
+    """
+
+    name: str
+    tools: frozenset[str] | None = None
+    mcp: bool = True
+    secrets: bool = True
+    why: str = ""
+
+    def allows(self, tool: str, *, is_mcp: bool = False) -> bool:
+        if is_mcp:
+            return self.mcp and (self.tools is None or tool in self.tools)
+        return self.tools is None or tool in self.tools
+
+
+#: Everything the runtime offers (members and admins, under the default policy).
+FULL_PROFILE = ToolProfile("full")
+#: Talk, and read the conversation's own files: no shell, no writes, no schedules, no MCP, no secrets.
+CHAT_ONLY_PROFILE = ToolProfile(
+    "chat_only",
+    tools=frozenset({"ls", "read_file", "load_skill"}),
+    mcp=False,
+    secrets=False,
+    why=(
+        "this conversation's sender is a guest, who may chat but may not make the agent run commands, change"
+        " files, schedule tasks, use external tools or see credentials"
+    ),
+)
+
+
 @dataclass(slots=True)
 class TurnRequest:
     """One turn of a thread.
@@ -73,6 +115,9 @@ class TurnRequest:
     approvals: ApprovalGate | None = None
     #: This chat's override of ``sandbox.approval`` (an admin's ``/approval``); None: the service's.
     approval_mode: Literal["never", "risky", "always"] | None = None
+    #: The sender's trust level and what it may make the agent do (decided at the edge by the bot).
+    trust: TrustLevel = "member"
+    profile: ToolProfile = FULL_PROFILE
 
 
 @dataclass(frozen=True, slots=True)
