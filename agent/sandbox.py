@@ -20,17 +20,16 @@ import os
 import signal
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from agent.skills import SKILLS_ROOT
 from config.schema import SandboxLimits
-from config.secrets import CREDENTIAL_URL, is_secret_name
+from config.secrets import CREDENTIAL_URL, SecretMasker, is_secret_name
 
 log = logging.getLogger(__name__)
 
-MASK = "***"
 #: How long to keep reading output after the command's shell exited and its process group was killed.
 #: Only a process that escaped the group (its own ``setsid``, host mode) can hold the pipe that long.
 KILL_GRACE_SECONDS = 0.5
@@ -68,35 +67,13 @@ def scrubbed_environment(base: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-@dataclass(slots=True)
-class SecretMasker:
-    """Replaces every secret value with ``***``. Longest first, so a secret containing another is whole."""
-
-    values: list[str] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, secrets: Mapping[str, str], known: Iterable[str] = ()) -> SecretMasker:
-        """Mask this run's secrets and every secret the service knows (``known``)."""
-        # Very short values would mask ordinary words; they are still injected, just not masked.
-        values = sorted({v for v in secrets.values() if len(v) >= 4} | set(known), key=len, reverse=True)
-        return cls(values)
-
-    @property
-    def longest(self) -> int:
-        return len(self.values[0]) if self.values else 0
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            if value in text:
-                text = text.replace(value, MASK)
-        return text
-
-
 class StreamMasker:
     """Masks secrets in streamed text without ever emitting a secret split across two chunks.
 
     It holds back only the longest tail of the text so far that could still grow into a secret (a
-    prefix of one), so ordinary text streams without delay however long the secrets are.
+    prefix of one), so ordinary text streams without delay however long the secrets are. What it holds is
+    kept unmasked: masking it early would replace a shorter secret inside a longer one that has not
+    fully arrived yet, and the rest of the longer one would then be shown.
     """
 
     def __init__(self, masker: SecretMasker) -> None:
@@ -117,14 +94,25 @@ class StreamMasker:
                 start = tail.find(secret[0], start + 1)
         return longest
 
+    def _clear_of_secrets(self, text: str, cut: int) -> int:
+        """``cut`` moved back so that no whole secret in ``text`` is split by it."""
+        moved = True
+        while moved:
+            moved = False
+            for secret in self.masker.values:
+                lo = max(0, cut - len(secret) + 1)
+                start = text.find(secret, lo, cut + len(secret) - 1)
+                if start != -1 and start < cut:
+                    cut, moved = start, True
+        return cut
+
     def feed(self, text: str) -> str:
         if not self.masker.values:
             return text
-        self.pending = self.masker(self.pending + text)
-        hold = self._held(self.pending)
-        cut = len(self.pending) - hold
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out
+        raw = self.pending + text
+        cut = self._clear_of_secrets(raw, len(raw) - self._held(raw))
+        self.pending = raw[cut:]
+        return self.masker(raw[:cut])
 
     def flush(self) -> str:
         out, self.pending = self.masker(self.pending), ""

@@ -13,30 +13,27 @@ import time
 from collections.abc import Iterable
 from typing import IO
 
+from config.secrets import MIN_MASKED_LENGTH, SecretMasker
+
 trace_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_id", default=None)
 
-MASK = "***"
 
+class MaskingFilter(logging.Filter):
+    """Replace known secret values in the rendered message, its fields and its traceback.
 
-class SecretMasker(logging.Filter):
-    """Replace known secret values in the rendered message and its arguments."""
+    The masking itself is :class:`config.secrets.SecretMasker`, the same one tool output and replies use.
+    """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self.secrets: set[str] = set()
+        self.mask = SecretMasker()
         self.add(secrets)
 
     def add(self, secrets: Iterable[str]) -> None:
-        self.secrets.update(s for s in secrets if s and len(s) >= 6)
-
-    def mask(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
+        self.mask.add(s for s in secrets if len(s) >= MIN_MASKED_LENGTH)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
+        if self.mask.values:
             record.msg = self.mask(record.getMessage())
             record.args = None
             fields = getattr(record, "fields", None)
@@ -102,7 +99,7 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-_masker = SecretMasker()
+_masker = MaskingFilter()
 
 #: Libraries that log every request at INFO; their lines drown the service's own.
 NOISY_LOGGERS = (
@@ -140,7 +137,7 @@ def configure_logging(
     fmt: str | None = None,
     *,
     handler_level: str | None = None,
-) -> SecretMasker:
+) -> MaskingFilter:
     """Install the handler on the root logger (idempotent) and register secrets to mask.
 
     ``fmt`` is ``json`` or ``text`` (default: text on a TTY); ``handler_level`` lets ``chat`` keep the

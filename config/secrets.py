@@ -22,8 +22,44 @@ SECRET_NAME = re.compile(
 ALLOWED_NAMES = frozenset({"PWD", "OLDPWD", "PRIVATE_KEY_PATH", "AUTH_MODE", "MODE"})
 # Values that carry credentials even under an innocent name (``scheme://user:pass@host``).
 CREDENTIAL_URL = re.compile(r"^[a-z][a-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@", re.I)
+MASK = "***"
 #: Shorter values would mask ordinary words (``true``, ``none``) all over the text.
 MIN_MASKED_LENGTH = 6
+
+
+class SecretMasker:
+    """Replaces every secret value with ``***`` — the one masker behind logs, tool output and replies.
+
+    Longest first, in a fixed order: when one secret contains another (a URL holding a password), the
+    longer one is replaced whole before the shorter could cut it in two. Iterating a ``set`` here once
+    made that depend on ``PYTHONHASHSEED``, so a secret could be partly logged.
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values: list[str] = []
+        self.add(values)
+
+    @classmethod
+    def of(cls, secrets: Mapping[str, str], known: Iterable[str] = ()) -> SecretMasker:
+        """Mask a run's own secrets (``secrets``, 4 characters or more) and every secret the service knows."""
+        # Very short values would mask ordinary words; they are still injected, just not masked.
+        return cls([*(v for v in secrets.values() if len(v) >= 4), *known])
+
+    def add(self, values: Iterable[str]) -> None:
+        merged = set(self.values).union(v for v in values if v)
+        self.values = sorted(merged, key=lambda v: (-len(v), v))
+
+    @property
+    def longest(self) -> int:
+        return len(self.values[0]) if self.values else 0
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, MASK)
+        return text
 
 
 def is_secret_name(name: str) -> bool:
