@@ -9,7 +9,8 @@ Defaults (used when a binding has no ``triggers``; a listed event falls back to 
     pull_request_review_comment  created               mention required
 
 An agent never fires on its own events (sender ``bot_login`` or ``bot_login[bot]``), so its comments
-cannot start a loop; other bots do fire it unless ``allow_authors`` leaves them out.
+cannot start a loop; other bots do fire it unless ``allow_authors`` leaves them out (whether their
+event then runs is their trust level's question: webhooks/trust.py).
 
 A comment that decides an approval request (``/approve ID``, ``/deny ID``, or either after a mention of
 the agent) fires it without the mention: it is answered as that command, never as a turn.

@@ -120,3 +120,31 @@ async def test_a_bare_deny_comment_refuses_and_a_chatting_guests_approve_is_refu
     assert (workspace / "build" / "out").exists()
     assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
     assert f"🚫 Denied {approval_id}." in history(github)
+
+
+async def test_only_a_decision_addressed_to_the_agent_or_to_nobody_is_one(tmp_path, llm, github):
+    """A mention of another bot, a word that merely starts like the command, or the command inside a
+    sentence is no decision: without a mention of the agent such a comment fires nothing."""
+    settings = github_settings(tmp_path, llm, github)
+    texts = ["@other-bot /approve K7PX2M", "/approved it yesterday", "I will /approve K7PX2M later"]
+    async with running_service(settings) as sb:
+        answers = [
+            (
+                await sb.deliver(
+                    "issue_comment",
+                    comment_payload(text, author="bob", association="COLLABORATOR", author_id=7),
+                )
+            ).json()["dispatch"]
+            for text in texts
+        ]
+        decided = await sb.deliver(
+            "issue_comment",
+            comment_payload("/deny K7PX2M", author="bob", association="COLLABORATOR", author_id=7),
+        )
+        await github.wait_for(lambda: github.comments_on(REPO, 1))
+        await sb.idle()
+    assert [a["fired"] for a in answers] == [[], [], []]
+    assert decided.json()["dispatch"]["fired"] == ["reviewer"]
+    [reply] = github.comments_on(REPO, 1)
+    assert reply.body == "There is no approval request K7PX2M."
+    assert llm.completions == []
