@@ -63,7 +63,7 @@ def build_message(
     trust: Trust = "member",
     command: str | None = None,
 ) -> InboundMessage:
-    """The agent's message. A guest's turn is told it has no ``GH_TOKEN`` (it gets none)."""
+    """The agent's message. A guest's prompt does not offer ``GH_TOKEN`` (its run gets none)."""
     owner = agent.owner_id
     return InboundMessage(
         provider="github",

@@ -63,7 +63,7 @@ deliveries_table = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     # What the event was (migration step 4); unique, so a replayed body under a new id is a duplicate.
-    # NULL for deliveries that run nothing (a replay of those runs nothing either).
+    # NULL for deliveries that run nothing (a replay of those runs nothing either, under the same config).
     Column("identity", String(300)),
     Index("ix_github_deliveries_status", "status"),
     Index("ix_github_deliveries_identity", "identity", unique=True),
