@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -103,6 +104,9 @@ def write_config(directory: Path, port: int, queue_size: int) -> Path:
     return path
 
 
+_COMMENT_IDS = itertools.count(1)
+
+
 def build_requests(count: int, scenario: str) -> list[tuple[bytes, dict[str, str]]]:
     """Bodies and headers prepared up front so the client spends its time sending, not signing."""
     template = json.loads(PAYLOAD.read_text())
@@ -111,7 +115,8 @@ def build_requests(count: int, scenario: str) -> list[tuple[bytes, dict[str, str
     for index in range(count):
         data = dict(template)
         body_text = f"{'@bench-bot ' if scenario == 'fire' else ''}comment {index}"
-        data["comment"] = {**template["comment"], "body": body_text, "id": index}
+        # Every comment a new one, as on GitHub (the same comment again would be a replay).
+        data["comment"] = {**template["comment"], "body": body_text, "id": next(_COMMENT_IDS)}
         data["issue"] = {**template["issue"], "number": index % 500 + 1}
         body = json.dumps(data).encode()
         headers = {

@@ -227,10 +227,17 @@ class ApprovalDesk:
         return dict(row) if row is not None else {}
 
     async def decide(
-        self, approval_id: str, message: InboundMessage, *, approve: bool, admin: bool = False
+        self,
+        approval_id: str,
+        message: InboundMessage,
+        *,
+        approve: bool,
+        admin: bool = False,
+        approver: bool = False,
     ) -> Verdict:
         """``/approve`` / ``/deny`` (typed or pressed) from ``message``'s sender; ``admin``: the sender is
-        one of the channel's admins, who may decide for anybody in any conversation of that channel."""
+        one of the channel's admins, who may decide for anybody in any conversation of that channel;
+        ``approver``: the sender may decide for anybody in this conversation (a GitHub collaborator)."""
         approval_id = approval_id.strip().upper()
         posted = self._posted.get(approval_id)
         if posted is not None:
@@ -242,7 +249,7 @@ class ApprovalDesk:
         asked_in = InboundMessage.from_json(json.loads(row["message"]))
         if asked_in.conversation_key != message.conversation_key and not admin:
             return Verdict(False, f"Approval {approval_id} belongs to another conversation.")
-        if row["requester"] != _who(message) and not admin:
+        if row["requester"] != _who(message) and not (admin or approver):
             return Verdict(
                 False,
                 f"Sorry, only {asked_in.sender.name or 'the person who asked'} can decide on approval "

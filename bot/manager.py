@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Literal
 
 from agent.errors import describe_error
-from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TurnFinished, TurnRequest
+from agent.events import (
+    CHAT_ONLY_PROFILE,
+    FULL_PROFILE,
+    Agent,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnRequest,
+)
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics
 from bot.approvals import ApprovalDesk, ChatApproval
@@ -731,6 +740,10 @@ class ChannelManager:
             progress[0] = " ".join(notices)
         if attachments:
             text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
+        # A level the channel decided at the edge (GitHub's author_association) travels on the message;
+        # a guest's turn may only chat, and its sandbox never gets the channel's secrets.
+        trust = turn.message.trust or "member"
+        profile = CHAT_ONLY_PROFILE if trust == "guest" else FULL_PROFILE
         request = TurnRequest(
             thread_id=turn.conversation.thread_id,
             owner=turn.identity.owner,
@@ -739,7 +752,7 @@ class ChannelManager:
             attachments=attachments,
             hidden=turn.hidden,
             system_prompt=turn.system_prompt,
-            secrets=await channel.run_secrets(turn.message),
+            secrets=await channel.run_secrets(turn.message) if profile.secrets else {},
             sender_name=turn.message.sender.name,
             skill=turn.skill,
             scheduler=(
@@ -751,6 +764,8 @@ class ChannelManager:
                 else None
             ),
             approval_mode=approval_mode(turn.conversation.approval),
+            trust=trust,
+            profile=profile,
         )
 
         async def consume() -> None:

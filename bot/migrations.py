@@ -55,11 +55,28 @@ async def _conversation_approval(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE conversations ADD COLUMN approval VARCHAR(16)"))
 
 
+async def _delivery_identity(conn: AsyncConnection) -> None:
+    """The event a GitHub delivery carried, unique: a signed body replayed under a new delivery id is a
+    duplicate (webhooks/store.py). Both statements are the same on SQLite and PostgreSQL."""
+    from webhooks import store
+
+    await conn.run_sync(store.metadata.create_all)  # a database older than the delivery log has no table
+    columns = await conn.run_sync(lambda sync: _columns(sync, "github_deliveries"))
+    if "identity" not in columns:
+        await conn.execute(text("ALTER TABLE github_deliveries ADD COLUMN identity VARCHAR(300)"))
+    await conn.execute(
+        text(
+            "CREATE UNIQUE INDEX IF NOT EXISTS ix_github_deliveries_identity ON github_deliveries (identity)"
+        )
+    )
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
     (2, "approvals.notice_ref: the request's message, edited with the outcome", _approval_notice_ref),
     (3, "conversations.approval: a chat's own sandbox.approval, set by an admin", _conversation_approval),
+    (4, "github_deliveries.identity: a replayed GitHub delivery is a duplicate", _delivery_identity),
 ]
 
 

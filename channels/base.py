@@ -148,6 +148,11 @@ class Channel(ABC):
         decide anybody's approval request. Default: the platform user id is in :attr:`admins`."""
         return message.sender.id in self.admins
 
+    def is_approver(self, message: InboundMessage) -> bool:
+        """The sender may decide somebody else's approval request in this same conversation (an admin may
+        in any). Default: nobody beyond the admins; GitHub: the repository's collaborators."""
+        return False
+
     def system_prompt(self, message: InboundMessage) -> str | None:
         """An extra system prompt for this message's agent (e.g. a GitHub agent's); None for the default."""
         return None

@@ -10,6 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+#: How far the service trusts a message's sender, when the channel decided it at the edge (docs/security.md):
+#: ``admin``, ``member`` (allowed on that platform) or ``guest`` (anyone else). The same three values as
+#: the agent seam's ``TrustLevel``; channels import only ``config``, so the literal is spelled out here.
+Trust = Literal["admin", "member", "guest"]
+
 
 @dataclass(frozen=True, slots=True)
 class Sender:
@@ -65,6 +70,10 @@ class InboundMessage:
     ``pressed`` the reference of the reply the button was on (as the transport returned it), and
     ``platform_message_id`` the platform's id of that press, so a press delivered twice dedupes like a
     message delivered twice.
+
+    ``trust`` is set by a channel that knows the sender's standing from the event itself (GitHub's
+    ``author_association``), so it travels with the message through the durable inbox; None leaves the
+    decision to the service (the manager treats it as ``member``).
     """
 
     provider: str
@@ -81,6 +90,7 @@ class InboundMessage:
     thread_id: str | None = None
     received_at: float = field(default_factory=time.time)
     pressed: str | None = None
+    trust: Trust | None = None
 
     @property
     def conversation_key(self) -> tuple[str, str, str, str]:
@@ -108,6 +118,7 @@ class InboundMessage:
             "thread_id": self.thread_id,
             "received_at": self.received_at,
             "pressed": self.pressed,
+            "trust": self.trust,
         }
 
     @classmethod

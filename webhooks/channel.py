@@ -138,6 +138,16 @@ class GitHubChannel(Channel):
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         return GitHubTransport(self, message)
 
+    def is_admin(self, message: InboundMessage) -> bool:
+        """The channel's ``admins`` (numeric user ids) or the agent's ``admins`` (logins): the intake
+        decided it from the event (``trust``), for the agent the message is addressed to."""
+        return message.trust == "admin" or super().is_admin(message)
+
+    def is_approver(self, message: InboundMessage) -> bool:
+        """On GitHub the people who may decide an approval are the repository's collaborators (OWNER,
+        MEMBER, COLLABORATOR: ``member`` at the edge) and the admins; never a guest."""
+        return message.trust in ("admin", "member")
+
     def system_prompt(self, message: InboundMessage) -> str | None:
         agent = self.agent(message.topic)
         if agent is None:
@@ -149,10 +159,11 @@ class GitHubChannel(Channel):
         return DEFAULT_SYSTEM_PROMPT.format(name=agent.name, repo=repo, where=f"{noun} {repo}#{message.chat}")
 
     async def run_secrets(self, message: InboundMessage) -> dict[str, str]:
-        """``GH_TOKEN`` for this run only, valid long enough for the run's ``gh``/``git`` commands."""
+        """``GH_TOKEN`` for this run only, valid long enough for the run's ``gh``/``git`` commands; none for
+        a guest's run (the runtime withholds secrets from its profile too: two locks, not one)."""
         installation_id = message.context.get("installation_id")
-        if self.tokens is None or installation_id is None:
-            return {}
+        if self.tokens is None or installation_id is None or message.trust == "guest":
+            return {}  # a guest's run never gets the repository's token (docs/security.md)
         try:
             token = await self.tokens.token(int(installation_id), min_validity=RUN_MIN_VALIDITY)
         except Exception as exc:

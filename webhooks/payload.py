@@ -43,10 +43,18 @@ class Installation(msgspec.Struct):
 
 class Ref(msgspec.Struct):
     ref: str | None = None
+    sha: str | None = None
+
+
+class Label(msgspec.Struct):
+    name: str | None = None
 
 
 class Issue(msgspec.Struct):
+    id: int | None = None
     number: int | None = None
+    updated_at: str | None = None
+    author_association: str | None = None
     title: str | None = None
     body: str | None = None
     html_url: str | None = None
@@ -56,6 +64,9 @@ class Issue(msgspec.Struct):
 
 
 class Comment(msgspec.Struct):
+    id: int | None = None
+    updated_at: str | None = None
+    author_association: str | None = None
     body: str | None = None
     html_url: str | None = None
     user: User | None = None
@@ -65,7 +76,10 @@ class Comment(msgspec.Struct):
 
 
 class PullRequest(msgspec.Struct):
+    id: int | None = None
     number: int | None = None
+    updated_at: str | None = None
+    author_association: str | None = None
     title: str | None = None
     body: str | None = None
     html_url: str | None = None
@@ -75,6 +89,9 @@ class PullRequest(msgspec.Struct):
 
 
 class Review(msgspec.Struct):
+    id: int | None = None
+    submitted_at: str | None = None
+    author_association: str | None = None
     state: str | None = None
     body: str | None = None
     html_url: str | None = None
@@ -91,6 +108,8 @@ class Payload(msgspec.Struct):
     comment: Comment | None = None
     pull_request: PullRequest | None = None
     review: Review | None = None
+    label: Label | None = None
+    assignee: User | None = None
 
 
 _decoder = msgspec.json.Decoder(Payload)

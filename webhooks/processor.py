@@ -16,8 +16,8 @@ from typing import Any
 
 from channels.errors import Backpressure
 from channels.types import InboundMessage
-from config.channels.github import GitHubAgent, GitHubConfig
-from webhooks.dispatch import DispatchResult, plan, publish
+from config.channels.github import GitHubConfig
+from webhooks.dispatch import DispatchResult, Firing, plan, publish
 from webhooks.events import GitHubEvent, parse_event
 from webhooks.payload import Payload
 from webhooks.store import DONE, FAILED, RECEIVED, Delivery, DeliveryStore
@@ -89,13 +89,16 @@ class DeliveryProcessor:
         # nothing fired; the payload would only be read to run the delivery again, which a finished
         # delivery never is. Most of a busy repository's deliveries fire nothing, so this keeps the log
         # small (a payload can be 25 MB) and the write GitHub waits on cheap (docs/github.md).
+        # A delivery that runs an agent also records its event's identity: the same signed body sent
+        # again under another delivery id (a replay) is then a duplicate and runs nothing. One that
+        # runs nothing needs no such guard, and its write stays as cheap as before.
         if agents:
-            status, stored, kept = RECEIVED, None, raw
+            status, stored, kept, identity = RECEIVED, None, raw, event.identity
         else:
-            status, stored, kept = DONE, result.to_json(), ""
+            status, stored, kept, identity = DONE, result.to_json(), "", None
         try:
             existing, run = await self.store.claim(
-                delivery_id, event_name, event.action, kept, status=status, dispatch=stored
+                delivery_id, event_name, event.action, kept, status=status, dispatch=stored, identity=identity
             )
         except Exception as exc:
             log.error("could not record GitHub delivery %s: %s", delivery_id, type(exc).__name__)
@@ -105,6 +108,13 @@ class DeliveryProcessor:
             return Outcome(500, body)
         if not run:
             previous = existing.dispatch if existing is not None else None
+            if existing is not None and existing.id != delivery_id:
+                log.warning(
+                    "GitHub delivery %s repeats the event of delivery %s (%s): a replay; nothing runs",
+                    delivery_id,
+                    existing.id,
+                    identity,
+                )
             return Outcome(
                 200, response_body(event_name, delivery_id, handled=True, duplicate=True, result=previous)
             )
@@ -119,7 +129,7 @@ class DeliveryProcessor:
         delivery_id: str,
         event_name: str,
         event: GitHubEvent,
-        agents: list[GitHubAgent],
+        agents: list[Firing],
         result: DispatchResult,
     ) -> Outcome:
         sink = self.channel.sink if self.channel is not None else None

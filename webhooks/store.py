@@ -7,6 +7,10 @@ A row is keyed by ``X-GitHub-Delivery``. Its status tells the story an operator 
     failed    fan-out failed; GitHub was told 5xx; ``switchboard webhooks retry`` re-runs it
     retry     an operator asked for a re-run; the service claims it on its next poll
 
+A delivery that runs an agent also stores its event's ``identity`` (:class:`webhooks.events.GitHubEvent`)
+under a unique index: the same signed body sent again under a new ``X-GitHub-Delivery`` id (a replay —
+the signature covers the body, not the headers) finds it taken and is a duplicate.
+
 SQLAlchemy Core on its own ``MetaData`` so it works on SQLite and PostgreSQL alike; the bot creates the
 table at start-up with everyone else's.
 """
@@ -58,7 +62,11 @@ deliveries_table = Table(
     Column("error", Text),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # What the event was (migration step 4); unique, so a replayed body under a new id is a duplicate.
+    # NULL for deliveries that run nothing (a replay of those runs nothing either, under the same config).
+    Column("identity", String(300)),
     Index("ix_github_deliveries_status", "status"),
+    Index("ix_github_deliveries_identity", "identity", unique=True),
 )
 
 CLAIM_COLUMNS = (
@@ -71,6 +79,7 @@ CLAIM_COLUMNS = (
     "attempts",
     "created_at",
     "updated_at",
+    "identity",
 )
 
 RECEIVED, DONE, FAILED, RETRY = "received", "done", "failed", "retry"
@@ -90,6 +99,7 @@ class Delivery:
     error: str | None
     created_at: float
     updated_at: float
+    identity: str | None = None
 
     @property
     def stuck(self) -> bool:
@@ -108,12 +118,14 @@ _COLUMNS = ", ".join(c.name for c in deliveries_table.columns)
 #: The statements of a batch as plain SQL that SQLite (3.35+) and PostgreSQL both accept, with named
 #: parameters that sqlite3 and SQLAlchemy's ``text()`` both bind, so one batch function serves the
 #: delivery log's own sqlite3 connection and SQLAlchemy alike. The one-row insert is sqlite3's only
-#: (SQLAlchemy inserts a batch's claims in one statement: ``claim_statement``).
+#: (SQLAlchemy inserts a batch's claims in one statement: ``claim_statement``). ``ON CONFLICT DO
+#: NOTHING`` without a target covers both unique keys: the delivery id and the event identity.
 _INSERT_ONE = (
     f"INSERT INTO {_TABLE} ({', '.join(CLAIM_COLUMNS)}) VALUES ({', '.join('?' * len(CLAIM_COLUMNS))}) "
-    "ON CONFLICT (delivery_id) DO NOTHING"
+    "ON CONFLICT DO NOTHING"
 )
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE delivery_id = :id"
+_SELECT_IDENTITY = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE identity = :identity"
 _FINISH = (
     f"UPDATE {_TABLE} SET status = :status, dispatch = :dispatch, error = :error, updated_at = :now "
     "WHERE delivery_id = :id"
@@ -128,7 +140,7 @@ _RETRIES = f"SELECT {_COLUMNS} FROM {_TABLE} WHERE status = '{RETRY}' ORDER BY u
 
 @functools.lru_cache(maxsize=64)
 def claim_statement(rows: int) -> TextClause:
-    """``INSERT … VALUES (…) × rows ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id``.
+    """``INSERT … VALUES (…) × rows ON CONFLICT DO NOTHING RETURNING delivery_id``.
 
     For SQLAlchemy (PostgreSQL, and SQLite without its own connection): one round trip per batch. SQLAlchemy
     never caches its dialect INSERT … ON CONFLICT construct (the clause has no cache key), so that statement
@@ -138,8 +150,7 @@ def claim_statement(rows: int) -> TextClause:
     columns = ", ".join(CLAIM_COLUMNS)
     values = ", ".join("(" + ", ".join(f":{c}_{i}" for c in CLAIM_COLUMNS) + ")" for i in range(rows))
     return text(
-        f"INSERT INTO {_TABLE} ({columns}) VALUES {values} "
-        "ON CONFLICT (delivery_id) DO NOTHING RETURNING delivery_id"
+        f"INSERT INTO {_TABLE} ({columns}) VALUES {values} ON CONFLICT DO NOTHING RETURNING delivery_id"
     )
 
 
@@ -253,6 +264,7 @@ class DeliveryStore:
         *,
         status: str = RECEIVED,
         dispatch: dict[str, Any] | None = None,
+        identity: str | None = None,
     ) -> Awaitable[tuple[Delivery | None, bool]]:
         """Record a delivery. Resolves to (existing row or None, whether this caller should run it).
 
@@ -260,7 +272,8 @@ class DeliveryStore:
         ``received`` and exactly one caller gets True (GitHub's "Redeliver" keeps the delivery id, so a
         redelivery of a failed delivery re-runs it). Known otherwise → (row, False): a duplicate.
         A new row may be stored already finished (``status``/``dispatch``) when nothing needs running,
-        which saves the second write.
+        which saves the second write. A new id whose ``identity`` another delivery holds is a replay:
+        (that delivery, False), whatever its status (the original is the one to retry).
 
         Not a coroutine: the caller awaits the writer's future itself. Every coroutine layer between a
         delivery and its commit is resumed once more when the batch lands, on the path GitHub waits on.
@@ -272,6 +285,7 @@ class DeliveryStore:
             "body": body,
             "status": status,
             "dispatch": dispatch,
+            "identity": identity,
         }
         return self._enqueue(DeliveryOp("claim", args))
 
@@ -352,13 +366,18 @@ class DeliveryStore:
                     1,
                     now,
                     now,
+                    a["identity"],
                 )
         inserted = sql.insert_new(list(firsts.values()))
         known: dict[str, Delivery] = {}
-        for delivery_id in firsts:
-            if delivery_id not in inserted:  # a redelivery (rare): read what is stored
+        for delivery_id, row_values in firsts.items():
+            if delivery_id not in inserted:  # a redelivery or a replay (rare): read what is stored
                 for row in sql.rows(_SELECT_ONE, {"id": delivery_id}):
                     known[delivery_id] = self._from_row(row)
+                identity = row_values[-1]
+                if delivery_id not in known and identity is not None:  # a replay: its original
+                    for row in sql.rows(_SELECT_IDENTITY, {"identity": identity}):
+                        known[delivery_id] = self._from_row(row)
         results: list[tuple[Delivery | None, bool]] = []
         seen: set[str] = set()
         for op in ops:
@@ -373,6 +392,8 @@ class DeliveryStore:
                 existing = known.get(delivery_id)
                 if existing is None:
                     results.append((None, False))
+                elif existing.id != delivery_id:
+                    results.append((existing, False))  # a replay of another delivery's event
                 elif (existing.retryable or existing.status == RETRY) and self._move(
                     sql, existing, RECEIVED, now
                 ):
@@ -485,6 +506,7 @@ class DeliveryStore:
             error=row["error"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            identity=row["identity"],
         )
 
 

@@ -9,7 +9,11 @@ Defaults (used when a binding has no ``triggers``; a listed event falls back to 
     pull_request_review_comment  created               mention required
 
 An agent never fires on its own events (sender ``bot_login`` or ``bot_login[bot]``), so its comments
-cannot start a loop; other bots do fire it unless ``allow_authors`` leaves them out.
+cannot start a loop; other bots do fire it unless ``allow_authors`` leaves them out (whether their
+event then runs is their trust level's question: webhooks/trust.py).
+
+A comment that decides an approval request (``/approve ID``, ``/deny ID``, or either after a mention of
+the agent) fires it without the mention: it is answered as that command, never as a turn.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ DEFAULT_TRIGGERS: dict[str, tuple[tuple[str, ...], bool]] = {
     "pull_request_review_comment": (("created",), True),
 }
 
+#: Events whose text is a comment someone wrote in the conversation (where a decision is typed).
+COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_review_comment"})
+_DECISION = re.compile(
+    r"\A\s*(?:@(?P<login>[A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)[\s,:]+)?/(?P<verb>approve|deny)(?P<rest>\s.*)?\Z",
+    re.DOTALL | re.IGNORECASE,
+)
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
 
 
@@ -54,6 +64,22 @@ def mentions(text: str, login: str) -> bool:
         return False
     login = login.removesuffix("[bot]")
     return bool(_mention_pattern(login).search(_CODE.sub(" ", text)))
+
+
+def decision_command(event: GitHubEvent, logins: tuple[str, ...]) -> str | None:
+    """``/approve ID …`` or ``/deny ID …`` when the comment is one (bare, or after an @-mention of one of
+    ``logins``), as the chat command it stands for; None for any other text."""
+    if event.name not in COMMENT_EVENTS or "/" not in event.text:
+        return None
+    match = _DECISION.match(event.text)
+    if match is None:
+        return None
+    login = match.group("login")
+    if login is not None:
+        wanted = {name.lower().removesuffix("[bot]") for name in logins}
+        if login.lower().removesuffix("[bot]") not in wanted:
+            return None  # addressed to somebody else
+    return f"/{match.group('verb').lower()}{match.group('rest') or ''}"
 
 
 #: A binding without ``triggers``: every field falls back to the event's default (built once, read only).
@@ -109,6 +135,10 @@ def evaluate(agent: GitHubAgent, event: GitHubEvent) -> tuple[bool, str | None]:
         return False, "own event"
     if trigger.allow_authors is not None and event.author_login.lower() not in trigger.allow_authors:
         return False, f"author @{event.author_login} is not in allow_authors"
-    if trigger.require_mention and not mentions(event.text, trigger.mention_login):
+    if (
+        trigger.require_mention
+        and not mentions(event.text, trigger.mention_login)
+        and decision_command(event, (trigger.mention_login, agent.bot_login)) is None
+    ):
         return False, f"@{trigger.mention_login.removesuffix('[bot]')} not mentioned"
     return True, None

@@ -38,11 +38,20 @@ def _age(seconds: float) -> str:
 
 
 def _summary(delivery: Any) -> str:
+    """Who fired and as whom (``reviewer as member: author_association MEMBER``), or why nobody did."""
     if delivery.error:
         return delivery.error[:80]
     dispatch = delivery.dispatch or {}
-    fired = ", ".join(dispatch.get("fired", [])) or "-"
-    return f"fired: {fired}"
+    fired = dispatch.get("fired", [])
+    if fired:
+        levels = {t.get("agent"): t for t in dispatch.get("trust", [])}
+        shown = []
+        for name in fired:
+            trust = levels.get(name)
+            shown.append(f"{name} as {trust['level']} ({trust['why']})" if trust else name)
+        return "fired: " + ", ".join(shown)
+    reasons = "; ".join(f"{s.get('agent')}: {s.get('reason')}" for s in dispatch.get("skipped", []))
+    return "fired: -" + (f" ({reasons})" if reasons else "")
 
 
 async def _list(settings: Settings, failed: bool, limit: int) -> int:

@@ -13,8 +13,18 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
     if not ctx.args:
         await ctx.reply(f"Usage: /{'approve' if approve else 'deny'} ID (the id in the approval request).")
         return
+    if ctx.message.trust == "guest":
+        # Decided at the edge (a GitHub author who is not a collaborator): never an approver, not even
+        # of a command in a turn they started.
+        await ctx.reply("Sorry, guests can't decide approval requests here; a collaborator or an admin can.")
+        return
+    channel = ctx.manager.channels.get(ctx.message.provider)
     verdict = await desk.decide(
-        ctx.args.split()[0], ctx.message, approve=approve, admin=ctx.manager.is_admin(ctx.message)
+        ctx.args.split()[0],
+        ctx.message,
+        approve=approve,
+        admin=ctx.manager.is_admin(ctx.message),
+        approver=channel is not None and channel.is_approver(ctx.message),
     )
     if verdict.ok and verdict.edited and ctx.message.pressed:
         return  # a button press: the request's own message now says what happened

@@ -7,6 +7,7 @@ Omitted triggers fall back to the defaults in :mod:`webhooks.triggers` (document
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,6 +18,8 @@ TRIGGER_EVENTS = frozenset(
     {"issues", "issue_comment", "pull_request", "pull_request_review", "pull_request_review_comment"}
 )
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+#: A user login (letters, digits, hyphens) or an App's bot login (``name[bot]``).
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 
 
 class GitHubTrigger(Section):
@@ -59,6 +62,21 @@ class GitHubAgent(Section):
     #: Whose space (files, memory) the agent works in; default ``github:<name>``.
     owner: str | None = None
     bindings: list[GitHubBinding] = Field(default_factory=list)
+    #: GitHub logins (case-insensitive) who are this agent's admins: they may approve any of its commands.
+    admins: list[str] = Field(default_factory=list)
+    #: Logins trusted as members whatever their ``author_association`` (a CI bot, a known outside contributor).
+    members: list[str] = Field(default_factory=list)
+    #: What an author who is not the repository's OWNER/MEMBER/COLLABORATOR gets: ``ignore`` (no run; the
+    #: delivery log says why) or ``chat_only`` (an answer, with no shell, no file writes and no GH_TOKEN).
+    guests: Literal["ignore", "chat_only"] = "ignore"
+
+    @field_validator("admins", "members")
+    @classmethod
+    def _logins(cls, value: list[str]) -> list[str]:
+        bad = [login for login in value if not _LOGIN.match(login)]
+        if bad:
+            raise ValueError(f"not GitHub logins: {', '.join(map(repr, bad))} (write them without the @)")
+        return value
 
     @property
     def owner_id(self) -> str:

@@ -54,20 +54,45 @@ def _key_pair() -> tuple[bytes, bytes]:
     return private, public
 
 
-def payload(name: str) -> dict[str, Any]:
-    """A copy of one of GitHub's documented example payloads (from @octokit/webhooks-examples)."""
+def fresh_id() -> int:
+    """A GitHub object id no other payload of any run has (PostgreSQL tests share one database)."""
+    return uuid.uuid4().int % 10**15
+
+
+def payload(name: str, *, association: str | None = None) -> dict[str, Any]:
+    """A copy of one of GitHub's documented example payloads (from @octokit/webhooks-examples).
+
+    Each copy is a new event, as on GitHub: its issue, comment, pull request and review get fresh ids
+    (the same event twice is a replay: webhooks/store.py). ``association`` sets the author's
+    ``author_association`` on each of them (the examples' authors are all ``OWNER``).
+    """
     data = json.loads((PAYLOADS / f"{name}.json").read_text())
     data["installation"] = {"id": INSTALLATION, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}
+    for key in ("issue", "comment", "pull_request", "review"):
+        if isinstance(data.get(key), dict):
+            data[key]["id"] = fresh_id()
+            if association is not None:
+                data[key]["author_association"] = association
     return data
 
 
 def comment_payload(
-    body: str, *, author: str = "Codertocat", author_type: str = "User", number: int | None = None
+    body: str,
+    *,
+    author: str = "Codertocat",
+    author_type: str = "User",
+    number: int | None = None,
+    association: str = "OWNER",
+    author_id: int | None = None,
 ) -> dict[str, Any]:
     data = payload("issue_comment.created")
     data["comment"]["body"] = body
-    data["comment"]["user"] = {**data["comment"]["user"], "login": author, "type": author_type}
-    data["sender"] = {**data["sender"], "login": author, "type": author_type}
+    data["comment"]["author_association"] = association
+    user = {**data["comment"]["user"], "login": author, "type": author_type}
+    if author_id is not None:
+        user["id"] = author_id
+    data["comment"]["user"] = user
+    data["sender"] = {**data["sender"], "login": author, "type": author_type, "id": user["id"]}
     if number is not None:
         data["issue"]["number"] = number
     return data
@@ -103,6 +128,7 @@ def github_settings(
     agents: list[dict[str, Any]] | None = None,
     bus: dict[str, Any] | None = None,
     database: dict[str, Any] | None = None,
+    sandbox: dict[str, Any] | None = None,
     **section: Any,
 ) -> Settings:
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -122,6 +148,8 @@ def github_settings(
     extra: dict[str, Any] = {"bus": bus} if bus else {}
     if database:
         extra["database"] = database
+    if sandbox:
+        extra["sandbox"] = sandbox
     # Memory extraction is another area's concern and would add a model call after every turn here.
     return make_settings(tmp_path, llm, channels={"github": config}, memory={"enabled": False}, **extra)
 

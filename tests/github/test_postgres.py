@@ -54,3 +54,41 @@ async def test_on_postgres_racing_duplicates_run_once_and_a_failed_delivery_can_
         await sb.idle()
     assert len(github.comments_on(REPO, first_issue)) == 1
     assert len(github.comments_on(REPO, second_issue)) == 1
+
+
+async def test_on_postgres_an_upgraded_log_refuses_a_replay_racing_its_original(
+    tmp_path, llm, github, pg_url
+):
+    """The previous release's table gains the identity (migration step 4); then one event under four
+    delivery ids at once (claims a batch may put in one multi-row INSERT … ON CONFLICT DO NOTHING) runs once."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(pg_url)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "CREATE TABLE github_deliveries (delivery_id VARCHAR(100) PRIMARY KEY, event VARCHAR(64) NOT NULL,"
+                " action VARCHAR(64), body TEXT NOT NULL, status VARCHAR(16) NOT NULL, attempts INTEGER NOT NULL,"
+                " dispatch TEXT, error TEXT, created_at FLOAT NOT NULL, updated_at FLOAT NOT NULL)"
+            )
+        )
+    settings = github_settings(tmp_path, llm, github, database={"url": pg_url})
+    number = random.randrange(100_000, 10_000_000)
+    data = comment_payload(f"@{BOT} replay me on postgres", number=number)
+    async with running_service(settings) as sb:
+        answers = await asyncio.gather(
+            *(sb.deliver("issue_comment", data, delivery=f"pg-replay-{uuid.uuid4()}") for _ in range(4))
+        )
+        await sb.idle()
+    async with engine.connect() as conn:
+        unique = await conn.scalar(
+            text(
+                "SELECT indisunique FROM pg_index WHERE indexrelid = 'ix_github_deliveries_identity'::regclass"
+            )
+        )
+    await engine.dispose()
+    assert [a.status_code for a in answers] == [200] * 4
+    assert sorted(a.json()["duplicate"] for a in answers) == [False, True, True, True]
+    assert len(github.comments_on(REPO, number)) == 1
+    assert unique is True

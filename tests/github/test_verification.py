@@ -118,7 +118,7 @@ async def test_ping_is_answered_200(tmp_path, llm, github):
         "delivery": "ping-1",
         "handled": True,
         "duplicate": False,
-        "dispatch": {"matched": [], "fired": [], "skipped": []},
+        "dispatch": {"matched": [], "fired": [], "skipped": [], "trust": []},
     }
 
 
