@@ -1,0 +1,130 @@
+"""Issue 27: the bubblewrap sandbox refuses kernel attack surface, and quotas hold per conversation.
+
+As in ``test_isolation.py`` every probe is a ``bash`` call the fake model asks for: the service runs it
+in the real sandbox and the test reads the tool result the model got back and what reached the chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.app import create_app
+from tests.agent.helpers import all_tool_results
+from tests.agent.test_isolation import model, results, run, sandbox_settings  # noqa: F401 (fixture)
+from tests.fakes.openai_server import Reply, ToolCall
+from tests.harness import Harness
+
+AS_ROOT = os.geteuid() == 0
+
+# keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0) and bpf(BPF_PROG_LOAD-ish, NULL, 0): both
+# answer an ordinary process (a keyring id; EFAULT/EINVAL) unless a filter refuses them first.
+SYSCALLS = """python3 -c '
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = {"x86_64": (250, 321), "aarch64": (219, 280)}[platform.machine()]
+for name, nr, args in (("keyctl", numbers[0], (0, -3, 0)), ("bpf", numbers[1], (5, 0, 0))):
+    result = libc.syscall(nr, *args)
+    print(name, result, os.strerror(ctypes.get_errno()) if result < 0 else "ok")
+'"""
+
+
+async def test_bash_cannot_create_user_namespaces_or_make_refused_system_calls(tmp_path, model):  # noqa: F811
+    async with Harness.running(sandbox_settings(tmp_path, model)) as h:
+        nested = await run(h, "unshare -r id -u; unshare -U true; unshare --user --map-root-user --net true")
+        calls = await run(h, SYSCALLS)
+        # Everyday things that need clone()/threads still work (clone3 falls back to clone).
+        everyday = await run(h, "python3 -c 'import threading, subprocess; t = threading.Thread(target=print); "
+                                "t.start(); t.join(); print(subprocess.run([\"echo\", \"child\"], "
+                                "capture_output=True, text=True).stdout.strip())'")  # fmt: skip
+    assert nested.count("unshare failed: Operation not permitted") == 3, nested
+    assert "keyctl -1 Operation not permitted" in calls
+    assert "bpf -1 Operation not permitted" in calls
+    assert everyday == "[exit code 0]\n\nchild"
+
+
+async def test_health_and_doctor_say_which_protections_are_in_force(tmp_path, model):  # noqa: F811
+    app = create_app(sandbox_settings(tmp_path, model))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sb") as client:
+            body = (await client.get("/health")).json()
+    assert body["sandbox"] == "bwrap"
+    limits = body["sandbox_limits"]
+    assert limits["seccomp"] is True
+    assert limits["userns"] == "blocked"
+    assert limits["disk_quota_mb"] == 2048
+    # Root on this cgroup-v1 host can make a memory+pids cgroup per command; an ordinary user cannot.
+    assert limits["memory"] == ("cgroup v1 per command" if AS_ROOT else "per process only")
+
+
+TOTAL = {"memory_mb": 256, "memory_total_mb": 200, "cpu_seconds": 60}
+# Four processes of 120 MB each: every one is under the 256 MB per-process limit, together they are not.
+HOGS = "for i in 1 2 3 4; do python3 -c \"import time; x = b'x' * (120 * 1024 * 1024); time.sleep(60)\" & done; wait"
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="a per-command cgroup needs root on a cgroup-v1 host")
+async def test_processes_over_the_total_memory_limit_are_stopped_while_other_chats_are_answered(
+    tmp_path,
+    model,  # noqa: F811
+):
+    settings = sandbox_settings(tmp_path, model, limits=TOTAL, command_timeout_seconds=40)
+    async with Harness.running(settings) as h:
+        hog = asyncio.create_task(h.chat.say(f"RUN: {HOGS}", chat="chat-hog"))
+        await h.chat.wait_for_text("⏳ running", chat="chat-hog")
+        await h.chat.say("hello?", chat="chat-other")
+        await h.chat.wait_for_text("echo: hello?", chat="chat-other", timeout=15)
+        await hog
+        await h.idle(timeout=60)
+        after = await run(h, "echo still here", chat="chat-hog")
+    [result, *_] = results(model)
+    assert "[stopped: the command used more than 200 MB of memory in total]" in result
+    assert "ran longer than" not in result  # stopped by the limit, not by the 40 s timeout
+    assert (
+        "[stopped: the command used more than 200 MB of memory in total]"
+        in h.chat.in_chat("chat-hog")[-2].text
+    )
+    assert after == "[exit code 0]\nstill here"
+
+
+QUOTA = {"disk_mb": 50, "file_size_mb": 16}
+QUOTA_STOP = "[stopped: this conversation's files grew past the 50 MB disk quota; delete files to free space]"
+
+
+def thread_usage(tmp_path: Path) -> int:
+    [workspace] = (tmp_path / "data" / "users").rglob("user-data/workspace")
+    return sum(p.stat().st_blocks * 512 for p in workspace.rglob("*") if p.is_file())
+
+
+async def test_a_conversation_cannot_write_past_its_disk_quota_but_can_free_space(tmp_path, model):  # noqa: F811
+    settings = sandbox_settings(tmp_path, model, limits=QUOTA, command_timeout_seconds=120, approval="never")
+    model.script(
+        # 10 GB in 10 MB files, each well under the 16 MB per-file limit.
+        Reply(tool_calls=[ToolCall("bash", {"command": "for i in $(seq 1000); do head -c 10M /dev/zero > f$i; done"})]),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": "x" * 1000})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -f f*; echo freed"})]),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": "x" * 1000})]),
+        # 40 MB in four files, then one file larger than the 10 MB that is left (but under 16 MB).
+        Reply(tool_calls=[ToolCall("bash", {"command": "for f in a b c d; do head -c 10M /dev/zero > $f; done"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "head -c 15M /dev/zero > e; echo after"})]),
+        Reply(text="done"),
+    )  # fmt: skip
+    async with Harness.running(settings) as h:
+        assert await h.ask("fill the disk") == "done"
+    flood, refused, freed, written, two, one_more = all_tool_results(model)
+    assert QUOTA_STOP in flood
+    assert "writing notes.txt would take this conversation's files past the 50 MB disk quota" in refused, (
+        refused
+    )
+    assert freed.startswith("[exit code 0]\n[note: this conversation's files use ")
+    assert "more than the 50 MB disk quota; files cannot grow until some are deleted]" in freed
+    assert "freed" in freed
+    assert "notes.txt" in written and "would take" not in written
+    assert two.startswith("[exit code 0]")
+    assert QUOTA_STOP in one_more, one_more
+    assert "past the 16 MB size limit" not in one_more
+    assert thread_usage(tmp_path) <= 51 * 1024 * 1024
