@@ -13,7 +13,7 @@ Where a cgroup can be made (checked once, at start):
   root of a cgroup hierarchy we may write. The service moves itself into a leaf ``service/`` (v2 allows
   processes only in leaves of a subtree with controllers on) and makes ``cmd-…`` siblings.
 * **cgroup v1** — separate ``memory`` and ``pids`` hierarchies we can write (root on a v1 or hybrid
-  host): ``switchboard-<pid>/cmd-…`` below the service's own cgroup in each.
+  host): ``switchboard-<pid>-<n>/cmd-…`` below the service's own cgroup in each.
 * otherwise **none** — the per-process ``ulimit`` s still apply; ``/health`` and ``doctor`` say so.
 
 A command joins its cgroup in the child between ``fork`` and ``exec`` (writing ``0`` to an already
@@ -34,7 +34,8 @@ from typing import Literal
 
 log = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Tells apart the Cgroups of one process (tests run several services in one process).
+_INSTANCES = itertools.count(1)
 #: How long removal waits for the kernel to finish tearing down a killed command's processes.
 REMOVE_WAIT_SECONDS = 2.0
 
@@ -167,6 +168,8 @@ class Cgroups:
         self.reason = reason
         self._numbers = itertools.count(1)
         self._prepared = False
+        #: v1: this instance's directory in each hierarchy, named after the service's pid.
+        self.instance = f"switchboard-{os.getpid()}-{next(_INSTANCES)}"
 
     @classmethod
     def detect(cls) -> Cgroups:
@@ -194,7 +197,11 @@ class Cgroups:
         """A fresh cgroup limited to ``memory_mb`` and ``processes``, or None if making it failed."""
         if self.kind == "none":
             return None
-        name = f"cmd-{os.getpid()}-{next(self._numbers)}"
+        name = (
+            f"cmd-{next(self._numbers)}"
+            if self.kind == "v1"
+            else f"{self.instance}-cmd-{next(self._numbers)}"
+        )
         made: list[Path] = []
         try:
             self._prepare()
@@ -208,7 +215,7 @@ class Cgroups:
                 _write(directory / "memory.oom.group", "1")  # an OOM kill ends the whole command
                 _write(directory / "pids.max", str(processes))
                 return CommandCgroup(made, directory, 2)
-            memory_dir, pids_dir = (parent / f"switchboard-{os.getpid()}" / name for parent in self.parents)
+            memory_dir, pids_dir = (parent / self.instance / name for parent in self.parents)
             for directory in (memory_dir, pids_dir):
                 directory.mkdir()
                 made.append(directory)
@@ -230,7 +237,8 @@ class Cgroups:
             return
         if self.kind == "v1":
             for parent in self.parents:
-                (parent / f"switchboard-{os.getpid()}").mkdir(exist_ok=True)
+                _remove_stale(parent)
+                (parent / self.instance).mkdir(exist_ok=True)
         else:
             _enable_controllers(self.parents[0])
         self._prepared = True
@@ -240,7 +248,19 @@ class Cgroups:
         if self.kind == "v1" and self._prepared:
             for parent in self.parents:
                 with contextlib.suppress(OSError):
-                    (parent / f"switchboard-{os.getpid()}").rmdir()
+                    (parent / self.instance).rmdir()
+
+
+def _remove_stale(parent: Path) -> None:
+    """Empty v1 directories a crashed instance (its pid is gone) left behind."""
+    for instance in parent.glob("switchboard-*"):
+        pid = instance.name.split("-")[1]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        with contextlib.suppress(OSError):
+            for command in instance.glob("cmd-*"):
+                command.rmdir()
+            instance.rmdir()
 
 
 def _delegated_v2(mounts: list[Mount], own: dict[str, str]) -> Path | None:

@@ -52,7 +52,15 @@ class CommandGuard:
     memory_killed: bool = False
 
     async def begin(self) -> RunPlan:
-        await asyncio.to_thread(self._begin)
+        """Measure, make the cgroup, open the filter. Cancelled half-way, it undoes what it made."""
+        task = asyncio.ensure_future(asyncio.to_thread(self._begin))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await task
+            await asyncio.to_thread(self._end)
+            raise
         return self.plan
 
     def _begin(self) -> None:
