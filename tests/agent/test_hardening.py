@@ -72,7 +72,7 @@ async def test_a_32_bit_system_call_from_a_64_bit_process_is_killed(tmp_path, mo
     assert inside.rstrip().endswith(f"status {128 + 31}")  # SIGSYS
 
 
-async def test_health_and_doctor_say_which_protections_are_in_force(tmp_path, model):  # noqa: F811
+async def test_health_says_which_protections_are_in_force(tmp_path, model):  # noqa: F811
     app = create_app(sandbox_settings(tmp_path, model))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
