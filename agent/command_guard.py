@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.cgroups import Cgroups, CommandCgroup
@@ -29,14 +28,18 @@ class RunPlan:
     file_kb: int | None = None
     #: The descriptor bubblewrap reads the seccomp program from (None: no filter).
     seccomp_fd: int | None = None
-    #: Run in the child before ``exec`` (joins the cgroup).
-    preexec: Callable[[], None] | None = None
+    #: Puts the command line into the command's cgroup (None: no cgroup).
+    cgroup: CommandCgroup | None = None
     #: Said before the command's output (e.g. that the tree is already over the quota).
     note: str = ""
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
         return () if self.seccomp_fd is None else (self.seccomp_fd,)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command line that starts inside the command's cgroup (``argv`` itself without one)."""
+        return self.cgroup.wrap(argv) if self.cgroup is not None else argv
 
 
 @dataclass(slots=True)
@@ -71,8 +74,7 @@ class CommandGuard:
                 self.plan.note = self.quota.over_note(self.used)
         if self.cgroups is not None and self.limits is not None:
             self.cgroup = self.cgroups.create(self.limits.memory_total_mb, self.limits.processes)
-            if self.cgroup is not None:
-                self.plan.preexec = self.cgroup.join
+            self.plan.cgroup = self.cgroup
         if self.seccomp is not None:
             self.plan.seccomp_fd = program_fd(self.seccomp)
 

@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -411,11 +411,10 @@ class LocalSandbox(Sandbox):
         plan = await guard.begin()
         try:
             process, exited = await spawn(
-                self._argv(command, plan),
+                plan.wrap(self._argv(command, plan)),
                 env=self._environment(secrets),
                 cwd=workspace,
                 pass_fds=plan.pass_fds,
-                preexec=plan.preexec,
             )
         except BaseException:
             guard.spawned(None)
@@ -513,18 +512,12 @@ class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def spawn(
-    argv: list[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path | None = None,
-    pass_fds: tuple[int, ...] = (),
-    preexec: Callable[[], None] | None = None,
+    argv: list[str], *, env: Mapping[str, str], cwd: Path | None = None, pass_fds: tuple[int, ...] = ()
 ) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
     """Start ``argv`` in its own session, stdout+stderr on one pipe; also return a future for its exit.
 
     ``asyncio``'s ``Process.wait()`` only returns once every pipe is closed; the exit future does not wait
-    for children that inherited the pipe. ``preexec`` runs in the child before ``exec`` (joining the
-    command's cgroup, so nothing it starts is ever outside it).
+    for children that inherited the pipe.
     """
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[None] = loop.create_future()
@@ -538,7 +531,6 @@ async def spawn(
         env=dict(env),
         start_new_session=True,  # its own process group, so we can kill everything it spawns
         pass_fds=pass_fds,
-        preexec_fn=preexec,
     )
     return asyncio.subprocess.Process(transport, protocol, loop), exited
 
