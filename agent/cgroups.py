@@ -143,6 +143,7 @@ class CommandCgroup:
         """Remove the directories (after the processes are gone)."""
         deadline = time.monotonic() + REMOVE_WAIT_SECONDS
         for directory in self.directories:
+            pause = 0.001
             while True:
                 try:
                     directory.rmdir()
@@ -154,7 +155,8 @@ class CommandCgroup:
                         log.warning("could not remove cgroup %s (still busy)", directory)
                         break
                     self.kill()
-                    time.sleep(0.02)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
 
 
 class Cgroups:
