@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bot.app import create_app
-from tests.agent.helpers import all_tool_results
+from tests.agent.helpers import tool_results
 from tests.agent.test_isolation import model, results, run, sandbox_settings  # noqa: F401 (fixture)
 from tests.fakes.openai_server import Reply, ToolCall
 from tests.harness import Harness
@@ -128,11 +128,16 @@ def thread_usage(tmp_path: Path) -> int:
 async def test_a_conversation_cannot_write_past_its_disk_quota_but_can_free_space(tmp_path, model):  # noqa: F811
     settings = sandbox_settings(tmp_path, model, limits=QUOTA, command_timeout_seconds=120, approval="never")
     model.script(
+        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": "hello world"})]),
         # 10 GB in 10 MB files, each well under the 16 MB per-file limit.
         Reply(tool_calls=[ToolCall("bash", {"command": "for i in $(seq 1000); do head -c 10M /dev/zero > f$i; done"})]),
-        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": "x" * 1000})]),
+        # Over the quota now: the file tools refuse anything that grows the tree.
+        Reply(tool_calls=[ToolCall("write_file", {"path": "other.txt", "content": "x" * 1000})]),
+        Reply(tool_calls=[ToolCall("str_replace", {"path": "notes.txt", "old_str": "hello", "new_str": "hello there"})]),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": " more", "append": True})]),
+        # A command still runs (and is told), so it can delete files.
         Reply(tool_calls=[ToolCall("bash", {"command": "rm -f f*; echo freed"})]),
-        Reply(tool_calls=[ToolCall("write_file", {"path": "notes.txt", "content": "x" * 1000})]),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "other.txt", "content": "x" * 1000})]),
         # 40 MB in four files, then one file larger than the 10 MB that is left (but under 16 MB).
         Reply(tool_calls=[ToolCall("bash", {"command": "for f in a b c d; do head -c 10M /dev/zero > $f; done"})]),
         Reply(tool_calls=[ToolCall("bash", {"command": "head -c 15M /dev/zero > e; echo after"})]),
@@ -140,16 +145,20 @@ async def test_a_conversation_cannot_write_past_its_disk_quota_but_can_free_spac
     )  # fmt: skip
     async with Harness.running(settings) as h:
         assert await h.ask("fill the disk") == "done"
-    flood, refused, freed, written, two, one_more = all_tool_results(model)
+    notes, flood, write, edit, append, freed, written, four, one_more = tool_results(model.completions[-1])
+    assert "notes.txt" in notes
     assert QUOTA_STOP in flood
-    assert "writing notes.txt would take this conversation's files past the 50 MB disk quota" in refused, (
-        refused
-    )
+    refusal = "would take this conversation's files past the 50 MB disk quota"
+    assert f"writing other.txt {refusal}" in write
+    assert f"writing notes.txt {refusal}" in edit
+    assert f"writing notes.txt {refusal}" in append
     assert freed.startswith("[exit code 0]\n[note: this conversation's files use ")
     assert "more than the 50 MB disk quota; files cannot grow until some are deleted]" in freed
-    assert "freed" in freed
-    assert "notes.txt" in written and "would take" not in written
-    assert two.startswith("[exit code 0]")
+    assert freed.rstrip().endswith("freed")
+    assert "other.txt" in written and refusal not in written
+    assert four == "[exit code 0]\n(no output)"
     assert QUOTA_STOP in one_more, one_more
     assert "past the 16 MB size limit" not in one_more
-    assert thread_usage(tmp_path) <= 51 * 1024 * 1024
+    assert thread_usage(tmp_path) <= 50 * 1024 * 1024
+    [workspace] = (tmp_path / "data" / "users").rglob("user-data/workspace")
+    assert (workspace / "notes.txt").read_text() == "hello world"
