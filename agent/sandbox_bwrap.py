@@ -302,6 +302,8 @@ class BwrapSandboxProvider(SandboxProvider):
             paths = ThreadPaths(Path(scratch), "check", "check")
             if self.as_root:
                 await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
+            else:  # (without it a service that is not root could not start: outputs/ was missing)
+                await asyncio.to_thread(paths.ensure)
             sandbox = BwrapSandbox(paths, self)
             result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
         if result.exit_code != 0 or result.output.strip() != "ok":
