@@ -293,6 +293,12 @@ class BwrapSandboxProvider(SandboxProvider):
             )
         if not self.userns_blocked:
             log.warning("sandboxed commands can create user namespaces (no seccomp filter, bwrap < 0.8.0)")
+        if self.cgroups.kind == "none":
+            log.warning(
+                "sandbox memory is limited per process only (%s); run as root or under systemd with "
+                "Delegate=yes for a total per command (sandbox.limits.memory_total_mb)",
+                self.cgroups.reason,
+            )
         if self.as_root and shutil.which("setpriv", path="/usr/bin") is None:
             raise SandboxUnavailable(
                 "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv (util-linux) is "
