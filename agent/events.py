@@ -172,6 +172,10 @@ class Agent(Protocol):
         """Each MCP server: ``ok (N tools)`` or ``error: …`` (empty without MCP servers)."""
         ...
 
+    def sandbox_limits(self) -> dict[str, object]:
+        """Which sandbox protections and limits are in force (seccomp, user namespaces, memory, disk)."""
+        ...
+
     async def close(self) -> None: ...
 
     # Optional capabilities, declared here so callers ask the agent instead of probing it: None = off.

@@ -309,6 +309,10 @@ class AgentRuntime:
         specs = [TOOLS[n] for n in TOOLS if n not in self.disabled_tools] + list(self.extra_tools.values())
         return [(spec.name, spec.description.split(". ")[0].rstrip(".")) for spec in specs]
 
+    def sandbox_limits(self) -> dict[str, object]:
+        """Which protections and limits the sandbox has in force here (``/health``)."""
+        return self.sandbox_provider.limits_report()
+
     def mcp_status(self) -> dict[str, str]:
         """Each MCP server: ``ok (N tools)`` or ``error: …`` (empty without MCP servers)."""
         return self.mcp.status() if self.mcp is not None else {}

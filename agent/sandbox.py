@@ -23,7 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from agent.cgroups import Cgroups
+from agent.command_guard import CommandGuard, RunPlan
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
+from agent.quota import DiskQuota
 from agent.skills import SKILLS_ROOT
 from config.schema import SandboxLimits
 from config.secrets import CREDENTIAL_URL, SecretMasker, is_secret_name
@@ -198,6 +201,10 @@ class SandboxProvider(ABC):
     def guide(self) -> str:
         """What the model is told about its environment; it must be true for this provider."""
 
+    def limits_report(self) -> dict[str, object]:
+        """Which protections and limits are in force, for ``/health`` and ``doctor`` (empty: unknown)."""
+        return {}
+
     async def close(self) -> None:
         return None
 
@@ -216,11 +223,24 @@ class LocalSandbox(Sandbox):
         base_env: Mapping[str, str] | None = None,
         limits: SandboxLimits | None = None,
         skills_dir: Path | None = None,
+        cgroups: Cgroups | None = None,
     ) -> None:
         self.paths = paths
         self.root = paths.root.resolve()
         self.base_env = scrubbed_environment(os.environ if base_env is None else base_env)
         self.limits = limits
+        self.cgroups = cgroups
+        #: The disk quota over workspace/ and outputs/. A service that is not root cannot read a
+        #: directory a command made unreadable (chmod 000), so it gives itself read access back.
+        self.quota = (
+            DiskQuota(
+                limits.disk_mb,
+                [self.root / name for name in WRITABLE_AREAS],
+                fix_permissions=os.geteuid() != 0,
+            )
+            if limits is not None
+            else None
+        )
         #: Read-only skill files, seen as /mnt/skills (None when the server has no skills).
         self.skills = skills_dir.resolve() if skills_dir is not None and skills_dir.is_dir() else None
         self._live: set[int] = set()
@@ -322,6 +342,10 @@ class LocalSandbox(Sandbox):
         def write() -> Path:
             if target.is_dir():
                 raise SandboxError(f"{path} is a directory")
+            if self.quota is not None:
+                refusal = self.quota.refuse_write(target, len(content.encode()), append=append)
+                if refusal is not None:
+                    raise SandboxError(refusal)
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("a" if append else "w", encoding="utf-8") as handle:
                 handle.write(content)
@@ -346,13 +370,18 @@ class LocalSandbox(Sandbox):
         env.update(secrets)  # injected for this run only; never stored
         return env
 
-    def _argv(self, command: str) -> list[str]:
+    def _argv(self, command: str, plan: RunPlan) -> list[str]:
         # The agent writes /mnt/user-data/...; on the host that tree lives under the thread's root.
         script = command.replace(VIRTUAL_ROOT, str(self.root))
         if self.skills is not None:
             script = script.replace(SKILLS_ROOT, str(self.skills))
         # No process-count limit here: on the host it would count every process of the service's user.
-        return ["/bin/bash", "-c", limits_prefix(self.limits, processes=False), "bash", script]
+        prefix = limits_prefix(self.limits, processes=False, file_kb=plan.file_kb)
+        return ["/bin/bash", "-c", prefix, "bash", script]
+
+    def _seccomp_program(self) -> bytes | None:
+        """Hook: the seccomp filter bubblewrap loads for each command (host mode has none)."""
+        return None
 
     def _to_virtual(self, text: str) -> str:
         text = text.replace(str(self.root), VIRTUAL_ROOT)
@@ -366,7 +395,20 @@ class LocalSandbox(Sandbox):
         masker = SecretMasker.of(secrets)
         # Keep a little extra so a secret straddling the cut is masked whole before cutting.
         collector = _BoundedCollector(max_output + masker.longest)
-        process, exited = await spawn(self._argv(command), env=self._environment(secrets), cwd=workspace)
+        guard = CommandGuard(self.limits, self.quota, self.cgroups, self._seccomp_program())
+        plan = await guard.begin()
+        try:
+            process, exited = await spawn(
+                plan.wrap(self._argv(command, plan)),
+                env=self._environment(secrets),
+                cwd=workspace,
+                pass_fds=plan.pass_fds,
+            )
+        except BaseException:
+            guard.spawned(None)
+            await asyncio.shield(guard.end())
+            raise
+        guard.spawned(process.pid)
         self._live.add(process.pid)
         assert process.stdout is not None
         reader = asyncio.create_task(collector.drain(process.stdout))
@@ -385,6 +427,7 @@ class LocalSandbox(Sandbox):
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await asyncio.shield(_reap(process))
+            await asyncio.shield(guard.end())
             # Something that left the group (setsid) may still hold the pipe open; don't wait for it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE_SECONDS)
@@ -397,10 +440,12 @@ class LocalSandbox(Sandbox):
         if dropped:
             output += f"\n… [output cut: about {dropped} more characters]"
         exit_code = None if timed_out else process.returncode
+        if plan.note:
+            output = f"{plan.note}\n{output}"
         if timed_out:
             output += f"\n… [stopped: the command ran longer than {time_limit:g} s and was killed]"
         else:
-            output += self._limit_notice(exit_code, output)
+            output += guard.notice(exit_code, output) or self._limit_notice(exit_code, output)
         return CommandResult(output=output, exit_code=exit_code, timed_out=timed_out, truncated=dropped > 0)
 
     def _limit_notice(self, exit_code: int | None, output: str) -> str:
@@ -424,14 +469,16 @@ class LocalSandbox(Sandbox):
         self._live.clear()
 
 
-def limits_prefix(limits: SandboxLimits | None, *, processes: bool = True) -> str:
+def limits_prefix(limits: SandboxLimits | None, *, processes: bool = True, file_kb: int | None = None) -> str:
     """A bash prologue that sets hard resource limits, then runs the command given as ``$1``.
 
     ``ulimit`` without ``-S`` sets soft and hard limits together, so the command cannot raise them again.
+    ``file_kb`` replaces the per-file limit when less of the disk quota is left.
     """
     if limits is None:
         return 'exec /bin/bash -c "$1"'
-    parts = [f"-v {limits.memory_mb * 1024}", f"-f {limits.file_size_mb * 1024}", "-c 0"]
+    file_kb = limits.file_size_mb * 1024 if file_kb is None else file_kb
+    parts = [f"-v {limits.memory_mb * 1024}", f"-f {file_kb}", "-c 0"]
     if processes:
         parts.append(f"-u {limits.processes}")
     # CPU: the soft limit sends SIGXCPU (reported as such); the hard one, a second later, SIGKILL.
@@ -535,10 +582,23 @@ class LocalSandboxProvider(SandboxProvider):
         self.base_env = base_env
         self.limits = limits
         self.skills_dir = skills_dir
+        self.cgroups = Cgroups.detect()
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         await asyncio.to_thread(paths.ensure)
-        return LocalSandbox(paths, base_env=self.base_env, limits=self.limits, skills_dir=self.skills_dir)
+        return LocalSandbox(
+            paths,
+            base_env=self.base_env,
+            limits=self.limits,
+            skills_dir=self.skills_dir,
+            cgroups=self.cgroups,
+        )
+
+    def limits_report(self) -> dict[str, object]:
+        return limits_report(self.limits, self.cgroups, seccomp=False, userns="allowed")
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.cgroups.close)
 
     def guide(self) -> str:
         return (
@@ -546,3 +606,15 @@ class LocalSandboxProvider(SandboxProvider):
             + "\nbash runs directly on the server as the service's own user, without isolation: treat"
             " everything outside the workspace as someone else's and leave it alone."
         )
+
+
+def limits_report(
+    limits: SandboxLimits | None, cgroups: Cgroups, *, seccomp: bool, userns: str
+) -> dict[str, object]:
+    """The ``/health`` view of a provider's protections (shared by the providers)."""
+    return {
+        "seccomp": seccomp,
+        "userns": userns,
+        "memory": cgroups.describe() if limits is not None else "unlimited",
+        "disk_quota_mb": limits.disk_mb if limits is not None else None,
+    }

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from agent.cgroups import Cgroups
+from agent.command_guard import RunPlan
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from agent.sandbox import (
     WRITABLE_AREAS,
@@ -41,10 +45,14 @@ from agent.sandbox import (
     SandboxUnavailable,
     file_tree_guide,
     limits_prefix,
+    limits_report,
     spawn,
 )
+from agent.seccomp import filter_program, native_arch
 from agent.skills import SKILLS_ROOT
 from config.schema import SandboxConfig
+
+log = logging.getLogger(__name__)
 
 #: Host files a shell needs for names, TLS, time zones and dynamic linking; nothing secret.
 ETC_FILES = (
@@ -98,7 +106,11 @@ class BwrapSandbox(LocalSandbox):
 
     def __init__(self, paths: ThreadPaths, provider: BwrapSandboxProvider) -> None:
         super().__init__(
-            paths, base_env=provider.base_env, limits=provider.config.limits, skills_dir=provider.skills_dir
+            paths,
+            base_env=provider.base_env,
+            limits=provider.config.limits,
+            skills_dir=provider.skills_dir,
+            cgroups=provider.cgroups,
         )
         self.provider = provider
         self.identity = provider.identity(paths)
@@ -118,15 +130,18 @@ class BwrapSandbox(LocalSandbox):
         env.update(secrets)  # injected for this run only; never stored
         return env
 
-    def _argv(self, command: str) -> list[str]:
+    def _argv(self, command: str, plan: RunPlan) -> list[str]:
         # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
-        args = self.provider.bwrap_args(self.root, self.identity)
+        args = self.provider.bwrap_args(self.root, self.identity, seccomp_fd=plan.seccomp_fd)
         if self.skills is not None:
             args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
-        return [*args, *self._shell(command)]
+        return [*args, *self._shell(command, plan)]
 
-    def _shell(self, command: str) -> list[str]:
-        shell = ["/bin/bash", "-c", limits_prefix(self.limits), "bash", command]
+    def _seccomp_program(self) -> bytes | None:
+        return self.provider.seccomp
+
+    def _shell(self, command: str, plan: RunPlan) -> list[str]:
+        shell = ["/bin/bash", "-c", limits_prefix(self.limits, file_kb=plan.file_kb), "bash", command]
         if not self.provider.as_root:
             return shell
         # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
@@ -195,6 +210,17 @@ class BwrapSandboxProvider(SandboxProvider):
         self._etc.chmod(0o755)
         (self._etc / "hostname").write_text("sandbox\n")
         self._system = system_mounts()
+        arch = native_arch()
+        #: The seccomp program every command gets (None on a machine without a system call table).
+        self.seccomp = filter_program(arch) if arch is not None else None
+        #: ``--disable-userns`` (bubblewrap 0.8.0 and later); known once :meth:`start` asked bwrap.
+        self.disable_userns = False
+        self.cgroups = Cgroups.detect()
+
+    @property
+    def userns_blocked(self) -> bool:
+        """Whether a command can create user namespaces (the door to every other kind)."""
+        return self.seccomp is not None or (self.disable_userns and not self.as_root)
 
     def identity(self, paths: ThreadPaths) -> int:
         """The uid (and gid) a thread's commands run as: its own when the service is root."""
@@ -214,7 +240,7 @@ class BwrapSandboxProvider(SandboxProvider):
             )
         return passwd, group
 
-    def bwrap_args(self, root: Path, uid: int) -> list[str]:
+    def bwrap_args(self, root: Path, uid: int, *, seccomp_fd: int | None = None) -> list[str]:
         """The bubblewrap command line for one command over the thread tree at ``root``."""
         args = [
             self.bwrap,
@@ -231,23 +257,21 @@ class BwrapSandboxProvider(SandboxProvider):
             args.append("--unshare-net")
         if not self.as_root:
             args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+            if self.disable_userns:
+                # No nested user namespaces (bwrap sets max_user_namespaces to 1 in ours). As root
+                # there is no user namespace of ours to limit: the seccomp filter refuses them instead.
+                args.append("--disable-userns")
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         args += self._system
         passwd, group = self._identity_files(uid)
         args += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
         args += ["--ro-bind", str(self._etc / "hostname"), "/etc/hostname"]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += [
-            "--perms",
-            "1777",
-            "--tmpfs",
-            "/tmp",
-            "--dir",
-            "/var",
-            "--perms",
-            "1777",
-            "--tmpfs",
-            "/var/tmp",
-        ]
+        # /tmp lives in memory: no bigger than what a command may use in total.
+        tmp_size = str(self.config.limits.memory_total_mb * 1024 * 1024)
+        args += ["--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp", "--dir", "/var"]
+        args += ["--perms", "1777", "--size", tmp_size, "--tmpfs", "/var/tmp"]
         args += ["--perms", "0755", "--dir", "/mnt", "--perms", "0755", "--dir", VIRTUAL_ROOT]
         args += ["--bind", str(root / "workspace"), f"{VIRTUAL_ROOT}/workspace"]
         args += ["--bind", str(root / "outputs"), f"{VIRTUAL_ROOT}/outputs"]
@@ -261,6 +285,20 @@ class BwrapSandboxProvider(SandboxProvider):
             raise SandboxUnavailable(
                 f"sandbox.mode is bwrap but bubblewrap (bwrap) is not installed: {INSTALL_HINT}"
             )
+        self.disable_userns = await asyncio.to_thread(_supports_disable_userns, self.bwrap)
+        if self.seccomp is None:
+            log.warning(
+                "no seccomp filter for this machine (%s): sandboxed commands can use every system call",
+                os.uname().machine,
+            )
+        if not self.userns_blocked:
+            log.warning("sandboxed commands can create user namespaces (no seccomp filter, bwrap < 0.8.0)")
+        if self.cgroups.kind == "none":
+            log.warning(
+                "sandbox memory is limited per process only (%s); run as root or under systemd with "
+                "Delegate=yes for a total per command (sandbox.limits.memory_total_mb)",
+                self.cgroups.reason,
+            )
         if self.as_root and shutil.which("setpriv", path="/usr/bin") is None:
             raise SandboxUnavailable(
                 "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv (util-linux) is "
@@ -270,6 +308,8 @@ class BwrapSandboxProvider(SandboxProvider):
             paths = ThreadPaths(Path(scratch), "check", "check")
             if self.as_root:
                 await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
+            else:  # (without it a service that is not root could not start: outputs/ was missing)
+                await asyncio.to_thread(paths.ensure)
             sandbox = BwrapSandbox(paths, self)
             result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
         if result.exit_code != 0 or result.output.strip() != "ok":
@@ -294,24 +334,50 @@ class BwrapSandboxProvider(SandboxProvider):
             else "It has no network access at all."
         )
         limits = self.config.limits
+        total = (
+            f" Everything one command starts may use {limits.memory_total_mb} MB of memory together."
+            if self.cgroups.kind != "none"
+            else ""
+        )
         return (
             file_tree_guide()
             + "\nbash runs in an isolated Linux sandbox as an ordinary user: the system directories (/usr) are"
             f" read-only, {VIRTUAL_ROOT} is the only data there is, /tmp is private and emptied after every"
             f" command, and background jobs end when the command returns. {network} Each command is limited"
             f" to {limits.cpu_seconds} s of CPU, {limits.memory_mb} MB of memory per process,"
-            f" {limits.processes} processes and {limits.file_size_mb} MB per file."
+            f" {limits.processes} processes and {limits.file_size_mb} MB per file.{total} This conversation's"
+            f" files (workspace and outputs together) may use at most {limits.disk_mb} MB."
+        )
+
+    def limits_report(self) -> dict[str, object]:
+        userns = "blocked" if self.userns_blocked else "allowed"
+        return limits_report(
+            self.config.limits, self.cgroups, seccomp=self.seccomp is not None, userns=userns
         )
 
     async def close(self) -> None:
         await asyncio.to_thread(shutil.rmtree, self._etc, True)
+        await asyncio.to_thread(self.cgroups.close)
 
 
-async def check_bwrap(config: SandboxConfig) -> None:
-    """Start-up check used by the CLI before anything else starts: raises :class:`SandboxUnavailable`."""
+def _supports_disable_userns(bwrap: str) -> bool:
+    """bubblewrap 0.8.0 added ``--disable-userns``; older versions do not list it in ``--help``."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in done.stdout + done.stderr
+
+
+async def check_bwrap(config: SandboxConfig) -> dict[str, object]:
+    """Start-up check used by the CLI before anything else starts: raises :class:`SandboxUnavailable`.
+
+    Returns the protections in force (:meth:`BwrapSandboxProvider.limits_report`), for ``doctor``.
+    """
     provider = BwrapSandboxProvider(config)
     try:
         await provider.start()
+        return provider.limits_report()
     finally:
         await provider.close()
 

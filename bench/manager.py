@@ -92,6 +92,9 @@ class InstantAgent:
     def mcp_status(self) -> dict[str, str]:
         return {}
 
+    def sandbox_limits(self) -> dict[str, object]:
+        return {}
+
     async def close(self) -> None:
         if self.memory is not None:
             await self.memory.close()

@@ -195,6 +195,7 @@ def starting_health(settings: Settings) -> dict[str, Any]:
         "database": "starting",
         "agent": "starting",
         "sandbox": settings.sandbox.mode,
+        "sandbox_limits": {},
         "mcp": {},
         "channels": channels,
     }

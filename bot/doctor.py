@@ -95,11 +95,21 @@ async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
     from agent.sandbox_bwrap import check_bwrap
 
     try:
-        await check_bwrap(settings.sandbox)
+        report = await check_bwrap(settings.sandbox)
     except SandboxUnavailable as exc:
         return False, f"sandbox: {exc}"
     network = "with network" if settings.sandbox.network else "without network"
-    return True, f"sandbox: bwrap — each command isolated, {network}"
+    seccomp = "seccomp filter on" if report["seccomp"] else "NO seccomp filter (unknown architecture)"
+    userns = "new user namespaces blocked" if report["userns"] == "blocked" else "new user namespaces ALLOWED"
+    memory = (
+        f"memory limited per command ({report['memory']})"
+        if report["memory"] != "per process only"
+        else "memory limited per process only (no writable cgroup; see docs/sandbox.md)"
+    )
+    return True, (
+        f"sandbox: bwrap — each command isolated, {network}; {seccomp}, {userns}, {memory}, "
+        f"disk quota {report['disk_quota_mb']} MB per conversation"
+    )
 
 
 async def _check_mcp(settings: Settings) -> list[tuple[bool, str]]:

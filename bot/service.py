@@ -350,6 +350,7 @@ class Service:
             "database": "ok" if db_ok else "unreachable",
             "agent": self.agent_state,
             "sandbox": self.settings.sandbox.mode,
+            "sandbox_limits": self.agent.sandbox_limits() if self.agent is not None else {},
             "mcp": self.agent.mcp_status() if self.agent is not None else {},
             "channels": channels,
             "inbox": {"unfinished": self.bus.load},

@@ -75,12 +75,18 @@ class ModelConfig(Section):
 
 
 class SandboxLimits(Section):
-    """Per-command resource limits (``ulimit``), so a runaway command cannot hurt the service."""
+    """Resource limits, so a runaway command cannot hurt the service or other people's commands."""
 
     cpu_seconds: int = Field(600, gt=0)
+    #: Address space of each process (``ulimit -v``).
     memory_mb: int = Field(4096, gt=0)
+    #: Everything one command starts, together (a cgroup per command, where the service can make one;
+    #: also the size of the command's private ``/tmp`` and ``/var/tmp``, which live in memory).
+    memory_total_mb: int = Field(4096, gt=0)
     processes: int = Field(256, gt=0)
     file_size_mb: int = Field(1024, gt=0)
+    #: The thread's writable files (workspace/ and outputs/) together.
+    disk_mb: int = Field(2048, gt=0)
 
 
 class SandboxConfig(Section):

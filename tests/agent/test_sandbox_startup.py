@@ -63,6 +63,9 @@ def test_doctor_reports_the_sandbox_mode_and_whether_it_works(tmp_path):
         env=dict(os.environ),
     )
     assert "✓ sandbox: bwrap — each command isolated, without network" in working.stdout
+    # Which protections hold (issue 27): the filter, no user namespaces, the memory and disk limits.
+    assert "seccomp filter on, new user namespaces blocked, memory limited per " in working.stdout
+    assert "disk quota 2048 MB per conversation" in working.stdout
     host = switchboard("doctor", "--config", str(write_config(tmp_path, "{mode: host}")), env=env)
     assert "sandbox: host — commands run as this service's user, NOT isolated" in host.stdout
 
