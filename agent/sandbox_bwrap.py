@@ -106,7 +106,7 @@ def namespace_hint(as_root: bool) -> str:
         return (
             "the service runs as root but may not create namespaces, which happens in a container without "
             "CAP_SYS_ADMIN; run the service as an ordinary user with user namespaces enabled instead, or "
-            "allow namespaces in the container (docs/sandbox.md, \"Requirements\")"
+            'allow namespaces in the container (docs/sandbox.md, "Requirements")'
         )
     if _sysctl("kernel/unprivileged_userns_clone") == 0:
         return (
@@ -121,12 +121,12 @@ def namespace_hint(as_root: bool) -> str:
     if _sysctl("kernel/apparmor_restrict_unprivileged_userns") == 1:
         return (
             "AppArmor keeps unprivileged programs from creating user namespaces: give bwrap an AppArmor "
-            "profile that allows them (docs/sandbox.md, \"Requirements\")"
+            'profile that allows them (docs/sandbox.md, "Requirements")'
         )
     return (
         "bubblewrap needs unprivileged user namespaces: check that they are enabled "
         "(sysctl user.max_user_namespaces above 0) and, in a container, that its seccomp profile allows "
-        "them (docs/sandbox.md, \"Requirements\")"
+        'them (docs/sandbox.md, "Requirements")'
     )
 
 
