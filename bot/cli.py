@@ -68,6 +68,21 @@ def preflight_data_dir(settings: Settings) -> None:
         raise SystemExit(EXIT_CONFIG)
 
 
+def preflight_auth(settings: Settings) -> None:
+    """``auth.mode: none`` is for one machine: refuse to listen where other machines can connect."""
+    from config.hosts import is_loopback
+
+    server = settings.server
+    if settings.auth.mode == "none" and not is_loopback(server.host):
+        print(
+            f"switchboard: auth.mode is none but server.host is {server.host}, which other machines can "
+            "reach, and every request would act as user 'default': listen on 127.0.0.1 (behind a proxy "
+            "that authenticates) or set auth.mode: jwt with auth.jwt_secret",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_CONFIG)
+
+
 def preflight_database(settings: Settings) -> None:
     """A second instance on one SQLite file is refused in one line, before the web server starts."""
     from bot.db import DatabaseInUse, check_sqlite_free
@@ -129,6 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         settings.server.port = args.port
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
+    preflight_auth(settings)
     preflight_extras(settings)
     preflight_data_dir(settings)
     preflight_sandbox(settings)
