@@ -172,3 +172,26 @@ def test_a_data_dir_left_by_root_is_refused_in_one_line(
         f"{data} belongs to root (was the service run as root before?): chown -R {USER}: {data}"
     )
     assert llm.completions == []
+
+
+def test_under_the_units_umask_a_root_services_sandbox_user_still_has_a_name(
+    account: pwd.struct_passwd, home: Path, llm: FakeOpenAI
+) -> None:
+    # deploy/switchboard.service sets UMask=0027; a service run as root with it once wrote the sandbox's
+    # /etc/passwd 0640, which the thread's own uid then could not read ("I have no name!").
+    config = write_config(home, llm)
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "id -un; id -u"})]), Reply(text="Done."))
+    command = ["sh", "-c", 'umask 0027 && exec "$@"', "sh", sys.executable, "-m", "bot", "chat"]
+    result = subprocess.run(
+        [*command, "--config", str(config)],
+        input="who?\n",
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FAKE_KEY": "sk-fake-nonroot"},
+    )
+    assert result.returncode == 0, result.stderr
+    [tool] = all_tool_results(llm)
+    name, uid = tool.splitlines()[1:3]
+    assert name == "sandbox" and int(uid) >= 1_800_000_000  # the thread's own uid, not root's
