@@ -19,9 +19,10 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import zlib
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from config.schema import McpServerConfig, SandboxConfig
@@ -80,7 +81,7 @@ def isolated_argv(server: McpServerConfig, sandbox: SandboxConfig, bwrap: str = 
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--perms", "0755", "--dir", "/home", "--perms", "1777", "--tmpfs", "/home/mcp"]
     made: set[str] = set()
-    for path in [*server.mounts, *([server.cwd] if server.cwd else [])]:
+    for path in [*python_mounts(server.command), *server.mounts, *([server.cwd] if server.cwd else [])]:
         args += _parents(path, made)
         args += ["--ro-bind-try", path, path]
     if server.cwd:
@@ -92,6 +93,61 @@ def isolated_argv(server: McpServerConfig, sandbox: SandboxConfig, bwrap: str = 
         args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     return [*args, server.command, *server.args]
+
+
+def python_mounts(command: str) -> list[str]:
+    """What a Python interpreter started as ``command`` needs, beyond the system directories.
+
+    A venv holds only links and its own packages: its ``bin/python`` points at the interpreter it was
+    made from (pyenv, uv, conda, a build under ``/opt``), whose standard library lies under the base
+    installation named by the venv's ``pyvenv.cfg`` (``home``). Mounting the venv alone leaves a
+    dangling link in the sandbox, so the venv, that base installation (as named and as its real path)
+    and the real interpreter file are mounted too (read-only). Empty for a command that is no Python.
+    """
+    found = shutil.which(command)
+    if found is None:
+        return []
+    exe = Path(found).absolute()
+    real = Path(os.path.realpath(exe))
+    wanted: list[Path] = []
+    venv = exe.parent.parent
+    config = venv / "pyvenv.cfg"
+    if config.is_file():
+        wanted.append(venv)
+        home = _venv_home(config)
+        if home is not None:
+            wanted += [home.parent, Path(os.path.realpath(home)).parent]
+    prefix = _install_prefix(real)
+    if prefix is None and not wanted:
+        return []
+    wanted.append(real)
+    if prefix is not None:
+        wanted.append(prefix)
+    mounts: list[str] = []
+    for path in sorted(set(wanted), key=lambda p: len(p.parts)):
+        if path.parts[1:2] and path.parts[1] in SYSTEM_TOP:
+            continue  # /usr and friends are mounted read-only already
+        if not any(path.is_relative_to(mount) for mount in mounts):
+            mounts.append(str(path))
+    return mounts
+
+
+def _venv_home(config: Path) -> Path | None:
+    """The ``home`` of a ``pyvenv.cfg``: the folder of the interpreter the venv was made from."""
+    for line in config.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home" and value.strip():
+            return Path(value.strip())
+    return None
+
+
+def _install_prefix(interpreter: Path) -> Path | None:
+    """The installation a Python interpreter belongs to: the folder with its ``lib/python3.*/os.py``
+    (the landmark Python itself looks for), up to two levels above the executable."""
+    for folder in list(interpreter.parents)[:2]:
+        if any(folder.glob("lib/python3*/os.py")):
+            return folder
+    return None
 
 
 def _parents(path: str, made: set[str]) -> list[str]:

@@ -81,10 +81,7 @@ ETC_FILES = (
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SANDBOX_UID = 1000
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-INSTALL_HINT = (
-    "install it (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap) "
-    "or set sandbox.mode: host to run commands without isolation"
-)
+INSTALL_HINT = "install it (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
 
 
 def system_mounts() -> list[str]:
@@ -99,6 +96,46 @@ def system_mounts() -> list[str]:
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return args
+
+
+def _sysctl(name: str) -> int | None:
+    try:
+        return int(Path("/proc/sys", name).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def namespace_hint(as_root: bool) -> str:
+    """What to change so bubblewrap can create its namespaces here, read from the kernel's settings.
+
+    Never "use host mode": a sandbox that could work should be made to work, not switched off.
+    """
+    if as_root:
+        return (
+            "the service runs as root but may not create namespaces, which happens in a container without "
+            "CAP_SYS_ADMIN; run the service as an ordinary user with user namespaces enabled instead, or "
+            'allow namespaces in the container (docs/sandbox.md, "Requirements")'
+        )
+    if _sysctl("kernel/unprivileged_userns_clone") == 0:
+        return (
+            "unprivileged user namespaces are disabled: enable them with "
+            "sysctl -w kernel.unprivileged_userns_clone=1 (and a line in /etc/sysctl.d/ to keep it)"
+        )
+    if _sysctl("user/max_user_namespaces") == 0:
+        return (
+            "user namespaces are disabled: enable them with sysctl -w user.max_user_namespaces=15000 "
+            "(and a line in /etc/sysctl.d/ to keep it)"
+        )
+    if _sysctl("kernel/apparmor_restrict_unprivileged_userns") == 1:
+        return (
+            "AppArmor keeps unprivileged programs from creating user namespaces: give bwrap an AppArmor "
+            'profile that allows them (docs/sandbox.md, "Requirements")'
+        )
+    return (
+        "bubblewrap needs unprivileged user namespaces: check that they are enabled "
+        "(sysctl user.max_user_namespaces above 0) and, in a container, that its seccomp profile allows "
+        'them (docs/sandbox.md, "Requirements")'
+    )
 
 
 class BwrapSandbox(LocalSandbox):
@@ -166,6 +203,13 @@ class BwrapSandbox(LocalSandbox):
             _chown_up_to(written, self.root, self.identity, self.identity)
 
 
+def _world_readable(path: Path, text: str) -> None:
+    """Write one of the sandbox's /etc files as 0644 whatever the umask (systemd's ``UMask=0027`` would
+    leave it unreadable to the sandbox's user when the service is root, and ``bash`` without a name)."""
+    path.write_text(text)
+    path.chmod(0o644)
+
+
 def _chown_up_to(path: Path, root: Path, uid: int, gid: int) -> None:
     """``path`` and its parents below the writable area now belong to the sandbox user."""
     for item in [path, *path.parents]:
@@ -208,7 +252,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self.as_root = os.geteuid() == 0
         self._etc = Path(tempfile.mkdtemp(prefix="switchboard-sandbox-etc-"))
         self._etc.chmod(0o755)
-        (self._etc / "hostname").write_text("sandbox\n")
+        _world_readable(self._etc / "hostname", "sandbox\n")
         self._system = system_mounts()
         arch = native_arch()
         #: The seccomp program every command gets (None on a machine without a system call table).
@@ -234,9 +278,10 @@ class BwrapSandboxProvider(SandboxProvider):
         passwd, group = self._etc / f"passwd-{uid}", self._etc / f"group-{uid}"
         if not passwd.exists():
             home = f"{VIRTUAL_ROOT}/workspace"
-            group.write_text(f"root:x:0:\nsandbox:x:{uid}:\n")
-            passwd.write_text(
-                f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{home}:/bin/bash\n"
+            _world_readable(group, f"root:x:0:\nsandbox:x:{uid}:\n")
+            _world_readable(
+                passwd,
+                f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{home}:/bin/bash\n",
             )
         return passwd, group
 
@@ -280,7 +325,11 @@ class BwrapSandboxProvider(SandboxProvider):
         return args
 
     async def start(self) -> None:
-        """Prove bubblewrap can build a sandbox here, so a broken set-up fails at start, not mid-chat."""
+        """Prove bubblewrap can build a sandbox here, so a broken set-up fails at start, not mid-chat.
+
+        The check goes through :meth:`acquire`, exactly as a turn does, so what it proves is what a turn
+        gets (a check that prepared its tree its own way once passed as root and failed as a user).
+        """
         if shutil.which(self.bwrap) is None:
             raise SandboxUnavailable(
                 f"sandbox.mode is bwrap but bubblewrap (bwrap) is not installed: {INSTALL_HINT}"
@@ -301,23 +350,17 @@ class BwrapSandboxProvider(SandboxProvider):
             )
         if self.as_root and shutil.which("setpriv", path="/usr/bin") is None:
             raise SandboxUnavailable(
-                "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv (util-linux) is "
-                "missing: install util-linux, run the service as an ordinary user, or set sandbox.mode: host"
+                "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv is missing: "
+                "install util-linux (it provides setpriv), or run the service as an ordinary user"
             )
         with tempfile.TemporaryDirectory(prefix="switchboard-sandbox-check-") as scratch:
-            paths = ThreadPaths(Path(scratch), "check", "check")
-            if self.as_root:
-                await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
-            else:  # (without it a service that is not root could not start: outputs/ was missing)
-                await asyncio.to_thread(paths.ensure)
-            sandbox = BwrapSandbox(paths, self)
+            sandbox = await self.acquire(ThreadPaths(Path(scratch), "check", "check"))
             result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
         if result.exit_code != 0 or result.output.strip() != "ok":
             detail = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
             raise SandboxUnavailable(
-                f"sandbox.mode is bwrap but bubblewrap cannot create a sandbox here ({detail}); "
-                "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1) — "
-                f"or {INSTALL_HINT.split(' or ', 1)[1]}"
+                f"sandbox.mode is bwrap but bubblewrap cannot create a sandbox here ({detail}): "
+                f"{namespace_hint(self.as_root)}"
             )
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:

@@ -7,15 +7,14 @@ internet access, and the schema declares a bearer scheme so "Authorize" → "Try
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
 import swagger_ui_bundle
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Header
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -27,21 +26,12 @@ from bot import metrics
 from bot.gc_tuning import tune_gc
 from bot.service import VERSION, Service
 from config.schema import Settings
+from connections.auth import AuthError, user_from_header
 from webhooks.route import DirectRoute
 
 log = logging.getLogger("switchboard")
 
 DOCS_ASSETS = "/docs/assets"
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name other than localhost may resolve anywhere
 
 
 def safe_database_url(url: str) -> str:
@@ -97,12 +87,6 @@ def log_startup_summary(service: Service, config_source: str | None) -> None:
     for name, error in service.channel_errors.items():
         log.error(
             "channel %s: error (%s)", name, error, extra={"fields": {"channel": name, "state": "error"}}
-        )
-    if settings.auth.mode == "none" and not is_loopback(settings.server.host):
-        log.warning(
-            "serving on %s with auth.mode: none — anyone who can reach this port acts as user 'default'; "
-            "set auth.mode: jwt or bind to 127.0.0.1 behind a proxy that authenticates",
-            settings.server.host,
         )
 
 
@@ -219,8 +203,27 @@ def create_app(
             reason = "database unreachable"
         return JSONResponse({"ready": False, "reason": reason}, status_code=503)
 
-    @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=Response)
-    async def prometheus() -> Response:
+    metrics_need_token = settings.auth.mode == "jwt" and not settings.server.metrics_public
+
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        summary="Prometheus metrics (auth.mode jwt: a bearer token, unless server.metrics_public)",
+        response_class=Response,
+        responses={401: {"description": "auth.mode jwt: no valid bearer token"}},
+    )
+    async def prometheus(
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    ) -> Response:
+        # Turn counts, channel names and error rates say how the service is used: in jwt mode they are
+        # for token holders (any valid token: a scraper gets one with `switchboard token create`).
+        if metrics_need_token:
+            try:
+                user_from_header(settings.auth.mode, settings.auth.jwt_secret, authorization)
+            except AuthError as exc:
+                return JSONResponse(
+                    {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
         return Response(metrics.render(inbox_unfinished=service.bus.load), media_type=metrics.CONTENT_TYPE)
 
     @app.get("/docs", include_in_schema=False)

@@ -58,6 +58,31 @@ def preflight_sandbox(settings: Settings) -> None:
         raise SystemExit(EXIT_CONFIG) from None
 
 
+def preflight_data_dir(settings: Settings) -> None:
+    """Refuse in one line a ``data_dir`` this user cannot write (say, one a root run left behind)."""
+    from bot.datadir import data_dir_problem
+
+    problem = data_dir_problem(settings.data_dir)
+    if problem is not None:
+        print(f"switchboard: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+
+
+def preflight_auth(settings: Settings) -> None:
+    """``auth.mode: none`` is for one machine: refuse to listen where other machines can connect."""
+    from config.hosts import is_loopback
+
+    server = settings.server
+    if settings.auth.mode == "none" and not is_loopback(server.host):
+        print(
+            f"switchboard: auth.mode is none but server.host is {server.host}, which other machines can "
+            "reach, and every request would act as user 'default': listen on 127.0.0.1 (behind a proxy "
+            "that authenticates) or set auth.mode: jwt with auth.jwt_secret",
+            file=sys.stderr,
+        )
+        raise SystemExit(EXIT_CONFIG)
+
+
 def preflight_database(settings: Settings) -> None:
     """A second instance on one SQLite file is refused in one line, before the web server starts."""
     from bot.db import DatabaseInUse, check_sqlite_free
@@ -119,7 +144,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         settings.server.port = args.port
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
+    preflight_auth(settings)
     preflight_extras(settings)
+    preflight_data_dir(settings)
     preflight_sandbox(settings)
     source = find_config_file(args.config)
     failures: list[BaseException] = []
@@ -224,6 +251,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format, handler_level="WARNING")
     if args.log_file:
         add_file_handler(args.log_file, args.log_format or "json")
+    preflight_data_dir(settings)
     preflight_sandbox(settings)
     preflight_database(settings)
     terminal_holder: list[TerminalChannel] = []

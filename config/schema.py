@@ -23,9 +23,14 @@ DEFAULT_JWT_SECRETS = frozenset({"", "changethis", "change-me", "changeme", "sec
 
 
 class ServerConfig(Section):
+    #: With ``auth.mode: none`` only a loopback address is accepted (``serve`` refuses anything else).
     host: str = "127.0.0.1"
     port: int = Field(8001, ge=0, le=65535)
+    #: Where people and platforms reach this server; with ``auth.mode: none`` its host is, besides the
+    #: loopback names, the one ``Host`` the API accepts.
     public_url: str = "http://localhost:8001"
+    #: ``/metrics`` without a bearer token in ``auth.mode: jwt`` (say, a scraper on a private network).
+    metrics_public: bool = False
 
 
 class DatabaseConfig(Section):

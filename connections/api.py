@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from config.schema import Settings
 from connections import page
-from connections.auth import AuthError, user_from_header
+from connections.auth import AuthError, ForeignHost, check_host, user_from_header
 from connections.providers import deep_link, instruction, known_providers, provider_info
 from connections.store import Connection, ConnectionStore, TooManyPendingCodes
 
@@ -90,9 +90,16 @@ Api = Annotated[ConnectionsApi, Depends(get_api)]
 
 
 async def get_current_user(
-    api: Api, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+    api: Api,
+    request: Request,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str:
     auth = api.settings.auth
+    if auth.mode == "none":  # nobody signs in: the request must at least be addressed to this machine
+        try:
+            check_host(request.headers.get("host"), api.settings.server.public_url)
+        except ForeignHost as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(exc)) from None
     try:
         user = user_from_header(auth.mode, auth.jwt_secret, authorization)
     except AuthError as exc:
@@ -130,7 +137,10 @@ def _connection_out(c: Connection) -> ConnectionOut:
     )
 
 
-AUTH_ERRORS: dict[int | str, dict[str, object]] = {401: {"model": ErrorOut, "description": "not signed in"}}
+AUTH_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorOut, "description": "auth.mode none: the Host header names another server"},
+    401: {"model": ErrorOut, "description": "not signed in"},
+}
 
 
 def build_router(api: ConnectionsApi) -> APIRouter:
@@ -185,7 +195,11 @@ def build_router(api: ConnectionsApi) -> APIRouter:
         summary="Make a one-time code that binds a platform account to the caller",
         responses={
             **AUTH_ERRORS,
-            400: {"model": ErrorOut, "description": "provider disabled or not connectable"},
+            400: {
+                "model": ErrorOut,
+                "description": "provider disabled or not connectable; or (auth.mode none) the Host "
+                "header names another server",
+            },
             404: {"model": ErrorOut, "description": "unknown provider"},
             429: {"model": ErrorOut, "description": "too many unused codes for this provider"},
         },

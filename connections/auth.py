@@ -2,6 +2,11 @@
 
 Only HS256 is accepted (an attacker must not pick ``none`` or an asymmetric algorithm), ``exp`` and
 ``sub`` are required, and ``sub`` must be a valid user id (see :mod:`connections.identity`).
+
+``auth.mode: none`` is for one machine: ``serve`` listens only on a loopback address then, and
+:func:`check_host` refuses a request whose ``Host`` names another server. Without it, a web page the
+person opens could re-point its own name at 127.0.0.1 (DNS rebinding) and use the API as ``default``
+from their browser; the browser still sends the page's name as ``Host``, which gives it away.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import time
 
 import jwt
 
+from config.hosts import LOOPBACK_NAMES, host_name, is_loopback, url_host
 from connections.identity import DEFAULT_TOKEN_TTL_SECONDS, DEFAULT_USER, InvalidUserId, validate_user_id
 
 ALGORITHM = "HS256"
@@ -17,6 +23,27 @@ ALGORITHM = "HS256"
 
 class AuthError(Exception):
     """The request is not authenticated; the message is safe to show the caller."""
+
+
+class ForeignHost(Exception):
+    """``auth.mode: none`` and the request was addressed to another server; safe to show the caller."""
+
+
+def check_host(header: str | None, public_url: str) -> None:
+    """Accept a ``Host`` of this machine's own: a loopback name or address (any port) or the host of
+    ``server.public_url``. The port is not compared: a rebinding page has its own name, not ours, and a
+    proxy on this machine may use a port of its own."""
+    name = host_name(header or "")
+    allowed = url_host(public_url)
+    if name is not None and (is_loopback(name) or name == allowed):
+        return
+    names = ", ".join([*LOOPBACK_NAMES, *([allowed] if allowed and not is_loopback(allowed) else [])])
+    shown = repr(header) if header else "missing"
+    raise ForeignHost(
+        f"the Host header ({shown}) is not this server's: with auth.mode none only {names} are "
+        "accepted (server.public_url sets the last), so that no other web site can reach this API "
+        "through your browser (DNS rebinding); use one of those names, or set auth.mode: jwt"
+    )
 
 
 def mint_token(secret: str, user: str, ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS) -> str:

@@ -3,6 +3,8 @@ reported and never stops the service."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -94,8 +96,6 @@ async def test_a_slow_tool_call_times_out_with_a_plain_sentence(tmp_path, llm):
 
 
 def test_doctor_starts_each_mcp_server_and_says_which_work(tmp_path):
-    import subprocess
-
     config = tmp_path / "config.yaml"
     config.write_text(
         f"data_dir: {tmp_path / 'data'}\n"
@@ -113,3 +113,25 @@ def test_doctor_starts_each_mcp_server_and_says_which_work(tmp_path):
     )
     assert "✓ mcp server calc: ok (3 tools)" in result.stdout
     assert "✗ mcp server broken: error: " in result.stdout
+
+
+async def test_a_server_in_a_venv_made_from_a_python_outside_usr_starts_isolated(tmp_path, llm):
+    # A venv holds links to the interpreter it was made from (here this machine's own Python: pyenv,
+    # uv or conda, not /usr) and a pyvenv.cfg naming it; only the venv and the server's folder are
+    # given as mounts, as an operator would write them.
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+        timeout=120,
+    )
+    python = venv / "bin" / "python"
+    assert not Path(os.path.realpath(python)).is_relative_to(venv)  # the interpreter is elsewhere
+    llm.script(Reply(tool_calls=[ToolCall("calc__add", {"a": 2, "b": 3})]), Reply(text="5."))
+    calc = server("calc", command=str(python), mounts=[str(venv), str(FAKES)])
+    async with Harness.running(mcp_settings(tmp_path, llm, calc)) as h:
+        status = (await h.service.health())["mcp"]
+        answer = await h.ask("what is 2 + 3?")
+    assert status["calc"] == "ok (3 tools)"
+    assert all_tool_results(llm) == ["5"]
+    assert answer == "5."

@@ -49,7 +49,7 @@ def test_serve_without_bubblewrap_stops_with_one_line_saying_how_to_fix_it(tmp_p
     assert len(lines) == 1, result.stderr
     assert "bubblewrap (bwrap) is not installed" in lines[0]
     assert "apt install bubblewrap" in lines[0]
-    assert "sandbox.mode: host" in lines[0]
+    assert "host" not in lines[0]  # a sandbox that can be made to work is fixed, never switched off
 
 
 def test_doctor_reports_the_sandbox_mode_and_whether_it_works(tmp_path):
@@ -78,3 +78,36 @@ async def test_health_says_which_sandbox_runs(tmp_path, llm):
             async with httpx.AsyncClient(transport=transport, base_url="http://sb") as client:
                 body = (await client.get("/health")).json()
         assert body["sandbox"] == mode
+
+
+def test_serve_where_user_namespaces_are_used_up_says_so_and_never_suggests_host_mode(tmp_path):
+    # A user namespace whose limit allows exactly one more namespace — the one the service runs in, as an
+    # ordinary user (uid 1000) — so bubblewrap's own fails as it does where they are switched off.
+    config = write_config(tmp_path, "{mode: bwrap}")
+    inner = ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m", "bot"]
+    script = 'echo 1 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    result = subprocess.run(
+        [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *inner,
+            "serve",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=dict(os.environ),
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("switchboard: sandbox.mode is bwrap but bubblewrap cannot create a sandbox here (")
+    assert "max_*_namespaces exceeded" in line  # bubblewrap's own words, passed on
+    assert "bubblewrap needs unprivileged user namespaces" in line and "docs/sandbox.md" in line
+    assert "host" not in line

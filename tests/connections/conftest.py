@@ -17,6 +17,10 @@ from config.schema import Settings
 from connections.auth import mint_token
 
 JWT_SECRET = "test-secret-0123456789abcdef-0123456789"
+#: Where a person on this machine reaches the API: with auth.mode none only a loopback name or the host of
+#: server.public_url (default http://localhost:8001) is accepted as Host (connections.auth.check_host);
+#: an ASGI test client would otherwise send its own made-up name and be refused like a rebinding page.
+LOCAL_URL = "http://localhost:8001"
 
 
 @dataclass
@@ -76,7 +80,7 @@ async def running_app(
     app = create_app(settings, channels=dict(channels))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://switchboard.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL) as client:
             yield App(app.state.service, client, channels)
 
 

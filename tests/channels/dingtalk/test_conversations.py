@@ -9,6 +9,7 @@ from dingtalk_stream import AckMessage
 from channels.dingtalk import DingTalkChannel
 from tests.channels.dingtalk.conftest import dingtalk_config
 from tests.conftest import make_settings
+from tests.connections.conftest import LOCAL_URL
 from tests.fakes.openai_server import Reply, last_user_text
 
 pytestmark = pytest.mark.slow  # a whole service + fake DingTalk per test
@@ -126,7 +127,7 @@ async def test_a_connect_code_from_the_web_binds_the_dingtalk_sender_even_when_n
     async with app.router.lifespan_context(app):
         await fake_dingtalk.wait_for(lambda: channel.status.state == "connected")
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://switchboard.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL) as client:
             response = await client.post("/api/channels/dingtalk/connect")
             assert response.status_code == 200, response.text
             code = response.json()["code"]

@@ -6,14 +6,13 @@ import httpx
 
 from bot.app import create_app
 from tests.channels.slack.conftest import running_bot
+from tests.connections.conftest import LOCAL_URL
 
 
 async def issue_code(bot) -> str:  # type: ignore[no-untyped-def]
     """A code from the public REST API, as the /connect page would get it."""
     app = create_app(bot.harness.settings, service=bot.service)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://switchboard"
-    ) as http:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL_URL) as http:
         response = await http.post("/api/channels/slack/connect")
     assert response.status_code == 200, response.text
     return str(response.json()["code"])

@@ -10,6 +10,7 @@ import pytest
 from bot.app import create_app
 from channels.telegram import TelegramChannel
 from tests.conftest import make_settings
+from tests.connections.conftest import LOCAL_URL
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
 
@@ -88,7 +89,7 @@ async def test_start_with_a_connect_code_binds_the_telegram_account(tg: FakeTele
     channel = TelegramChannel(settings.channels.telegram, settings=settings)
     async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
         app = create_app(settings, service=harness.service)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sb") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL_URL) as client:
             response = await client.post("/api/channels/telegram/connect")
             assert response.status_code == 200, response.text
             issued = response.json()
