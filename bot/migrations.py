@@ -55,11 +55,22 @@ async def _conversation_approval(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE conversations ADD COLUMN approval VARCHAR(16)"))
 
 
+async def _trust(conn: AsyncConnection) -> None:
+    """Trust levels (docs/security.md): the pairing tables, and the level a schedule's creator had."""
+    from bot import pairing
+
+    await conn.run_sync(pairing.metadata.create_all)
+    columns = await conn.run_sync(lambda sync: _columns(sync, "schedules"))
+    if columns and "trust" not in columns:  # no table: whoever creates it creates the column too
+        await conn.execute(text("ALTER TABLE schedules ADD COLUMN trust VARCHAR(16)"))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
     (2, "approvals.notice_ref: the request's message, edited with the outcome", _approval_notice_ref),
     (3, "conversations.approval: a chat's own sandbox.approval, set by an admin", _conversation_approval),
+    (4, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
 ]
 
 
