@@ -247,6 +247,8 @@ class ChannelManager:
 
     def is_command(self, message: InboundMessage) -> bool:
         """A chat command the manager answers itself (not a skill turn): it does not wait for a turn."""
+        if is_occurrence(message):  # a scheduled occurrence is never a command (bot/schedules.py)
+            return False
         parsed = parse_command(message.text)
         return parsed is not None and self.commands.get(parsed.name) is not None
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
-from bot.commands.base import Command, CommandContext, parse_command
+from bot.commands.base import Command, CommandContext
 from bot.pairing import PairingRequest
+from channels.errors import Backpressure
 
 audit = logging.getLogger("switchboard.audit")
 
 USAGE = "Usage: /pair CODE to approve a pairing request, /pair deny CODE, /pair list, /pair remove USER_ID."
-WELCOME = "✅ An admin approved you: you're a member now and can talk to me. Here is my answer:"
-WELCOME_NO_TURN = "✅ An admin approved you: you're a member now and can talk to me."
+WELCOME = "✅ An admin approved you: you're a member now and can talk to me. Now to your message:"
+RESEND = "I'm too busy to take your earlier message right now: please send it again."
 
 
 async def pair(ctx: CommandContext) -> None:
@@ -87,24 +89,18 @@ async def _listing(ctx: CommandContext, provider: str, now: float) -> None:
 
 
 async def _welcome(ctx: CommandContext, request: PairingRequest) -> None:
-    """Tell the new member in their own chat, and answer the message that asked (unless a command)."""
+    """Tell the new member in their own chat, and hand the message that asked to the bus again.
+
+    Through the inbox like anything a person sends (durable, one instance runs it), under its own id
+    (``paired:CODE``), so it is routed afresh — now from a member.
+    """
     manager = ctx.manager
-    message = request.message
-    channel = manager.channels.get(message.provider)
-    if channel is None:
-        return
-    if parse_command(message.text) is not None or not message.text.strip():
-        await manager.send_notice(message, WELCOME_NO_TURN)
-        return
+    message = replace(request.message, platform_message_id=f"paired:{request.code}")
     await manager.send_notice(message, WELCOME)
-    identity = await manager.identity.resolve(message)
-    await manager.submit_turn(
-        message,
-        identity,
-        text=message.text,
-        system_prompt=channel.system_prompt(message),
-        trust="member",
-    )
+    try:
+        await manager.bus.publish(message)
+    except Backpressure:
+        await manager.send_notice(message, RESEND)
 
 
 COMMAND = Command(
