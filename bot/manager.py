@@ -346,7 +346,9 @@ class ChannelManager:
         parsed = None if scheduled else parse_command(message.text)
         command = self.commands.get(parsed.name) if parsed else None
 
-        if command is not None and command.before_gate:
+        # A code gets past every gate; a bare /start (every Telegram chat's first message) does not, so
+        # a stranger gets what the trust policy gives guests (a pairing code) rather than a connect hint.
+        if command is not None and command.before_gate and parsed is not None and parsed.args:
             await self._run_command(entry, identity, command, parsed.args if parsed else "")
             return
         if not channel.is_allowed(message):

@@ -132,3 +132,16 @@ async def test_under_ignore_a_guest_gets_no_answer_and_nothing_runs(
     assert tg.bot_texts(STRANGER) == []
     assert [c for c in llm.completions if "hello, anyone?" in str(c["messages"])] == []
     assert rows == [("done", "not answered: the sender is a guest and this channel's policy is ignore")]
+
+
+async def test_a_strangers_bare_start_gets_the_pairing_code_and_start_with_a_code_still_connects(
+    tg: FakeTelegram, tg_settings: Settings, llm: FakeOpenAI
+) -> None:
+    async with running(tg, tg_settings):
+        stranger(tg, "/start")  # what every Telegram chat with a bot begins with
+        first = await tg.wait_for_bot_text(STRANGER, "pairing code")
+        stranger(tg, "/start not-a-real-code")  # a code gets past the trust policy, to be judged
+        judged = await tg.wait_for_bot_text(STRANGER, "connection code")
+    assert "Your pairing code is" in first.text
+    assert judged.text == "That connection code is invalid or expired."
+    assert llm.completions == []
