@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from bot.doctor import run_doctor
 from tests.agent.helpers import tool_results
-from tests.channels.slack.conftest import running_bot
+from tests.channels.slack.conftest import running_bot, slack_section
+from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
 
@@ -29,3 +33,22 @@ async def test_a_slack_connect_guest_gets_no_shell_but_a_team_member_does(
     member_result = tool_results(llm.completions[3])
     assert len(guest_result) == 1 and guest_result[0].startswith("Refused: `bash` is not available")
     assert member_result == ["[exit code 0]\nfrom-the-shell"]
+
+
+async def test_doctor_names_a_pairing_policy_nobody_can_approve(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = make_settings(tmp_path, llm, channels={"slack": slack_section(slack, trust={})})
+    assert await run_doctor(locked) == 1
+    assert (
+        "✗ trust slack: strangers' private messages get a pairing code, but there are no "
+        "channels.slack.admins to approve it — add admins, or set trust.guests: chat_only or ignore"
+    ) in capsys.readouterr().out
+    fixed = make_settings(
+        tmp_path, llm, channels={"slack": slack_section(slack, trust={}, admins=["U0BOSS"])}
+    )
+    assert await run_doctor(fixed) == 0
+    assert (
+        "✓ trust slack: strangers — private chats: pair, groups: chat_only; 1 admin(s)"
+        in capsys.readouterr().out
+    )
