@@ -268,8 +268,12 @@ class SlackChannel(Channel):
             workspace=str(command.get("team_id") or self.team_id or ""),
             chat=channel,
             topic=None,
-            # Slash commands are only offered inside the app's own workspace.
-            sender=Sender(id=user, name=command.get("user_name"), member=True),
+            # The payload names the invoking user's workspace: ours, unless a Slack Connect guest's.
+            sender=Sender(
+                id=user,
+                name=command.get("user_name"),
+                member=not self.team_id or str(command.get("team_id") or self.team_id) == self.team_id,
+            ),
             text=text,
             platform_message_id=f"cmd-{command.get('trigger_id') or text}",
             mentioned=True,
