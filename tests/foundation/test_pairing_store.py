@@ -7,6 +7,9 @@ can use it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from bot.db import Database
 from bot.pairing import MAX_PENDING, PAIRING_TTL_SECONDS, PairingStore, TooManyRequests
 from channels.memory import MemoryChannel
 from tests.conftest import fresh_pg_database
+from tests.foundation.test_cli import cli_env, config_for
 
 OLD_SCHEDULES = """
 CREATE TABLE schedules (
@@ -84,3 +88,36 @@ async def test_codes_expire_and_strangers_cannot_grow_the_table_without_bound(db
     # Once they expire there is room again.
     later = 10_000.0 + PAIRING_TTL_SECONDS + 1
     assert (await store.request(chat.make_message("hi", chat="x", sender="x"), now=later)).sender_id == "x"
+
+
+async def test_the_operator_pairs_from_the_shell(tmp_path: Path) -> None:
+    config = config_for(tmp_path, "http://127.0.0.1:9/v1")
+    url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'sb.db'}"
+    (tmp_path / "data").mkdir()
+    db = Database(url)
+    await db.create_schema([pairing.metadata])
+    store = PairingStore(db)
+    request = await store.request(
+        MemoryChannel("telegram").make_message("hi", chat="77", sender="77", sender_name="Mallory"),
+        now=time.time(),
+    )
+
+    def switchboard(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "bot", "pair", *args, "--config", str(config)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=cli_env())
+
+    listing = switchboard("list", "telegram")
+    approved = switchboard("approve", "telegram", request.code.lower())
+    again = switchboard("approve", "telegram", request.code)
+    try:
+        assert listing.returncode == 0, listing.stderr
+        assert listing.stdout.splitlines()[1].split() == [request.code, "77", "Mallory"]
+        assert approved.returncode == 0, approved.stderr
+        assert approved.stdout.strip() == (
+            "paired: Mallory (77) is a member of telegram now; their next message is answered"
+        )
+        assert again.returncode == 1
+        assert "no open pairing request" in again.stdout
+        assert await store.is_paired("telegram", "77")
+    finally:
+        await db.close()
