@@ -87,19 +87,17 @@ async def _check_channel(settings: Settings, provider: str, section: Any) -> tup
 
 
 def _check_trust(provider: str, section: ChatChannelSection) -> tuple[bool, str]:
-    """Who is answered here (docs/security.md), and the one set-up that locks everybody out quietly."""
+    """Who is answered here (docs/security.md), and who can approve a pairing code."""
     trust = section.trust
     if EVERYONE in trust.members:
         return True, f"trust {provider}: everyone who reaches the bot is a member (trust.members: ['*'])"
+    line = f"trust {provider}: strangers — private chats: {trust.guests}, groups: {trust.group_guests}"
     if trust.guests == "pair" and not section.admins:
-        return False, (
-            f"trust {provider}: strangers' private messages get a pairing code, but there are no "
-            f"channels.{provider}.admins to approve it — add admins, or set trust.guests: chat_only or ignore"
+        return True, (
+            f"{line}; no channels.{provider}.admins, so only `switchboard pair approve {provider} CODE` "
+            "approves a pairing code"
         )
-    return True, (
-        f"trust {provider}: strangers — private chats: {trust.guests}, groups: {trust.group_guests}; "
-        f"{len(section.admins)} admin(s)"
-    )
+    return True, f"{line}; {len(section.admins)} admin(s)"
 
 
 async def _check_sandbox(settings: Settings) -> tuple[bool, str]:

@@ -35,19 +35,19 @@ async def test_a_slack_connect_guest_gets_no_shell_but_a_team_member_does(
     assert member_result == ["[exit code 0]\nfrom-the-shell"]
 
 
-async def test_doctor_names_a_pairing_policy_nobody_can_approve(
+async def test_doctor_says_who_can_approve_a_pairing_code(
     tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    locked = make_settings(tmp_path, llm, channels={"slack": slack_section(slack, trust={})})
-    assert await run_doctor(locked) == 1
+    without = make_settings(tmp_path, llm, channels={"slack": slack_section(slack, trust={})})
+    assert await run_doctor(without) == 0
     assert (
-        "✗ trust slack: strangers' private messages get a pairing code, but there are no "
-        "channels.slack.admins to approve it — add admins, or set trust.guests: chat_only or ignore"
+        "✓ trust slack: strangers — private chats: pair, groups: chat_only; no channels.slack.admins, so only "
+        "`switchboard pair approve slack CODE` approves a pairing code"
     ) in capsys.readouterr().out
-    fixed = make_settings(
+    with_admin = make_settings(
         tmp_path, llm, channels={"slack": slack_section(slack, trust={}, admins=["U0BOSS"])}
     )
-    assert await run_doctor(fixed) == 0
+    assert await run_doctor(with_admin) == 0
     assert (
         "✓ trust slack: strangers — private chats: pair, groups: chat_only; 1 admin(s)"
         in capsys.readouterr().out
