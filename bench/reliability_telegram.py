@@ -86,7 +86,8 @@ def write_config(directory: Path, tg: FakeTelegram, llm: FakeOpenAI, *, queue_si
         f"api_base_url: '{tg.url}', edit_interval_seconds: 0.05, group_edit_interval_seconds: 0.05, "
         # The edit path: these scenarios see an answer start by its first message in the chat, which a
         # draft (an ephemeral preview) never is. Queued notices are messages on either path.
-        "poll_timeout_seconds: 1, private_drafts: false}\n"
+        # The load's users are members (a stranger's private message would get a pairing request).
+        "poll_timeout_seconds: 1, private_drafts: false, trust: {members: ['*']}}\n"
     )
     return path
 

@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 from agent.models import ModelLoadError, build_chat_model
 from bot.db import Database
 from bot.registry import channel_class
+from config.base import EVERYONE, ChatChannelSection
 from config.schema import Settings
 
 
@@ -85,6 +86,20 @@ async def _check_channel(settings: Settings, provider: str, section: Any) -> tup
     return True, f"channel {provider}: credentials accepted"
 
 
+def _check_trust(provider: str, section: ChatChannelSection) -> tuple[bool, str]:
+    """Who is answered here (docs/security.md), and who can approve a pairing code."""
+    trust = section.trust
+    if EVERYONE in trust.members:
+        return True, f"trust {provider}: everyone who reaches the bot is a member (trust.members: ['*'])"
+    line = f"trust {provider}: strangers — private chats: {trust.guests}, groups: {trust.group_guests}"
+    if trust.guests == "pair" and not section.admins:
+        return True, (
+            f"{line}; no channels.{provider}.admins, so only `switchboard pair approve {provider} CODE` "
+            "approves a pairing code"
+        )
+    return True, f"{line}; {len(section.admins)} admin(s)"
+
+
 async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
     if settings.sandbox.mode == "host":
         return True, (
@@ -140,6 +155,8 @@ async def run_doctor(settings: Settings) -> int:
         checks.append((True, "channels: none enabled (try `switchboard chat`, or enable one in config.yaml)"))
     for provider, section in enabled:
         checks.append(await _check_channel(settings, provider, section))
+        if isinstance(section, ChatChannelSection):
+            checks.append(_check_trust(provider, section))
     for ok, line in checks:
         print(f"{'✓' if ok else '✗'} {line}")
     failed = sum(1 for ok, _ in checks if not ok)

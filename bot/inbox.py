@@ -112,7 +112,7 @@ MAX_BATCH = 500
 
 # The same statements as plain SQLite SQL for the inbox's own connection (named parameters).
 _SQLITE_INSERT = INSERT_IF_NEW.text
-_SQLITE_DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = NULL WHERE id = :id"
+_SQLITE_DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = :note WHERE id = :id"
 _SQLITE_REF = "UPDATE inbox SET reply_ref = :reply_ref WHERE id = :id"
 _SQLITE_FAILED = (
     "UPDATE inbox SET attempts = attempts + 1, "
@@ -225,7 +225,9 @@ class _SqliteWriter:
         results: dict[int, Any] = {}
         # Finishing marks first: a redelivery in the same batch as its original's "done" must read
         # as done (a duplicate), not as pending.
-        done = [{"id": op.args["id"], "now": now} for op in ops if op.kind == "done"]
+        done = [
+            {"id": op.args["id"], "now": now, "note": op.args.get("note")} for op in ops if op.kind == "done"
+        ]
         if done:
             conn.executemany(_SQLITE_DONE, done)
         refs = [op.args for op in ops if op.kind == "reply_ref"]
@@ -339,8 +341,10 @@ class Inbox:
         """Store ``message`` unless its dedupe key exists; return the stored entry either way."""
         return await self._submit("accept", message=message)
 
-    async def mark_done(self, entry_id: str) -> None:
-        await self._submit("done", id=entry_id)
+    async def mark_done(self, entry_id: str, note: str | None = None) -> None:
+        """Finished. ``note`` says why an entry finished without an answer (kept in ``error``, which
+        ``switchboard inbox`` shows), e.g. a guest's message the trust policy ignores."""
+        await self._submit("done", id=entry_id, note=note)
 
     async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> str:
         """Count a failed attempt and return the new status: ``failed`` (a redelivery runs it again) or,
@@ -504,13 +508,20 @@ class Inbox:
         accepts = [op for op in ops if op.kind == "accept"]
         # Finishing marks first: a redelivery in the same batch as its original's "done" must read
         # as done (a duplicate), not as pending.
-        done_ids = [op.args["id"] for op in ops if op.kind == "done"]
+        done_ids = [op.args["id"] for op in ops if op.kind == "done" and not op.args.get("note")]
         if done_ids:
             conn.execute(
                 update(inbox_table)
                 .where(inbox_table.c.id.in_(done_ids))
                 .values(status=DONE, updated_at=now, error=None)
             )
+        for op in ops:  # rare: finished without an answer, and why (a guest ignored, say)
+            if op.kind == "done" and op.args.get("note"):
+                conn.execute(
+                    update(inbox_table)
+                    .where(inbox_table.c.id == op.args["id"])
+                    .values(status=DONE, updated_at=now, error=op.args["note"])
+                )
         for op in ops:
             if op.kind == "failed":
                 attempts = inbox_table.c.attempts + 1

@@ -14,6 +14,7 @@ import contextlib
 import enum
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,27 +22,20 @@ from pathlib import Path
 from typing import Literal
 
 from agent.errors import describe_error
-from agent.events import (
-    CHAT_ONLY_PROFILE,
-    FULL_PROFILE,
-    Agent,
-    TextDelta,
-    ToolFinished,
-    ToolStarted,
-    TurnFinished,
-    TurnRequest,
-)
+from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TrustLevel, TurnFinished, TurnRequest
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
-from bot.commands import CommandContext, CommandRegistry, parse_command
+from bot.commands import Command, CommandContext, CommandRegistry, parse_command
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
 from bot.logs import trace_id_var
+from bot.pairing import PairingStore
 from bot.schedule_desk import ScheduleDesk
-from bot.schedules import ScheduleBook
+from bot.schedules import ScheduleBook, is_occurrence
 from bot.threads import Conversation, ThreadStore
+from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest, profile_for
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
@@ -172,6 +166,8 @@ class Turn:
     reply: ReplyStream | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide when it runs.
+    trust: TrustLevel | None = None
     #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
     #: Its inbox entry id where it has one, so any instance can look up who asked.
     token: str = field(default_factory=lambda: secrets.token_hex(6))
@@ -210,6 +206,7 @@ class ChannelManager:
         identity: IdentityResolver | None = None,
         connections: ConnectionStore | None = None,
         schedules: ScheduleBook | None = None,
+        pairing: PairingStore | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -225,6 +222,8 @@ class ChannelManager:
         self.schedules = schedules
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
+        #: Who is an admin, member or guest, and what guests get (docs/security.md).
+        self.trust = TrustPolicy(pairing)
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
@@ -248,6 +247,8 @@ class ChannelManager:
 
     def is_command(self, message: InboundMessage) -> bool:
         """A chat command the manager answers itself (not a skill turn): it does not wait for a turn."""
+        if is_occurrence(message):  # a scheduled occurrence is never a command (bot/schedules.py)
+            return False
         parsed = parse_command(message.text)
         return parsed is not None and self.commands.get(parsed.name) is not None
 
@@ -340,10 +341,14 @@ class ChannelManager:
         if channel is None:
             raise LookupError(f"no channel running for provider {message.provider!r}")
         identity = await self.identity.resolve(message)
-        parsed = parse_command(message.text)
+        # A scheduled occurrence is text stored earlier (maybe by the model): never read as a command.
+        scheduled = is_occurrence(message)
+        parsed = None if scheduled else parse_command(message.text)
         command = self.commands.get(parsed.name) if parsed else None
 
-        if command is not None and command.before_gate:
+        # A code gets past every gate; a bare /start (every Telegram chat's first message) does not, so
+        # a stranger gets what the trust policy gives guests (a pairing code) rather than a connect hint.
+        if command is not None and command.before_gate and parsed is not None and parsed.args:
             await self._run_command(entry, identity, command, parsed.args if parsed else "")
             return
         if not channel.is_allowed(message):
@@ -358,6 +363,21 @@ class ChannelManager:
             )
             await self._complete(entry.id)
             return
+        level = await self.trust.level(message, channel, identity)
+        if scheduled:  # never above its creator's level when it was made (nor, above, their level now)
+            level = lowest(level, as_level(message.scheduled or "member"))
+        if level == "guest":
+            refusal = await self.trust.refuse_guest(message, channel, now=time.time(), automated=scheduled)
+            if refusal is None and command is not None and not command.guests:
+                refusal_note = GUEST_COMMAND.format(name=command.name)
+                await self.send_notice(message, refusal_note, private=True)
+                await self._complete(entry.id, note="a guest asked for a members' command")
+                return
+            if refusal is not None:
+                if refusal.notice:
+                    await self.send_notice(message, refusal.notice)
+                await self._complete(entry.id, note=refusal.reason)
+                return
         if parsed is not None and command is None and parsed.name in self.agent.skill_names():
             # /release-notes … : an ordinary turn, with that skill's instructions in its prompt.
             await self.submit_turn(
@@ -369,6 +389,7 @@ class ChannelManager:
                 reply_text=entry.reply_text,
                 system_prompt=channel.system_prompt(message),
                 skill=parsed.name,
+                trust=level,
             )
             return
         if parsed is not None and command is None:
@@ -378,7 +399,7 @@ class ChannelManager:
             await self._complete(entry.id)
             return
         if command is not None:
-            await self._run_command(entry, identity, command, parsed.args if parsed else "")
+            await self._run_command(entry, identity, command, parsed.args if parsed else "", level)
             return
         await self.submit_turn(
             message,
@@ -388,9 +409,12 @@ class ChannelManager:
             reply_ref=entry.reply_ref,
             reply_text=entry.reply_text,
             system_prompt=channel.system_prompt(message),
+            trust=level,
         )
 
-    async def _run_command(self, entry: InboxEntry, identity: Identity, command, args: str) -> None:  # type: ignore[no-untyped-def]
+    async def _run_command(
+        self, entry: InboxEntry, identity: Identity, command: Command, args: str, trust: TrustLevel = "guest"
+    ) -> None:
         ctx = CommandContext(
             manager=self,
             message=entry.message,
@@ -398,6 +422,7 @@ class ChannelManager:
             args=args,
             entry_id=entry.id,
             private=command.private,
+            trust=trust,
         )
         await command.handler(ctx)
         if ctx.entry_id is not None:  # the command did not hand the entry to a turn
@@ -490,8 +515,11 @@ class ChannelManager:
         notice: str | None = None,
         before_start: BeforeStart | None = None,
         after_delivery: AfterDelivery | None = None,
+        trust: TrustLevel | None = None,
     ) -> None:
-        """Queue a turn on the conversation's thread; it starts now if the thread is idle."""
+        """Queue a turn on the conversation's thread; it starts now if the thread is idle.
+
+        ``trust`` is the asker's level (bot/trust.py); None decides it from the message when it runs."""
         conversation = await self.conversation_for(message, identity)
         turn = Turn(
             message=message,
@@ -507,6 +535,7 @@ class ChannelManager:
             skill=skill,
             before_start=before_start,
             after_delivery=after_delivery,
+            trust=trust,
         )
         if entry_id is not None:
             turn.token = entry_id
@@ -740,10 +769,9 @@ class ChannelManager:
             progress[0] = " ".join(notices)
         if attachments:
             text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
-        # A level the channel decided at the edge (GitHub's author_association) travels on the message;
-        # a guest's turn may only chat, and its sandbox never gets the channel's secrets.
-        trust = turn.message.trust or "member"
-        profile = CHAT_ONLY_PROFILE if trust == "guest" else FULL_PROFILE
+        level = await self._turn_level(turn, channel)
+        # A guest's turn may only chat, and its sandbox never gets the channel's secrets.
+        profile = profile_for(level)
         request = TurnRequest(
             thread_id=turn.conversation.thread_id,
             owner=turn.identity.owner,
@@ -756,7 +784,9 @@ class ChannelManager:
             sender_name=turn.message.sender.name,
             skill=turn.skill,
             scheduler=(
-                ScheduleDesk(self.schedules, turn.message, turn.identity.owner) if self.schedules else None
+                ScheduleDesk(self.schedules, turn.message, turn.identity.owner, level)
+                if self.schedules and level != "guest"
+                else None
             ),
             approvals=(
                 ChatApproval(self.approvals, turn.message, turn.conversation.thread_id)
@@ -764,7 +794,7 @@ class ChannelManager:
                 else None
             ),
             approval_mode=approval_mode(turn.conversation.approval),
-            trust=trust,
+            trust=level,
             profile=profile,
         )
 
@@ -801,6 +831,15 @@ class ChannelManager:
         if notices:  # e.g. a skipped oversize file: the user must still see it once streaming is over
             final = "\n".join(notices) + "\n\n" + final
         return final, tuple(result.get("files", ())), False, False  # type: ignore[arg-type]
+
+    async def _turn_level(self, turn: Turn, channel: Channel) -> TrustLevel:
+        """The level a turn runs at: the one decided when it was asked for; a follow-up (a goal step,
+        perhaps resumed after a restart) also never above its creator's level now."""
+        if turn.trust is not None and not turn.hidden:
+            return turn.trust
+        identity = await self.identity.resolve(turn.message)
+        now = await self.trust.level(turn.message, channel, identity)
+        return now if turn.trust is None else lowest(turn.trust, now)
 
     async def _store_files(self, turn: Turn, channel: Channel) -> tuple[list[str], list[str]]:
         """Save inbound files into the owner's uploads; return agent-visible paths and user notices."""
@@ -854,6 +893,7 @@ class ChannelManager:
                     notice=follow.notice,
                     before_start=follow.before_start,
                     after_delivery=follow.after_delivery,
+                    trust=turn.trust,
                 )
 
     # --- outbound helpers -----------------------------------------------------------------------------
@@ -876,8 +916,8 @@ class ChannelManager:
         await reply.finish(text, actions=actions)
         return reply.ref
 
-    async def _complete(self, entry_id: str) -> None:
-        await self.inbox.mark_done(entry_id)
+    async def _complete(self, entry_id: str, note: str | None = None) -> None:
+        await self.inbox.mark_done(entry_id, note)
         self.bus.release(entry_id)
 
     async def _fail(

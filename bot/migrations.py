@@ -71,12 +71,23 @@ async def _delivery_identity(conn: AsyncConnection) -> None:
     )
 
 
+async def _trust(conn: AsyncConnection) -> None:
+    """Trust levels (docs/security.md): the pairing tables, and the level a schedule's creator had."""
+    from bot import pairing
+
+    await conn.run_sync(pairing.metadata.create_all)
+    columns = await conn.run_sync(lambda sync: _columns(sync, "schedules"))
+    if columns and "trust" not in columns:  # no table: whoever creates it creates the column too
+        await conn.execute(text("ALTER TABLE schedules ADD COLUMN trust VARCHAR(16)"))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
     (2, "approvals.notice_ref: the request's message, edited with the outcome", _approval_notice_ref),
     (3, "conversations.approval: a chat's own sandbox.approval, set by an admin", _conversation_approval),
     (4, "github_deliveries.identity: a replayed GitHub delivery is a duplicate", _delivery_identity),
+    (5, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
 ]
 
 

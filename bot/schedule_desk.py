@@ -7,13 +7,30 @@ same parsing, limits, sentences and owner. Every answer is a sentence for the ch
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from agent.events import TrustLevel
 from bot.schedule_spec import ScheduleError, parse_schedule
 from bot.schedules import Schedule, ScheduleBook, TooManySchedules, conversation_label
 from channels.types import InboundMessage
+
+COMMAND_REFUSED = (
+    "Not scheduled: a scheduled task is sent to me later as a plain message and never runs a command, "
+    "so it cannot start with / or !. Say in words what should happen then."
+)
+
+
+#: Leading mentions (``@bot``, ``<@U123>``), with what people put after them.
+_MENTIONS = re.compile(r"^(?:\s*(?:<@[^>]+>|@[\w.\-]+)[\s:,]*)+")
+
+
+def looks_like_command(text: str) -> bool:
+    """``/x``, ``@bot /x`` or ``!x``: what would read as a command if a person typed it."""
+    stripped = _MENTIONS.sub("", text.strip(), count=1).lstrip()
+    return stripped.startswith(("/", "!", "／"))
 
 
 def local_time(moment: float | None, tz: str) -> str:
@@ -31,6 +48,8 @@ class ScheduleDesk:
     book: ScheduleBook
     message: InboundMessage
     owner: str
+    #: The creator's trust level now: stored with the schedule, its occurrences never run above it.
+    trust: TrustLevel = "member"
 
     @property
     def label(self) -> str:
@@ -43,11 +62,11 @@ class ScheduleDesk:
             spec = parse_schedule(when_and_what, now=book.clock(), tz=book.timezone)
         except ScheduleError as exc:
             return str(exc)
-        if spec.what.lstrip().lower().startswith("/schedule"):
-            return "A scheduled task cannot itself schedule tasks."
+        if looks_like_command(spec.what):
+            return COMMAND_REFUSED
         try:
             created = await book.store.create(
-                self.message, self.owner, spec, tz=book.timezone, now=book.clock()
+                self.message, self.owner, spec, tz=book.timezone, now=book.clock(), trust=self.trust
             )
         except TooManySchedules as exc:
             return f"Not scheduled: {exc}."

@@ -7,6 +7,11 @@ anything a person sends: stored before anything runs, answered exactly once. The
 makes an occurrence idempotent: a restart between "handed to the bus" and "next run recorded", or two
 instances firing the same due time, produce the same id and the second is dropped.
 
+An occurrence is never read as a chat command (its text may have been written by the model, which a
+prompt injection can steer), and it runs at most at the trust level its creator had when making it
+(``trust``, stored with the schedule; a row from an older release, without one, counts as ``member``)
+— and never above the creator's level now (bot/trust.py, docs/security.md).
+
 Occurrences missed while the service was down: ``schedules.missed: run_once`` (default) runs the most
 recent missed one once on start, then carries on; ``skip`` moves on to the next future time.
 """
@@ -44,6 +49,7 @@ schedules_table = Table(
     Column("next_at", Float),  # None: nothing left to run
     Column("created_at", Float, nullable=False),
     Column("cancelled_at", Float),
+    Column("trust", String(16)),  # the creator's trust level when it was made (None: an older release's)
 )
 MAX_PER_CONVERSATION = 20
 #: How often the scheduler looks even when nothing is due soon (a schedule made by another instance).
@@ -61,6 +67,7 @@ class Schedule:
     timezone: str
     next_at: float | None
     cancelled: bool
+    trust: str | None = None
 
     @property
     def what(self) -> str:
@@ -68,7 +75,21 @@ class Schedule:
 
     def occurrence(self, due: float) -> InboundMessage:
         """The message this schedule sends for the run due at ``due``."""
-        return replace(self.message, platform_message_id=f"schedule:{self.id}:{int(due)}", received_at=due)
+        return replace(
+            self.message,
+            platform_message_id=f"{OCCURRENCE_PREFIX}{self.id}:{int(due)}",
+            received_at=due,
+            scheduled=self.trust or "member",
+        )
+
+
+#: The platform message id of every scheduled occurrence starts with this (no platform's ids do).
+OCCURRENCE_PREFIX = "schedule:"
+
+
+def is_occurrence(message: InboundMessage) -> bool:
+    """A scheduled occurrence, also one an older release stored in the inbox before ``scheduled``."""
+    return message.scheduled is not None or message.platform_message_id.startswith(OCCURRENCE_PREFIX)
 
 
 def conversation_label(message: InboundMessage) -> str:
@@ -98,10 +119,18 @@ class ScheduleStore:
             timezone=data["timezone"],
             next_at=data["next_at"],
             cancelled=data["cancelled_at"] is not None,
+            trust=data["trust"],
         )
 
     async def create(
-        self, message: InboundMessage, owner: str, spec: ScheduleSpec, *, tz: str, now: float
+        self,
+        message: InboundMessage,
+        owner: str,
+        spec: ScheduleSpec,
+        *,
+        tz: str,
+        now: float,
+        trust: str = "member",
     ) -> Schedule:
         import json
 
@@ -111,7 +140,7 @@ class ScheduleStore:
             raise TooManySchedules(
                 f"this chat already has {MAX_PER_CONVERSATION} schedules; cancel one first"
             )
-        stored = replace(message, text=spec.what, files=[], mentioned=True)
+        stored = replace(message, text=spec.what, files=[], mentioned=True, scheduled=None)
         schedule = Schedule(
             id=secrets.token_hex(3),
             owner=owner,
@@ -122,6 +151,7 @@ class ScheduleStore:
             timezone=tz,
             next_at=spec.next_after(now, tz),
             cancelled=False,
+            trust=trust,
         )
         async with self.db.engine.begin() as conn:
             await conn.execute(
@@ -135,6 +165,7 @@ class ScheduleStore:
                     timezone=tz,
                     next_at=schedule.next_at,
                     created_at=now,
+                    trust=trust,
                 )
             )
         return schedule

@@ -38,6 +38,7 @@ from bot import approvals as approvals_module
 from bot import cluster as cluster_module
 from bot import inbox as inbox_module
 from bot import migrations
+from bot import pairing as pairing_module
 from bot import threads as threads_module
 from bot.approvals import ApprovalDesk
 from bot.bus import MessageBus
@@ -150,6 +151,7 @@ class Service:
             inbox_module.metadata,
             threads_module.metadata,
             approvals_module.metadata,
+            pairing_module.metadata,
             migrations.metadata,
         ]
         if self.cluster is not None:
@@ -240,6 +242,7 @@ class Service:
             identity=self.identity,
             connections=self.connections.store,
             schedules=self.schedules.book,
+            pairing=pairing_module.PairingStore(self.db),
         )
         if self.settings.sandbox.approval != "never":  # risky commands wait for /approve in their chat
             self.manager.approvals = ApprovalDesk(

@@ -18,6 +18,7 @@ from channels.reply import (
     ReplyTransport,
 )
 from channels.types import ChannelStatus, ChatCommand, InboundFile, InboundMessage, ReplyLimits
+from config.base import EVERYONE, TrustSection
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ class Channel(ABC):
         self.commands: tuple[ChatCommand, ...] = ()
         #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).
         self.admins: frozenset[str] = frozenset()
+        #: Who is a member here and what guests get (``channels.<name>.trust``; bot/trust.py decides).
+        #: A channel without a trust section of its own (the memory test channel; GitHub, whose
+        #: outsiders are judged in webhooks/ before the bus) treats everyone who reaches it as a member.
+        self.trust: TrustSection = TrustSection(members=[EVERYONE])
         #: Set by :meth:`lease_intake`: receiving waits for :meth:`start_receiving`.
         self.intake_leased = False
 
@@ -151,6 +156,11 @@ class Channel(ABC):
     def is_approver(self, message: InboundMessage) -> bool:
         """The sender may decide somebody else's approval request in this same conversation (an admin may
         in any). Default: nobody beyond the admins; GitHub: the repository's collaborators."""
+        return False
+
+    def allow_listed(self, message: InboundMessage) -> bool:
+        """The sender is named on this channel's own allow-list (``allowed_users``), which makes them a
+        member. Default: the channel has none."""
         return False
 
     def system_prompt(self, message: InboundMessage) -> str | None:

@@ -206,6 +206,7 @@ class DingTalkChannel(Channel):
             )
         super().__init__()
         self.admins = frozenset(config.admins)
+        self.trust = config.trust
         self.api = DingTalkApi(
             config.api_base_url, config.client_id, config.client_secret, config.oapi_base_url
         )
@@ -360,7 +361,7 @@ class DingTalkChannel(Channel):
             provider=self.provider,
             workspace=workspace,
             chat=chat,
-            sender=Sender(id=user),
+            sender=Sender(id=user, member=True),  # a press on our card, inside our organisation
             text=command,
             platform_message_id=f"press-{frame_id}",
             is_private=private_chat,
@@ -391,7 +392,13 @@ class DingTalkChannel(Channel):
             provider=self.provider,
             workspace=str(msg.chatbot_corp_id or msg.sender_corp_id or ""),
             chat=chat,
-            sender=Sender(id=sender_id, name=msg.sender_nick),
+            # A robot only hears its own organisation, unless the sender names another corp.
+            sender=Sender(
+                id=sender_id,
+                name=msg.sender_nick,
+                member=str(msg.sender_corp_id or msg.chatbot_corp_id or "")
+                == str(msg.chatbot_corp_id or msg.sender_corp_id or ""),
+            ),
             text=text,
             platform_message_id=str(msg.message_id),
             mentioned=kind == GROUP,

@@ -128,6 +128,7 @@ class DiscordChannel(Channel):
             )
         super().__init__()
         self.admins = frozenset(config.admins)
+        self.trust = config.trust
         self.config = config
         self.settings = settings
         self._client: _Client | None = None
@@ -441,7 +442,10 @@ class DiscordChannel(Channel):
             chat=chat,
             topic=topic,
             sender=Sender(
-                id=str(message.author.id), name=message.author.display_name, is_bot=message.author.bot
+                id=str(message.author.id),
+                name=message.author.display_name,
+                is_bot=message.author.bot,
+                member=self.vouches_for_guild(workspace if guild_id is not None else None),
             ),
             text=text,
             platform_message_id=str(message.id),
@@ -536,6 +540,11 @@ class DiscordChannel(Channel):
     # --- policy ----------------------------------------------------------------------------------
     def _guild_allowed(self, workspace: str) -> bool:
         return not self.config.allowed_guilds or workspace in self.config.allowed_guilds
+
+    def vouches_for_guild(self, guild: str | None) -> bool:
+        """A member of a server the operator listed in ``allowed_guilds`` counts as a workspace member;
+        with no list (any server may add the bot, many are public) nobody does, and DMs never."""
+        return guild is not None and guild in self.config.allowed_guilds
 
     def is_allowed(self, message: InboundMessage) -> bool:
         """DMs always; server messages only from ``allowed_guilds`` (empty = every server)."""

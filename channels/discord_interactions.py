@@ -457,7 +457,14 @@ class Interactions:
             workspace=workspace,
             chat=chat,
             topic=topic,
-            sender=Sender(id=str(user.id), name=user.display_name, is_bot=user.bot),
+            sender=Sender(
+                id=str(user.id),
+                name=user.display_name,
+                is_bot=user.bot,
+                member=self.channel.vouches_for_guild(
+                    workspace if interaction.guild_id is not None else None
+                ),
+            ),
             text=text,
             platform_message_id=str(interaction.id),
             mentioned=True,

@@ -194,6 +194,7 @@ class FeishuChannel(Channel):
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
         self.admins = frozenset(config.admins)
+        self.trust = config.trust
         self.config = config
         self.settings = settings
         self.api = LarkApi(config.app_id, config.app_secret, config.domain)
@@ -385,7 +386,13 @@ class FeishuChannel(Channel):
             workspace=workspace,
             chat=message.chat_id,
             topic=topic,
-            sender=Sender(id=sender_open_id, name=None, is_bot=False),
+            # Someone from another tenant (an external chat) names their own tenant_key: not a member.
+            sender=Sender(
+                id=sender_open_id,
+                name=None,
+                is_bot=False,
+                member=(getattr(sender, "tenant_key", None) or workspace) == workspace,
+            ),
             text=parsed.text,
             platform_message_id=message.message_id,
             mentioned=mentioned,
@@ -427,7 +434,12 @@ class FeishuChannel(Channel):
             workspace=workspace,
             chat=chat_id,
             topic=None if private else (str(value.get("topic") or "") or None),
-            sender=Sender(id=open_id, name=None, is_bot=False),
+            sender=Sender(
+                id=open_id,
+                name=None,
+                is_bot=False,
+                member=(getattr(operator, "tenant_key", None) or workspace) == workspace,
+            ),
             text=value["command"],
             platform_message_id=event_id,
             mentioned=True,
@@ -442,6 +454,9 @@ class FeishuChannel(Channel):
 
     def is_allowed(self, message: InboundMessage) -> bool:
         return not self.config.allowed_users or message.sender.id in self.config.allowed_users
+
+    def allow_listed(self, message: InboundMessage) -> bool:
+        return message.sender.id in self.config.allowed_users
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         message_id, _, rest = file.ref.partition(":")

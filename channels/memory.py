@@ -17,6 +17,7 @@ from channels.base import Channel, InboundSink
 from channels.errors import ChannelError
 from channels.reply import ReplyTransport
 from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
+from config.base import TrustSection
 
 
 @dataclass(slots=True)
@@ -91,6 +92,7 @@ class MemoryChannel(Channel):
         limits: ReplyLimits | None = None,
         allowed_users: Sequence[str] = (),
         admins: Sequence[str] = (),
+        trust: TrustSection | None = None,
     ) -> None:
         self.provider = provider  # type: ignore[misc]
         if limits is not None:
@@ -98,6 +100,8 @@ class MemoryChannel(Channel):
         super().__init__()
         self.allowed_users = set(allowed_users)
         self.admins = frozenset(admins)
+        if trust is not None:  # default (the base's): everyone who talks to it is a member
+            self.trust = trust
         self.messages: dict[str, VisibleMessage] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.sent_files: list[Path] = []
@@ -122,6 +126,9 @@ class MemoryChannel(Channel):
 
     def is_allowed(self, message: InboundMessage) -> bool:
         return not self.allowed_users or message.sender.id in self.allowed_users
+
+    def allow_listed(self, message: InboundMessage) -> bool:
+        return message.sender.id in self.allowed_users
 
     async def _download(self, file: InboundFile, max_bytes: int) -> bytes:
         try:

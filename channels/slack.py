@@ -93,6 +93,7 @@ class SlackChannel(Channel):
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
         self.admins = frozenset(config.admins)
+        self.trust = config.trust
         self.config = config
         self.settings = settings
         self.allowed_users = set(config.allowed_users)
@@ -267,7 +268,12 @@ class SlackChannel(Channel):
             workspace=str(command.get("team_id") or self.team_id or ""),
             chat=channel,
             topic=None,
-            sender=Sender(id=user, name=command.get("user_name")),
+            # The payload names the invoking user's workspace: ours, unless a Slack Connect guest's.
+            sender=Sender(
+                id=user,
+                name=command.get("user_name"),
+                member=not self.team_id or str(command.get("team_id") or self.team_id) == self.team_id,
+            ),
             text=text,
             platform_message_id=f"cmd-{command.get('trigger_id') or text}",
             mentioned=True,
@@ -324,7 +330,12 @@ class SlackChannel(Channel):
             workspace=str(team.get("id") or user.get("team_id") or self.team_id or ""),
             chat=channel,
             topic=str(topic) if topic else None,
-            sender=Sender(id=str(user["id"]), name=user.get("name") or user.get("username")),
+            sender=Sender(
+                id=str(user["id"]),
+                name=user.get("name") or user.get("username"),
+                member=str(user.get("team_id") or team.get("id") or "")
+                == str(team.get("id") or self.team_id or ""),
+            ),
             text=command,
             platform_message_id=f"press-{press_id}",
             is_private=private,
@@ -376,12 +387,18 @@ class SlackChannel(Channel):
         # In a channel every mention starts (or continues) a thread; a DM is one conversation.
         topic = thread_ts if private else (thread_ts or ts)
         profile = event.get("user_profile") or {}
+        team = str(body.get("team_id") or event.get("team") or self.team_id or "")
         return InboundMessage(
             provider=self.provider,
-            workspace=str(body.get("team_id") or event.get("team") or self.team_id or ""),
+            workspace=team,
             chat=str(channel),
             topic=str(topic) if topic else None,
-            sender=Sender(id=str(user), name=profile.get("display_name") or profile.get("real_name")),
+            sender=Sender(
+                id=str(user),
+                name=profile.get("display_name") or profile.get("real_name"),
+                # A Slack Connect guest's events name their own team in user_team: not one of ours.
+                member=str(event.get("user_team") or team) == team,
+            ),
             text=self._strip_mention(str(event.get("text") or "")),
             platform_message_id=str(event.get("client_msg_id") or ts),
             mentioned=mentioned,
@@ -410,6 +427,9 @@ class SlackChannel(Channel):
     # --- policy and replies ----------------------------------------------------------------------
     def is_allowed(self, message: InboundMessage) -> bool:
         return not self.allowed_users or message.sender.id in self.allowed_users
+
+    def allow_listed(self, message: InboundMessage) -> bool:
+        return message.sender.id in self.allowed_users
 
     def shared_budgets(self, message: InboundMessage, kind: CallKind) -> tuple[RateBudget, ...]:
         """Edits (chat.update) also draw on the workspace's bucket; posts are paced per channel only."""

@@ -97,6 +97,7 @@ class TelegramChannel(Channel):
         self.limits = ReplyLimits(text_limit=TEXT_LIMIT, min_edit_interval=config.edit_interval_seconds)  # type: ignore[misc]
         super().__init__()
         self.admins = frozenset(config.admins)
+        self.trust = config.trust
         # Long polling runs once per bot token (a second getUpdates gets 409); a webhook reaches anyone.
         self.receives_exclusively = config.mode == "polling"
         # Every chat (private or group) is paced by the base class's per-chat budget (about 1 call/s);
@@ -500,8 +501,10 @@ class TelegramChannel(Channel):
         return ReplyStream(transport, pacing, self.limits, resume_ref=resume_ref, provider=self.provider)
 
     def is_allowed(self, message: InboundMessage) -> bool:
-        if not self._allowed:
-            return True
+        return not self._allowed or self.allow_listed(message)
+
+    def allow_listed(self, message: InboundMessage) -> bool:
+        """Named in ``allowed_users`` by id or @username (a member, docs/security.md)."""
         username = _normalise_user(str(message.context.get("username") or ""))
         return message.sender.id in self._allowed or (bool(username) and username in self._allowed)
 

@@ -115,6 +115,10 @@ class TerminalChannel(Channel):
     async def stop(self) -> None:
         self.status.set("stopped")
 
+    def is_admin(self, message: InboundMessage) -> bool:
+        """Whoever types at ``switchboard chat`` runs the service: the operator, an admin."""
+        return True
+
     def reply_transport(self, message: InboundMessage) -> ReplyTransport:
         return TerminalTransport(self, message)
 

@@ -23,6 +23,10 @@ class Sender:
     id: str
     name: str | None = None
     is_bot: bool = False
+    #: The platform vouches that the sender belongs to the workspace the bot is installed in (a Slack team
+    #: member rather than a Slack Connect guest, a user of the Feishu tenant or DingTalk organisation, a
+    #: member of an allowed Discord server). A fact for the trust policy (docs/security.md), nothing more.
+    member: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,9 @@ class InboundMessage:
     received_at: float = field(default_factory=time.time)
     pressed: str | None = None
     trust: Trust | None = None
+    #: Set only by the scheduler on a scheduled occurrence: the trust level its creator had when making
+    #: it. Such a message is never read as a chat command and never runs above that level.
+    scheduled: str | None = None
 
     @property
     def conversation_key(self) -> tuple[str, str, str, str]:
@@ -107,7 +114,12 @@ class InboundMessage:
             "provider": self.provider,
             "workspace": self.workspace,
             "chat": self.chat,
-            "sender": {"id": self.sender.id, "name": self.sender.name, "is_bot": self.sender.is_bot},
+            "sender": {
+                "id": self.sender.id,
+                "name": self.sender.name,
+                "is_bot": self.sender.is_bot,
+                "member": self.sender.member,
+            },
             "text": self.text,
             "platform_message_id": self.platform_message_id,
             "topic": self.topic,
@@ -119,6 +131,7 @@ class InboundMessage:
             "received_at": self.received_at,
             "pressed": self.pressed,
             "trust": self.trust,
+            "scheduled": self.scheduled,
         }
 
     @classmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -58,3 +58,36 @@ class ChannelSection(Section):
     def required_secrets(self) -> dict[str, str | None]:
         """Map of key name → value that must be non-empty when the channel is enabled."""
         return {}
+
+
+#: Everyone who reaches the bot counts as a member (``trust.members: ["*"]``).
+EVERYONE = "*"
+
+
+class TrustSection(Section):
+    """``channels.<name>.trust``: who is a member here and what a guest gets (docs/security.md).
+
+    Admins are the channel's ``admins``. Members are the ids listed here (or ``"*"``: everyone who
+    reaches the bot), the channel's allow-list, connected accounts, senders an admin paired, and — when
+    ``workspace_members`` says so — people the platform vouches for as belonging to the workspace the bot
+    is installed in. Everybody else is a guest. The defaults are the safe ones: a stranger's private
+    message gets a pairing request, a stranger in a group gets answers without tools or credentials.
+    """
+
+    #: Platform user ids who are members here (``"*"``: everyone who can reach the bot).
+    members: list[str] = []
+    #: Whether a sender the platform reports as a member of the bot's workspace (a Slack team member,
+    #: a Feishu tenant or DingTalk organisation user, a member of a Discord server in ``allowed_guilds``)
+    #: is a member here, or only a guest.
+    workspace_members: Literal["member", "guest"] = "member"
+    #: What a guest gets in a private chat: ``pair`` (a pairing code an admin approves with
+    #: ``/pair CODE``), ``chat_only`` (answers, no tools that act, no credentials) or ``ignore`` (nothing).
+    guests: Literal["ignore", "chat_only", "pair"] = "pair"
+    #: What a guest gets in a group (no pairing there: a code in a group is no secret).
+    group_guests: Literal["ignore", "chat_only"] = "chat_only"
+
+
+class ChatChannelSection(ChannelSection):
+    """A chat platform's section: the common keys plus its ``trust`` policy."""
+
+    trust: TrustSection = Field(default_factory=TrustSection)

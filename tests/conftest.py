@@ -26,6 +26,14 @@ def llm() -> Iterator[FakeOpenAI]:
         yield server  # type: ignore[misc]
 
 
+#: The chat platforms' test users are members, said explicitly: the scenarios written before trust levels
+#: talk to the bot from arbitrary user ids and expect answers. Guests (the default for a stranger's private
+#: message on Telegram and Discord) are exercised by tests/channels/telegram/test_trust.py, which sets
+#: its own ``trust``.
+TEST_TRUST: dict[str, object] = {"members": ["*"]}
+CHAT_CHANNELS = ("telegram", "slack", "discord", "feishu", "dingtalk")
+
+
 def make_settings(tmp_path: Path, llm: FakeOpenAI | None = None, **overrides: object) -> Settings:
     base: dict[str, object] = {
         "data_dir": str(tmp_path / "data"),
@@ -48,6 +56,14 @@ def make_settings(tmp_path: Path, llm: FakeOpenAI | None = None, **overrides: ob
         "memory": {"enabled": False, "debounce_seconds": 0},
     }
     base.update(overrides)
+    channels = base.get("channels")
+    if isinstance(channels, dict):
+        base["channels"] = {
+            name: {"trust": TEST_TRUST, **section}
+            if name in CHAT_CHANNELS and isinstance(section, dict)
+            else section
+            for name, section in channels.items()
+        }
     return load_settings(overrides=base, env={})
 
 

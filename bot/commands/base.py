@@ -19,6 +19,7 @@ from channels.types import InboundMessage
 from connections import ConnectionStore
 
 if TYPE_CHECKING:  # the agent's types, not its LangChain imports: `serve` loads those in the background
+    from agent.events import TrustLevel
     from agent.goals import GoalKeeper
     from agent.memory import MemoryService
     from bot.manager import ChannelManager
@@ -54,6 +55,8 @@ class CommandContext:
     replies: list[str] = field(default_factory=list)
     #: Answer only the person who asked, where the platform can (see :attr:`Command.private`).
     private: bool = False
+    #: The sender's trust level (bot/trust.py); a turn the command starts runs at it.
+    trust: TrustLevel = "guest"
 
     @property
     def connections(self) -> ConnectionStore | None:
@@ -92,6 +95,7 @@ class CommandContext:
             hidden=hidden,
             system_prompt=system_prompt,
             entry_id=self.entry_id,
+            trust=self.trust,
         )
         self.entry_id = None  # the turn now owns completing the inbox entry
 
@@ -111,3 +115,5 @@ class Command:
     #: The answer is about the person who asked (their usage, their memory): where the platform can show
     #: a message to one person only (Slack and Discord ephemeral answers), only they see it.
     private: bool = False
+    #: A guest (docs/security.md) may use it too. Off by default: a new command is for members.
+    guests: bool = False

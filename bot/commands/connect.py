@@ -78,4 +78,5 @@ COMMAND = Command(
     handler=connect,
     aliases=("start",),
     before_gate=True,
+    guests=True,
 )

@@ -20,4 +20,4 @@ async def show_help(ctx: CommandContext) -> None:
     await ctx.reply("\n".join(lines))
 
 
-COMMAND = Command(name="help", help="list the commands", handler=show_help)
+COMMAND = Command(name="help", help="list the commands", handler=show_help, guests=True)

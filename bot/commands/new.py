@@ -14,4 +14,5 @@ COMMAND = Command(
     name="new",
     help="start a fresh conversation (the assistant forgets this chat's history)",
     handler=new_thread,
+    guests=True,
 )

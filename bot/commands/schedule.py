@@ -16,7 +16,7 @@ async def schedule(ctx: CommandContext) -> None:
     if ctx.schedules is None:
         await ctx.reply("Scheduled tasks are not available on this bot.")
         return
-    desk = ScheduleDesk(ctx.schedules, ctx.message, ctx.identity.owner)
+    desk = ScheduleDesk(ctx.schedules, ctx.message, ctx.identity.owner, ctx.trust)
     args = ctx.args.strip()
     word, _, rest = args.partition(" ")
     if not args or word.lower() == "help":

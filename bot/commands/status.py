@@ -28,5 +28,6 @@ COMMAND = Command(
     name="status",
     help="show this conversation's thread, model, run state, token usage and goal",
     handler=show_status,
+    guests=True,
     private=True,
 )

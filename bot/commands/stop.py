@@ -33,4 +33,4 @@ async def stop(ctx: CommandContext) -> None:
     await ctx.reply(ANSWERS[result])
 
 
-COMMAND = Command(name="stop", help="stop the reply in progress", handler=stop)
+COMMAND = Command(name="stop", help="stop the reply in progress", handler=stop, guests=True)

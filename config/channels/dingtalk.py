@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection, from_env
+from config.base import ChatChannelSection, from_env
 
 
-class DingTalkConfig(ChannelSection):
+class DingTalkConfig(ChatChannelSection):
     """DingTalk (钉钉) robot in Stream mode. See docs/channels/dingtalk.md.
 
     ``card_template_id`` switches replies from final-only markdown (via the message's session webhook)

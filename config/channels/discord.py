@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection, from_env
+from config.base import ChatChannelSection, from_env
 
 
-class DiscordConfig(ChannelSection):
+class DiscordConfig(ChatChannelSection):
     """``channels.discord``. ``api_base_url``/``gateway_url`` exist so tests (or a proxy) can stand in
     for Discord; discord.py keeps both as process-wide globals, so one process talks to one API base."""
 

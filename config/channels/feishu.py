@@ -6,13 +6,13 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from config.base import ChannelSection, from_env
+from config.base import ChatChannelSection, from_env
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
 
 
-class FeishuConfig(ChannelSection):
+class FeishuConfig(ChatChannelSection):
     #: The app's credentials from the developer console (``cli_…`` and its secret).
     app_id: str | None = from_env("FEISHU_APP_ID")
     app_secret: str | None = from_env("FEISHU_APP_SECRET")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from config.base import ChannelSection, from_env
+from config.base import ChatChannelSection, from_env
 
 
-class SlackConfig(ChannelSection):
+class SlackConfig(ChatChannelSection):
     #: Bot User OAuth token (``xoxb-…``): Web API calls and private file downloads.
     bot_token: str | None = from_env("SLACK_BOT_TOKEN")
     #: App-level token (``xapp-…``, scope ``connections:write``): opens the Socket Mode connection.

@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from config.base import ChannelSection, from_env
+from config.base import ChatChannelSection, from_env
 
 #: setWebhook's ``secret_token``: 1-256 characters, only A-Z, a-z, 0-9, ``_`` and ``-`` (Bot API).
 WEBHOOK_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
-class TelegramConfig(ChannelSection):
+class TelegramConfig(ChatChannelSection):
     #: The token @BotFather gives you (``123456:ABC…``). Secret: never logged.
     bot_token: str | None = from_env("TELEGRAM_BOT_TOKEN")
     #: The bot's @username without the ``@``. Optional: it is read from ``getMe`` at start; when set,

@@ -718,6 +718,7 @@ class FakeSlack(ThreadedServer):
         channel_type: str,
         thread_ts: str | None,
         files: list[dict[str, Any]] | None,
+        user_team: str | None = None,
     ) -> dict[str, Any]:
         ts = self._next_ts()
         with self._lock:
@@ -735,6 +736,9 @@ class FakeSlack(ThreadedServer):
         }
         if event_type == "message":
             event["channel_type"] = channel_type
+        if user_team is not None:  # Slack Connect: a person of another organisation, in a shared channel
+            event["user_team"] = user_team
+            event["source_team"] = user_team
         if thread_ts:
             event["thread_ts"] = thread_ts
         if files:
@@ -767,12 +771,22 @@ class FakeSlack(ThreadedServer):
         *,
         thread_ts: str | None = None,
         files: list[dict[str, Any]] | None = None,
+        user_team: str | None = None,
     ) -> dict[str, Any]:
-        """A person mentions the bot in a channel (``app_mention``; the text gets ``<@BOT>`` in front)."""
+        """A person mentions the bot in a channel (``app_mention``; the text gets ``<@BOT>`` in front).
+
+        ``user_team``: the person's own team, when it is not the bot's (Slack Connect)."""
         if f"<@{self.bot_user_id}>" not in text:
             text = f"<@{self.bot_user_id}> {text}"
         event = self._user_event(
-            "app_mention", channel, user, text, channel_type="channel", thread_ts=thread_ts, files=files
+            "app_mention",
+            channel,
+            user,
+            text,
+            channel_type="channel",
+            thread_ts=thread_ts,
+            files=files,
+            user_team=user_team,
         )
         return self.send_event(event)
 

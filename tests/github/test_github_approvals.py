@@ -107,7 +107,7 @@ async def test_a_bare_deny_comment_refuses_and_a_chatting_guests_approve_is_refu
             ),
         )
         assert guest.json()["dispatch"]["trust"][0]["level"] == "guest"
-        await github.wait_for(lambda: any("guests can't decide" in t for t in history(github)))
+        await github.wait_for(lambda: any("/approve is only for members" in t for t in history(github)))
         assert (workspace / "build" / "out").exists()
 
         await sb.deliver(

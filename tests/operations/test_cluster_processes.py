@@ -259,6 +259,7 @@ def write_telegram_config(
                 "poll_timeout_seconds": 1,
                 "edit_interval_seconds": 0.1,
                 "private_drafts": False,  # the reply is one message edited in place
+                "trust": {"members": ["*"]},  # the test's users are members
                 **(telegram or {}),
             }
         },

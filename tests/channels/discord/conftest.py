@@ -15,6 +15,7 @@ import pytest
 from channels.discord import DiscordChannel
 from config.channels.discord import DiscordConfig
 from config.schema import Settings
+from tests.conftest import TEST_TRUST
 from tests.fakes.discord import FakeDiscord, FakeMessage
 from tests.harness import Harness
 
@@ -38,6 +39,7 @@ def discord_config(fake: FakeDiscord, **overrides: Any) -> DiscordConfig:
         "guild_ready_timeout": 0.05,
         "edit_interval_seconds": 0.25,  # Discord's pace is 1 s; a quarter keeps the suite quick
         "connect_timeout": 20,
+        "trust": TEST_TRUST,  # test users are members (see tests/conftest.py)
     }
     values.update(overrides)
     return DiscordConfig(**values)

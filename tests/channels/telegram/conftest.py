@@ -16,7 +16,7 @@ import pytest
 from channels.telegram import TelegramChannel
 from config.channels.telegram import TelegramConfig
 from config.schema import Settings
-from tests.conftest import make_settings
+from tests.conftest import TEST_TRUST, make_settings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
@@ -44,6 +44,7 @@ def telegram_config(fake: FakeTelegram, **overrides: Any) -> TelegramConfig:
         # The scenarios written for the edit path keep it in private chats too; test_native.py turns
         # drafts on (the production default).
         "private_drafts": False,
+        "trust": TEST_TRUST,  # test users are members (test_trust.py sets its own)
     }
     values.update(overrides)
     return TelegramConfig(**values)
