@@ -31,10 +31,20 @@ import tempfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
+from secrets import token_hex
 
+from agent.egress import (
+    EgressPolicy,
+    EgressProxy,
+    egress_mounts,
+    proxy_environment,
+    relay_argv,
+    relay_interpreter,
+)
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from agent.sandbox import (
     WRITABLE_AREAS,
+    CommandResult,
     LocalSandbox,
     Sandbox,
     SandboxProvider,
@@ -102,9 +112,13 @@ class BwrapSandbox(LocalSandbox):
         )
         self.provider = provider
         self.identity = provider.identity(paths)
+        #: The egress proxy of this turn, started by the first command that runs (network: true only).
+        self.egress: EgressProxy | None = None
+        self._egress_lock = asyncio.Lock()
 
     def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
-        env = dict(self.base_env)
+        # The host's proxy settings (*_proxy) lead nowhere from the sandbox's own network namespace.
+        env = {name: value for name, value in self.base_env.items() if not name.lower().endswith("_proxy")}
         workspace = f"{VIRTUAL_ROOT}/workspace"
         env.update(
             HOME=workspace,
@@ -115,6 +129,8 @@ class BwrapSandbox(LocalSandbox):
             PATH=SANDBOX_PATH,
             USER_DATA=VIRTUAL_ROOT,
         )
+        if self.egress is not None:
+            env.update(proxy_environment())  # after the service's own: its proxy settings mean nothing here
         env.update(secrets)  # injected for this run only; never stored
         return env
 
@@ -123,10 +139,35 @@ class BwrapSandbox(LocalSandbox):
         args = self.provider.bwrap_args(self.root, self.identity)
         if self.skills is not None:
             args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
+        if self.egress is not None:
+            args += [*egress_mounts(self.egress.path), *self.provider.relay_mounts]
         return [*args, *self._shell(command)]
+
+    async def run(
+        self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
+    ) -> CommandResult:
+        """Run the command; the result also says which connections the egress proxy refused meanwhile."""
+        if self.provider.config.network:
+            async with self._egress_lock:
+                if self.egress is None:
+                    self.egress = await self.provider.open_egress(self.paths, self.identity)
+        mark = len(self.egress.refusals) if self.egress is not None else 0
+        result = await super().run(command, secrets=secrets, time_limit=time_limit, max_output=max_output)
+        if self.egress is not None and (notes := self.egress.notes_since(mark)):
+            result.output = result.output.rstrip("\n") + "\n" + "\n".join(notes)
+        return result
+
+    async def release(self) -> None:
+        await super().release()
+        if self.egress is not None:
+            await self.egress.close()
+            self.egress = None
 
     def _shell(self, command: str) -> list[str]:
         shell = ["/bin/bash", "-c", limits_prefix(self.limits), "bash", command]
+        if self.egress is not None:
+            # The relay binds 127.0.0.1:3128, then execs the shell (agent/egress_relay.py).
+            shell = [*relay_argv(self.provider.relay_python), *shell]
         if not self.provider.as_root:
             return shell
         # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
@@ -195,6 +236,10 @@ class BwrapSandboxProvider(SandboxProvider):
         self._etc.chmod(0o755)
         (self._etc / "hostname").write_text("sandbox\n")
         self._system = system_mounts()
+        #: The egress proxies' sockets; 0700, only the service enters (each socket is bound in alone).
+        self._runtime = Path(tempfile.mkdtemp(prefix="switchboard-egress-"))
+        self.policy = EgressPolicy(config.egress)
+        self.relay_python, self.relay_mounts = relay_interpreter()
 
     def identity(self, paths: ThreadPaths) -> int:
         """The uid (and gid) a thread's commands run as: its own when the service is root."""
@@ -227,8 +272,9 @@ class BwrapSandboxProvider(SandboxProvider):
             "--hostname",
             "sandbox",
         ]
-        if not self.config.network:
-            args.append("--unshare-net")
+        # Always a network namespace of its own: nothing of the host's network (its loopback services,
+        # abstract unix sockets, 169.254.169.254) is in there. Egress goes through the proxy's socket.
+        args.append("--unshare-net")
         if not self.as_root:
             args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         args += self._system
@@ -271,7 +317,10 @@ class BwrapSandboxProvider(SandboxProvider):
             if self.as_root:
                 await asyncio.to_thread(_adopt_tree, paths, self.identity(paths))
             sandbox = BwrapSandbox(paths, self)
-            result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
+            try:
+                result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
+            finally:
+                await sandbox.release()
         if result.exit_code != 0 or result.output.strip() != "ok":
             detail = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
             raise SandboxUnavailable(
@@ -279,6 +328,13 @@ class BwrapSandboxProvider(SandboxProvider):
                 "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1) — "
                 f"or {INSTALL_HINT.split(' or ', 1)[1]}"
             )
+
+    async def open_egress(self, paths: ThreadPaths, uid: int) -> EgressProxy:
+        """A listening egress proxy for one sandbox turn; its socket belongs to the command's user."""
+        path = self._runtime / f"{token_hex(8)}.sock"
+        proxy = EgressProxy(self.policy, path, label=paths.thread_id, owner=uid if self.as_root else None)
+        await proxy.start()
+        return proxy
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         if self.as_root:
@@ -289,7 +345,11 @@ class BwrapSandboxProvider(SandboxProvider):
 
     def guide(self) -> str:
         network = (
-            "It has network access (pip, curl and git work)."
+            "It reaches the internet only through an HTTP proxy that is already set in its environment"
+            " (HTTP_PROXY/HTTPS_PROXY, which pip, curl and git use); connections that bypass the proxy find"
+            " nothing. Nothing of this server (its local services, localhost ports) or of private networks"
+            " is reachable from it: the proxy refuses such addresses, and the result says so."
+            " localhost inside the sandbox is its own, for servers your command starts itself."
             if self.config.network
             else "It has no network access at all."
         )
@@ -305,6 +365,7 @@ class BwrapSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await asyncio.to_thread(shutil.rmtree, self._etc, True)
+        await asyncio.to_thread(shutil.rmtree, self._runtime, True)
 
 
 async def check_bwrap(config: SandboxConfig) -> None:
