@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
 import logging
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -49,6 +52,9 @@ PRIVATE_REASON = (
     "ask an operator to add it to sandbox.egress.allow_hosts"
 )
 DENIED_REASON = "the operator blocked this destination (sandbox.egress.deny_hosts)"
+#: ioctl on a namespace file: the user namespace that owns it (linux/nsfs.h).
+NS_GET_USERNS = 0xB701
+HOLDER_START_SECONDS = 30.0
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
@@ -330,3 +336,99 @@ def egress_mounts(socket_path: Path) -> list[str]:
         str(RELAY_SCRIPT),
         RELAY_IN_SANDBOX,
     ]
+
+
+class HolderFailed(Exception):
+    """The turn's network namespace could not be set up; the message says what bubblewrap reported."""
+
+
+def _read_info(fd: int) -> dict[str, int]:
+    """bubblewrap's ``--info-fd`` JSON (``child-pid`` …), read until complete or the writer is gone."""
+    data = b""
+    while not data.rstrip().endswith(b"}"):
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        info = json.loads(data)
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+class NetworkHolder:
+    """Keeps one private network namespace alive for a turn, with the relay listening inside it.
+
+    Starting the relay (a Python interpreter) costs more than a whole bubblewrap sandbox, so it runs
+    once per turn in this holder — its own bubblewrap with ``--unshare-net`` and nothing but the system
+    directories, the relay and the proxy's socket — and every command of the turn joins the holder's
+    network namespace with ``nsenter`` (a few ms) instead of starting a relay of its own. The commands
+    see nothing else of the holder: their PID, mount, IPC and user namespaces are their own.
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process, fds: tuple[int, ...], prefix: list[str]) -> None:
+        self.process = process
+        #: Open namespace files, passed to each command's ``nsenter`` as ``/proc/self/fd/N``.
+        self.fds = fds
+        #: What goes in front of a command's ``bwrap`` to put it into this namespace.
+        self.prefix = prefix
+
+    @classmethod
+    async def start(cls, argv: list[str], *, nsenter: str, join_userns: bool) -> NetworkHolder:
+        """Start the holder ``argv`` (bwrap … relay, hold mode) and open its network namespace.
+
+        ``join_userns``: the service is not root, so the namespace belongs to the holder's user
+        namespace, and a command must enter that first (as its owner, the service may).
+        """
+        read_fd, write_fd = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                argv[0],
+                "--info-fd",
+                str(write_fd),
+                *argv[1:],
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        fds: list[int] = []
+        try:
+            info = await asyncio.wait_for(asyncio.to_thread(_read_info, read_fd), HOLDER_START_SECONDS)
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), HOLDER_START_SECONDS)
+            if line != b"ready\n" or "child-pid" not in info:
+                rest = await asyncio.wait_for(process.stdout.read(4000), 5)
+                said = (line + rest).decode(errors="replace").strip().splitlines()
+                raise HolderFailed(said[-1] if said else "the relay did not start")
+            fds.append(os.open(f"/proc/{info['child-pid']}/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+            if join_userns:
+                fds.append(fcntl.ioctl(fds[0], NS_GET_USERNS))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            await _end(process)
+            raise
+        finally:
+            os.close(read_fd)
+        prefix = [nsenter, f"--net=/proc/self/fd/{fds[0]}"]
+        if join_userns:
+            prefix = [nsenter, f"--user=/proc/self/fd/{fds[1]}", "--preserve-credentials", prefix[1]]
+        return cls(process, tuple(fds), prefix)
+
+    async def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = ()
+        await _end(self.process)
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await process.wait()

@@ -2,17 +2,19 @@
 
 Run by the host's own Python inside bubblewrap (never imported by the service)::
 
-    python -I -S -B egress_relay.py PORT SOCKET COMMAND [ARG…]
+    python -I -S -B egress_relay.py PORT SOCKET               # hold: say "ready", relay until stdin closes
+    python -I -S -B egress_relay.py PORT SOCKET COMMAND [ARG…]  # relay for COMMAND, which it becomes
 
-The sandbox has a network namespace of its own, so the only way out is the unix socket that the service
+A sandbox has a network namespace of its own, so the only way out is the unix socket that the service
 bound in; tools such as ``pip``, ``curl`` and ``git`` only speak to a proxy over TCP, hence this relay.
-It binds its port *first*, then forks: the child relays, the parent ``exec``s the command. So the port
-is listening before the command's first instruction (no race, no polling), and the command keeps this
-process's pid, exit status and signals exactly as if it had been started directly. The relay needs no
-trust: it only forwards bytes to the proxy, which decides about every connection.
+It binds its port *first*, then forks: the child relays. The parent either reports ``ready`` and waits
+for its stdin to close (the ``bash`` sandbox: one holder per turn, whose namespace each command joins),
+or ``exec``s the command (an MCP server: the port is listening before its first instruction, and it
+keeps this process's pid, exit status and signals). The relay needs no trust: it only forwards bytes
+to the proxy, which decides about every connection.
 
-Only ``_socket`` is imported before the ``exec`` — the public ``socket`` module costs ~10 ms to import,
-and everything before the ``exec`` delays every command. The relay imports what it needs after the fork.
+Only ``_socket`` is imported before the port listens — the public ``socket`` module costs ~10 ms to
+import. The relay imports what it needs after the fork.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def main() -> None:
         finally:
             os._exit(0)
     listener.close()
+    if not command:
+        os.write(1, b"ready\n")
+        while os.read(0, 4096):
+            pass
+        return
     # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: put both back,
     # or `yes | head` would complain and a file past the size limit would not stop the command.
     for number in (_signal.SIGPIPE, _signal.SIGXFSZ):

@@ -366,6 +366,10 @@ class LocalSandbox(Sandbox):
         # No process-count limit here: on the host it would count every process of the service's user.
         return ["/bin/bash", "-c", limits_prefix(self.limits, processes=False), "bash", script]
 
+    def _pass_fds(self) -> tuple[int, ...]:
+        """Hook: file descriptors the command's launcher needs (a namespace to join, in bwrap mode)."""
+        return ()
+
     def _to_virtual(self, text: str) -> str:
         text = text.replace(str(self.root), VIRTUAL_ROOT)
         return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
@@ -378,7 +382,9 @@ class LocalSandbox(Sandbox):
         masker = SecretMasker.of(secrets)
         # Keep a little extra so a secret straddling the cut is masked whole before cutting.
         collector = _BoundedCollector(max_output + masker.longest)
-        process, exited = await spawn(self._argv(command), env=self._environment(secrets), cwd=workspace)
+        process, exited = await spawn(
+            self._argv(command), env=self._environment(secrets), cwd=workspace, pass_fds=self._pass_fds()
+        )
         self._live.add(process.pid)
         assert process.stdout is not None
         reader = asyncio.create_task(collector.drain(process.stdout))

@@ -36,6 +36,8 @@ from secrets import token_hex
 from agent.egress import (
     EgressPolicy,
     EgressProxy,
+    HolderFailed,
+    NetworkHolder,
     egress_mounts,
     proxy_environment,
     relay_argv,
@@ -47,6 +49,7 @@ from agent.sandbox import (
     CommandResult,
     LocalSandbox,
     Sandbox,
+    SandboxError,
     SandboxProvider,
     SandboxUnavailable,
     file_tree_guide,
@@ -112,8 +115,10 @@ class BwrapSandbox(LocalSandbox):
         )
         self.provider = provider
         self.identity = provider.identity(paths)
-        #: The egress proxy of this turn, started by the first command that runs (network: true only).
+        #: This turn's egress proxy and the holder of its network namespace, started by the first
+        #: command that runs (network: true only) and ended with the turn.
         self.egress: EgressProxy | None = None
+        self.holder: NetworkHolder | None = None
         self._egress_lock = asyncio.Lock()
 
     def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -136,12 +141,16 @@ class BwrapSandbox(LocalSandbox):
 
     def _argv(self, command: str) -> list[str]:
         # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
-        args = self.provider.bwrap_args(self.root, self.identity)
+        if self.holder is None:
+            args = self.provider.bwrap_args(self.root, self.identity)
+        else:  # into the turn's private network namespace, where the relay listens
+            args = [*self.holder.prefix, *self.provider.bwrap_args(self.root, self.identity, own_net=False)]
         if self.skills is not None:
             args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
-        if self.egress is not None:
-            args += [*egress_mounts(self.egress.path), *self.provider.relay_mounts]
         return [*args, *self._shell(command)]
+
+    def _pass_fds(self) -> tuple[int, ...]:
+        return self.holder.fds if self.holder is not None else ()
 
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
@@ -150,7 +159,7 @@ class BwrapSandbox(LocalSandbox):
         if self.provider.config.network:
             async with self._egress_lock:
                 if self.egress is None:
-                    self.egress = await self.provider.open_egress(self.paths, self.identity)
+                    self.egress, self.holder = await self.provider.open_network(self.paths, self.identity)
         mark = len(self.egress.refusals) if self.egress is not None else 0
         result = await super().run(command, secrets=secrets, time_limit=time_limit, max_output=max_output)
         if self.egress is not None and (notes := self.egress.notes_since(mark)):
@@ -159,30 +168,34 @@ class BwrapSandbox(LocalSandbox):
 
     async def release(self) -> None:
         await super().release()
+        if self.holder is not None:
+            await self.holder.close()
+            self.holder = None
         if self.egress is not None:
             await self.egress.close()
             self.egress = None
 
     def _shell(self, command: str) -> list[str]:
         shell = ["/bin/bash", "-c", limits_prefix(self.limits), "bash", command]
-        if self.egress is not None:
-            # The relay binds 127.0.0.1:3128, then execs the shell (agent/egress_relay.py).
-            shell = [*relay_argv(self.provider.relay_python), *shell]
         if not self.provider.as_root:
             return shell
         # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
         # capabilities, so process limits count and nothing it does is privileged.
-        drop = [
-            "/usr/bin/setpriv",
-            f"--reuid={self.identity}",
-            f"--regid={self.identity}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
-        return [*drop, *shell]
+        return [*drop_privileges(self.identity), *shell]
+
+
+def drop_privileges(uid: int) -> list[str]:
+    """``setpriv`` to ``uid`` (and gid) with no groups, no capabilities and ``no_new_privs``."""
+    return [
+        "/usr/bin/setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
 
     def _to_virtual(self, text: str) -> str:
         return text
@@ -240,6 +253,7 @@ class BwrapSandboxProvider(SandboxProvider):
         self._runtime = Path(tempfile.mkdtemp(prefix="switchboard-egress-"))
         self.policy = EgressPolicy(config.egress)
         self.relay_python, self.relay_mounts = relay_interpreter()
+        self.nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
 
     def identity(self, paths: ThreadPaths) -> int:
         """The uid (and gid) a thread's commands run as: its own when the service is root."""
@@ -259,8 +273,11 @@ class BwrapSandboxProvider(SandboxProvider):
             )
         return passwd, group
 
-    def bwrap_args(self, root: Path, uid: int) -> list[str]:
-        """The bubblewrap command line for one command over the thread tree at ``root``."""
+    def bwrap_args(self, root: Path, uid: int, *, own_net: bool = True) -> list[str]:
+        """The bubblewrap command line for one command over the thread tree at ``root``.
+
+        ``own_net=False``: the command was put into its turn's private network namespace (nsenter).
+        """
         args = [
             self.bwrap,
             "--die-with-parent",
@@ -272,9 +289,10 @@ class BwrapSandboxProvider(SandboxProvider):
             "--hostname",
             "sandbox",
         ]
-        # Always a network namespace of its own: nothing of the host's network (its loopback services,
-        # abstract unix sockets, 169.254.169.254) is in there. Egress goes through the proxy's socket.
-        args.append("--unshare-net")
+        # Never the host's network: its loopback services, abstract unix sockets and 169.254.169.254 are
+        # not in the command's namespace — an empty one of its own, or the turn's (egress via the proxy).
+        if own_net:
+            args.append("--unshare-net")
         if not self.as_root:
             args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         args += self._system
@@ -312,6 +330,11 @@ class BwrapSandboxProvider(SandboxProvider):
                 "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv (util-linux) is "
                 "missing: install util-linux, run the service as an ordinary user, or set sandbox.mode: host"
             )
+        if self.config.network and shutil.which(self.nsenter) is None:
+            raise SandboxUnavailable(
+                "sandbox.network is true but nsenter (util-linux) is missing: install util-linux, "
+                "or set sandbox.network: false for commands without any network"
+            )
         with tempfile.TemporaryDirectory(prefix="switchboard-sandbox-check-") as scratch:
             paths = ThreadPaths(Path(scratch), "check", "check")
             if self.as_root:
@@ -329,12 +352,34 @@ class BwrapSandboxProvider(SandboxProvider):
                 f"or {INSTALL_HINT.split(' or ', 1)[1]}"
             )
 
-    async def open_egress(self, paths: ThreadPaths, uid: int) -> EgressProxy:
-        """A listening egress proxy for one sandbox turn; its socket belongs to the command's user."""
+    async def open_network(self, paths: ThreadPaths, uid: int) -> tuple[EgressProxy, NetworkHolder]:
+        """One turn's egress: a listening proxy, and a private network namespace with the relay in it."""
         path = self._runtime / f"{token_hex(8)}.sock"
         proxy = EgressProxy(self.policy, path, label=paths.thread_id, owner=uid if self.as_root else None)
         await proxy.start()
-        return proxy
+        try:
+            holder = await NetworkHolder.start(
+                self.holder_args(path, uid), nsenter=self.nsenter, join_userns=not self.as_root
+            )
+        except HolderFailed as exc:
+            await proxy.close()
+            raise SandboxError(f"the sandbox's network could not be set up: {exc}") from None
+        except BaseException:
+            await proxy.close()
+            raise
+        return proxy, holder
+
+    def holder_args(self, socket_path: Path, uid: int) -> list[str]:
+        """bubblewrap for a turn's network holder: a new network namespace and the relay, nothing else."""
+        args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
+        args += ["--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox"]
+        if not self.as_root:
+            args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        args += [*self._system, "--proc", "/proc", "--dev", "/dev"]
+        args += [*egress_mounts(socket_path), *self.relay_mounts]
+        if self.as_root:
+            args += drop_privileges(uid)
+        return [*args, *relay_argv(self.relay_python)]
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         if self.as_root:
