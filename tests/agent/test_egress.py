@@ -13,6 +13,7 @@ import io
 import logging
 import shutil
 import socket
+import sys
 import threading
 import uuid
 import zipfile
@@ -20,8 +21,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.agent.helpers import system_text
+from config.schema import McpServerConfig
+from tests.agent.helpers import system_text, tool_results
 from tests.agent.test_isolation import run, run_commands, sandbox_settings
+from tests.agent.test_mcp import FAKES
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.harness import Harness
 
@@ -253,3 +256,33 @@ async def test_one_turn_logs_a_refused_destination_once_and_every_command_explai
     assert [result.count(note) for result in results] == [1, 1]
     logged = [r for r in caplog.records if "refused 169.254.169.254:80" in r.getMessage()]
     assert len(logged) == 1 and logged[0].levelno == logging.WARNING
+
+
+@pytest.mark.slow  # starts real MCP server processes
+async def test_an_isolated_mcp_server_gets_the_same_egress_policy(tmp_path, llm, index, listeners):
+    allowed, private = (
+        f"http://127.0.0.1:{index.port}/hello",
+        f"http://127.0.0.1:{listeners['postgres'].port}/",
+    )
+    calls = [
+        ToolCall("net__get", {"url": allowed, "via_proxy": True}),
+        ToolCall("net__get", {"url": private, "via_proxy": True}),
+        ToolCall("net__get", {"url": allowed, "via_proxy": False}),
+        ToolCall("offline__get", {"url": allowed, "via_proxy": True}),
+    ]
+    llm.script(*[Reply(tool_calls=[call]) for call in calls], Reply(text="done"))
+    settings = sandbox_settings(tmp_path, llm, egress={"allow_hosts": [f"127.0.0.1:{index.port}"]})
+    command = {"command": sys.executable, "args": [str(FAKES / "mcp_net_server.py")]}
+    settings.mcp_servers = [
+        McpServerConfig(name="net", **command, mounts=[sys.prefix, str(FAKES)]),
+        McpServerConfig(name="offline", **command, mounts=[sys.prefix, str(FAKES)], network=False),
+    ]
+    async with Harness.running(settings) as h:
+        assert await h.ask("fetch things") == "done"
+    through, refused, direct, offline = tool_results(llm.completions[-1])
+    assert through == "HTTP 200: HELLO-FROM-THE-INDEX"
+    assert refused.startswith("HTTP 403:") and PRIVATE in refused
+    assert direct.startswith("failed:") and "refused" in direct.lower()  # its own, empty loopback
+    assert offline.startswith("failed:")
+    assert index.requests == ["/hello"]
+    assert listeners["postgres"].connections == 0
