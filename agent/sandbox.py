@@ -4,7 +4,7 @@ Tools never touch the filesystem or spawn processes themselves; they call a :cla
 implementations exist, chosen by ``sandbox.mode`` (see :func:`agent.sandboxes.build_sandbox_provider`):
 
 * ``bwrap`` (the default, :mod:`agent.sandbox_bwrap`): every command runs under bubblewrap in fresh
-  mount/PID/IPC/UTS (and optionally network) namespaces that show only read-only system directories and
+  mount/PID/IPC/UTS namespaces, never the host's network, showing only read-only system directories and
   this thread's ``/mnt/user-data`` — not the service's files, database, environment or other threads.
 * ``host`` (:class:`LocalSandbox`, opt-in only): commands run as the service's own user on the host.
 

@@ -10,7 +10,9 @@ on a plain Linux box. Each command gets:
   ``/mnt/user-data`` (``workspace`` and ``outputs`` writable, ``uploads`` read-only). Nothing else of the
   host: not ``data_dir``, the config, other threads, the host's ``/tmp`` or the service's home;
 * its own PID, IPC and UTS namespaces (the service's processes and their ``/proc/<pid>/environ`` do not
-  exist in there), and with ``sandbox.network: false`` its own empty network namespace;
+  exist in there), and never the host's network: an empty network namespace of its own
+  (``sandbox.network: false``), or its turn's private one, whose only way out is the service's egress
+  proxy (:mod:`agent.egress`; the turn's :class:`~agent.egress.NetworkHolder` keeps it);
 * a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
   the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
   from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no

@@ -98,7 +98,7 @@ async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
         await check_bwrap(settings.sandbox)
     except SandboxUnavailable as exc:
         return False, f"sandbox: {exc}"
-    network = "with network" if settings.sandbox.network else "without network"
+    network = "internet through the egress proxy" if settings.sandbox.network else "without network"
     return True, f"sandbox: bwrap — each command isolated, {network}"
 
 
