@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import io
 import logging
+import os
 import shutil
 import socket
 import sys
@@ -18,9 +19,11 @@ import threading
 import uuid
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from agent.egress import RELAY_IN_SANDBOX
 from config.schema import McpServerConfig
 from tests.agent.helpers import system_text, tool_results
 from tests.agent.test_isolation import run, run_commands, sandbox_settings
@@ -67,6 +70,20 @@ class Listener:
 
     def close(self) -> None:
         self.socket.close()
+
+
+def holders() -> list[str]:
+    """Network holders (bwrap running the relay) started by this process — the service, in the test."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and RELAY_IN_SANDBOX in command:
+            found.append(command)
+    return found
 
 
 def tiny_wheel() -> bytes:
@@ -206,7 +223,10 @@ async def test_an_allowed_host_answers_curl_and_pip_through_the_proxy_and_others
         "signals": "yes | head -1",
     }
     async with Harness.running(sandbox_settings(tmp_path, model, egress=egress)) as h:
-        seen = {name: await run(h, command) for name, command in probes.items()}
+        seen = {}
+        for name, command in probes.items():
+            seen[name] = await run(h, command)
+            assert holders() == []  # the turn's network holder ended with the turn
     assert seen["signals"] == "[exit code 0]\ny"
     assert seen["curl"] == "[exit code 0]\nHELLO-FROM-THE-INDEX"
     assert seen["curl tunnel"] == "[exit code 0]\nHELLO-FROM-THE-INDEX"
