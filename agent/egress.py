@@ -58,6 +58,9 @@ HOLDER_START_SECONDS = 30.0
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
+#: Open connections per listener: each costs the service two file descriptors, and a command must not be
+#: able to exhaust the service's (its database and the chat platforms need them).
+MAX_CONNECTIONS = 256
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"}
 )
@@ -197,6 +200,12 @@ class EgressProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.write(
+                _response("503 Service Unavailable", f"at most {MAX_CONNECTIONS} connections at once")
+            )
+            writer.close()
+            return
         self._tasks.add(task)
         try:
             await self._handle(reader, writer)
@@ -259,9 +268,10 @@ class EgressProxy:
                 f"only CONNECT and plain http:// requests go through this proxy, not {target[:100]}"
             )
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in HOP_BY_HOP]
-        if not any(line.split(":", 1)[0].strip().lower() == "host" for line in kept):
-            kept.insert(0, f"Host: {url.netloc.rpartition('@')[2]}")
+        # The request target names the host; a different Host header is replaced (RFC 9112, 3.2.2).
+        dropped = HOP_BY_HOP | {"host"}
+        kept = [line for line in headers if line and line.split(":", 1)[0].strip().lower() not in dropped]
+        kept.insert(0, f"Host: {url.netloc.rpartition('@')[2]}")
         request = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
         return url.hostname, url.port or 80, request.encode("latin-1")
 

@@ -1,16 +1,21 @@
-"""The egress rule, unit by unit: which addresses are "this machine or a private network", and the lists.
+"""The egress rule, unit by unit: which addresses are "this machine or a private network", the lists,
+and what the proxy sends on (spoken to over its real unix socket, with a real origin server).
 
 Every address here is a literal or ``localhost``, so no test sends a name to DNS.
 """
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import re
+import threading
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from agent.egress import PRIVATE_REASON, EgressPolicy, Refused
+from agent.egress import PRIVATE_REASON, EgressPolicy, EgressProxy, Refused
 from agent.netguard import refused_range
 from agent.web import FetchRefused, check_address
 from config.schema import EgressConfig, SandboxConfig, WebConfig
@@ -103,3 +108,56 @@ async def test_denied_hosts_are_refused_by_name_before_any_lookup_and_by_address
 def test_a_malformed_host_entry_is_a_clear_config_error(entry, message):
     with pytest.raises(ValidationError, match=re.escape(f"{entry!r}: {message}")):
         SandboxConfig(egress={"allow_hosts": [entry]})
+
+
+class Recorder(http.server.ThreadingHTTPServer):
+    """An origin server on 127.0.0.1 that answers what Host header and request line it received."""
+
+    def __init__(self) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                proxy_headers = [h for h in self.headers if h.lower().startswith("proxy-")]
+                body = f"{self.requestline} host={self.headers['Host']} proxy={proxy_headers}".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.port = self.server_address[1]
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+async def ask_proxy(path: Path, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(request)
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_the_proxy_forwards_plain_http_in_origin_form_to_the_host_the_url_names(tmp_path):
+    origin = Recorder()
+    allowed = f"127.0.0.1:{origin.port}"
+    proxy = EgressProxy(EgressPolicy(EgressConfig(allow_hosts=[allowed])), tmp_path / "egress.sock", "test")
+    await proxy.start()
+    try:
+        forwarded = await ask_proxy(
+            proxy.path,
+            f"GET http://{allowed}/page?q=1 HTTP/1.1\r\nHost: intranet.test\r\n"
+            "Proxy-Authorization: Basic abc\r\nProxy-Connection: keep-alive\r\n\r\n".encode(),
+        )
+        https = await ask_proxy(proxy.path, b"GET https://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n")
+        garbage = await ask_proxy(proxy.path, b"hello\r\n\r\n")
+    finally:
+        await proxy.close()
+        origin.shutdown()
+        origin.server_close()
+    assert forwarded.startswith(b"HTTP/1.0 200")
+    assert forwarded.endswith(f"GET /page?q=1 HTTP/1.1 host={allowed} proxy=[]".encode())
+    assert https.startswith(b"HTTP/1.1 400") and b"only CONNECT and plain http://" in https
+    assert garbage.startswith(b"HTTP/1.1 400") and b"not an HTTP proxy request" in garbage
+    assert not proxy.path.exists()
