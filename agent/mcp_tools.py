@@ -9,7 +9,9 @@ its tools, or to fail, within ``start_timeout_seconds``; failures are kept for `
 
 stdio servers run, by default, in a bubblewrap sandbox of their own (read-only system directories,
 their ``mounts`` read-only, a private home, no view of the service's data or processes), as a
-non-root user when the service is root.
+non-root user when the service is root — with a network namespace of their own whose only way out
+is an egress proxy under ``sandbox.egress`` (agent/egress.py), as for ``bash``; none with
+``network: false``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,20 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.egress import (
+    EgressPolicy,
+    EgressProxy,
+    egress_mounts,
+    proxy_environment,
+    relay_argv,
+    relay_interpreter,
+)
 from config.schema import McpServerConfig, SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -65,15 +76,24 @@ class _Connection:
     task: asyncio.Task[None] | None = None
 
 
-def isolated_argv(server: McpServerConfig, sandbox: SandboxConfig, bwrap: str = "bwrap") -> list[str]:
-    """The bubblewrap command line that runs a stdio server in a sandbox of its own."""
+def mcp_uid(server: McpServerConfig, sandbox: SandboxConfig) -> int:
+    """The host uid an isolated server runs as when the service is root (its own, from its name)."""
+    return sandbox.uid_base + zlib.crc32(f"mcp:{server.name}".encode()) % sandbox.uid_count
+
+
+def isolated_argv(
+    server: McpServerConfig, sandbox: SandboxConfig, bwrap: str = "bwrap", egress: Path | None = None
+) -> list[str]:
+    """The bubblewrap command line that runs a stdio server in a sandbox of its own.
+
+    ``egress``: the socket of the server's egress proxy; the relay starts the server (network: true).
+    """
     from agent.sandbox_bwrap import system_mounts
 
     assert server.command is not None
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
-    if not server.network:
-        args.append("--unshare-net")
+    args.append("--unshare-net")  # never the host's network; egress only through the proxy
     as_root = os.geteuid() == 0
     if not as_root:
         args += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
@@ -88,11 +108,16 @@ def isolated_argv(server: McpServerConfig, sandbox: SandboxConfig, bwrap: str = 
         args += ["--chdir", server.cwd]
     else:
         args += ["--chdir", "/home/mcp"]
+    relay: list[str] = []
+    if egress is not None:
+        interpreter, interpreter_mounts = relay_interpreter()
+        args += [*egress_mounts(egress), *interpreter_mounts]
+        relay = relay_argv(interpreter)
     if as_root:
-        uid = sandbox.uid_base + zlib.crc32(f"mcp:{server.name}".encode()) % sandbox.uid_count
+        uid = mcp_uid(server, sandbox)
         args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         args += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-    return [*args, server.command, *server.args]
+    return [*args, *relay, server.command, *server.args]
 
 
 def python_mounts(command: str) -> list[str]:
@@ -172,6 +197,9 @@ class McpHub:
     def __init__(self, servers: list[McpServerConfig], sandbox: SandboxConfig) -> None:
         self.sandbox = sandbox
         self._connections = {s.name: _Connection(s) for s in servers}
+        self._policy = EgressPolicy(sandbox.egress)
+        #: Where the servers' egress sockets live (0700, made on first use).
+        self._runtime: Path | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -198,10 +226,23 @@ class McpHub:
             else:
                 log.info("MCP server %s: %d tools", connection.config.name, len(connection.tools))
 
+    async def _egress(self, config: McpServerConfig) -> EgressProxy | None:
+        """The egress proxy of an isolated stdio server with network (None for any other server)."""
+        if config.command is None or not config.isolate or self.sandbox.mode != "bwrap" or not config.network:
+            return None
+        if self._runtime is None:
+            self._runtime = Path(tempfile.mkdtemp(prefix="switchboard-mcp-egress-"))
+        owner = mcp_uid(config, self.sandbox) if os.geteuid() == 0 else None
+        proxy = EgressProxy(self._policy, self._runtime / f"{config.name}.sock", f"mcp:{config.name}", owner)
+        await proxy.start()
+        return proxy
+
     async def _hold(self, connection: _Connection) -> None:
         """Keep one server connected until the hub closes (entered and left in this one task)."""
+        proxy: EgressProxy | None = None
         try:
-            async with self._client(connection.config) as client:
+            proxy = await self._egress(connection.config)
+            async with self._client(connection.config, proxy) as client:
                 listing = await client.list_tools()
                 connection.tools = [
                     McpTool(
@@ -222,8 +263,10 @@ class McpHub:
         finally:
             connection.client = None
             connection.ready.set()
+            if proxy is not None:
+                await proxy.close()
 
-    def _client(self, config: McpServerConfig) -> Any:
+    def _client(self, config: McpServerConfig, proxy: EgressProxy | None = None) -> Any:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
 
@@ -237,8 +280,10 @@ class McpHub:
         # sandbox.mode bwrap has been proven to work at start-up (the sandbox provider starts first).
         env = dict(config.env)
         if config.isolate and self.sandbox.mode == "bwrap":
-            argv = isolated_argv(config, self.sandbox)
+            argv = isolated_argv(config, self.sandbox, egress=proxy.path if proxy is not None else None)
             env.setdefault("HOME", "/home/mcp")  # the service's home does not exist in there
+            if proxy is not None:
+                env.update(proxy_environment())
         else:
             argv = [config.command, *config.args]
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=env or None, cwd=config.cwd)
@@ -254,6 +299,8 @@ class McpHub:
                 task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._runtime is not None:
+            await asyncio.to_thread(shutil.rmtree, self._runtime, True)
 
     # --- what the agent and operators see ----------------------------------------------------------
     def tools(self) -> list[McpTool]:

@@ -4,7 +4,7 @@ Tools never touch the filesystem or spawn processes themselves; they call a :cla
 implementations exist, chosen by ``sandbox.mode`` (see :func:`agent.sandboxes.build_sandbox_provider`):
 
 * ``bwrap`` (the default, :mod:`agent.sandbox_bwrap`): every command runs under bubblewrap in fresh
-  mount/PID/IPC/UTS (and optionally network) namespaces that show only read-only system directories and
+  mount/PID/IPC/UTS namespaces, never the host's network, showing only read-only system directories and
   this thread's ``/mnt/user-data`` — not the service's files, database, environment or other threads.
 * ``host`` (:class:`LocalSandbox`, opt-in only): commands run as the service's own user on the host.
 
@@ -383,6 +383,10 @@ class LocalSandbox(Sandbox):
         """Hook: the seccomp filter bubblewrap loads for each command (host mode has none)."""
         return None
 
+    def _pass_fds(self) -> tuple[int, ...]:
+        """Hook: file descriptors the command's launcher needs (a namespace to join, in bwrap mode)."""
+        return ()
+
     def _to_virtual(self, text: str) -> str:
         text = text.replace(str(self.root), VIRTUAL_ROOT)
         return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
@@ -402,7 +406,7 @@ class LocalSandbox(Sandbox):
                 plan.wrap(self._argv(command, plan)),
                 env=self._environment(secrets),
                 cwd=workspace,
-                pass_fds=plan.pass_fds,
+                pass_fds=(*plan.pass_fds, *self._pass_fds()),
             )
         except BaseException:
             guard.spawned(None)

@@ -10,7 +10,9 @@ on a plain Linux box. Each command gets:
   ``/mnt/user-data`` (``workspace`` and ``outputs`` writable, ``uploads`` read-only). Nothing else of the
   host: not ``data_dir``, the config, other threads, the host's ``/tmp`` or the service's home;
 * its own PID, IPC and UTS namespaces (the service's processes and their ``/proc/<pid>/environ`` do not
-  exist in there), and with ``sandbox.network: false`` its own empty network namespace;
+  exist in there), and never the host's network: an empty network namespace of its own
+  (``sandbox.network: false``), or its turn's private one, whose only way out is the service's egress
+  proxy (:mod:`agent.egress`; the turn's :class:`~agent.egress.NetworkHolder` keeps it);
 * a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
   the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
   from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no
@@ -33,14 +35,27 @@ import tempfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
+from secrets import token_hex
 
 from agent.cgroups import Cgroups
 from agent.command_guard import RunPlan
+from agent.egress import (
+    EgressPolicy,
+    EgressProxy,
+    HolderFailed,
+    NetworkHolder,
+    egress_mounts,
+    proxy_environment,
+    relay_argv,
+    relay_interpreter,
+)
 from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from agent.sandbox import (
     WRITABLE_AREAS,
+    CommandResult,
     LocalSandbox,
     Sandbox,
+    SandboxError,
     SandboxProvider,
     SandboxUnavailable,
     file_tree_guide,
@@ -151,9 +166,15 @@ class BwrapSandbox(LocalSandbox):
         )
         self.provider = provider
         self.identity = provider.identity(paths)
+        #: This turn's egress proxy and the holder of its network namespace, started by the first
+        #: command that runs (network: true only) and ended with the turn.
+        self.egress: EgressProxy | None = None
+        self.holder: NetworkHolder | None = None
+        self._egress_lock = asyncio.Lock()
 
     def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
-        env = dict(self.base_env)
+        # The host's proxy settings (*_proxy) lead nowhere from the sandbox's own network namespace.
+        env = {name: value for name, value in self.base_env.items() if not name.lower().endswith("_proxy")}
         workspace = f"{VIRTUAL_ROOT}/workspace"
         env.update(
             HOME=workspace,
@@ -164,12 +185,20 @@ class BwrapSandbox(LocalSandbox):
             PATH=SANDBOX_PATH,
             USER_DATA=VIRTUAL_ROOT,
         )
+        if self.egress is not None:
+            env.update(proxy_environment())  # after the service's own: its proxy settings mean nothing here
         env.update(secrets)  # injected for this run only; never stored
         return env
 
     def _argv(self, command: str, plan: RunPlan) -> list[str]:
         # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
-        args = self.provider.bwrap_args(self.root, self.identity, seccomp_fd=plan.seccomp_fd)
+        if self.holder is None:
+            args = self.provider.bwrap_args(self.root, self.identity, seccomp_fd=plan.seccomp_fd)
+        else:  # into the turn's private network namespace, where the relay listens
+            own = self.provider.bwrap_args(
+                self.root, self.identity, seccomp_fd=plan.seccomp_fd, own_net=False
+            )
+            args = [*self.holder.prefix, *own]
         if self.skills is not None:
             args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
         return [*args, *self._shell(command, plan)]
@@ -177,23 +206,39 @@ class BwrapSandbox(LocalSandbox):
     def _seccomp_program(self) -> bytes | None:
         return self.provider.seccomp
 
+    def _pass_fds(self) -> tuple[int, ...]:
+        return self.holder.fds if self.holder is not None else ()
+
+    async def run(
+        self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
+    ) -> CommandResult:
+        """Run the command; the result also says which connections the egress proxy refused meanwhile."""
+        if self.provider.config.network:
+            async with self._egress_lock:
+                if self.egress is None:
+                    self.egress, self.holder = await self.provider.open_network(self.paths, self.identity)
+        mark = len(self.egress.refusals) if self.egress is not None else 0
+        result = await super().run(command, secrets=secrets, time_limit=time_limit, max_output=max_output)
+        if self.egress is not None and (notes := self.egress.notes_since(mark)):
+            result.output = result.output.rstrip("\n") + "\n" + "\n".join(notes)
+        return result
+
+    async def release(self) -> None:
+        await super().release()
+        if self.holder is not None:
+            await self.holder.close()
+            self.holder = None
+        if self.egress is not None:
+            await self.egress.close()
+            self.egress = None
+
     def _shell(self, command: str, plan: RunPlan) -> list[str]:
         shell = ["/bin/bash", "-c", limits_prefix(self.limits, file_kb=plan.file_kb), "bash", command]
         if not self.provider.as_root:
             return shell
         # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
         # capabilities, so process limits count and nothing it does is privileged.
-        drop = [
-            "/usr/bin/setpriv",
-            f"--reuid={self.identity}",
-            f"--regid={self.identity}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
-        return [*drop, *shell]
+        return [*drop_privileges(self.identity), *shell]
 
     def _to_virtual(self, text: str) -> str:
         return text
@@ -201,6 +246,20 @@ class BwrapSandbox(LocalSandbox):
     def _adopt(self, written: Path) -> None:
         if self.provider.as_root:
             _chown_up_to(written, self.root, self.identity, self.identity)
+
+
+def drop_privileges(uid: int) -> list[str]:
+    """``setpriv`` to ``uid`` (and gid) with no groups, no capabilities and ``no_new_privs``."""
+    return [
+        "/usr/bin/setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
 
 
 def _world_readable(path: Path, text: str) -> None:
@@ -260,6 +319,11 @@ class BwrapSandboxProvider(SandboxProvider):
         #: ``--disable-userns`` (bubblewrap 0.8.0 and later); known once :meth:`start` asked bwrap.
         self.disable_userns = False
         self.cgroups = Cgroups.detect()
+        #: The egress proxies' sockets; 0700, only the service enters (each socket is bound in alone).
+        self._runtime = Path(tempfile.mkdtemp(prefix="switchboard-egress-"))
+        self.policy = EgressPolicy(config.egress)
+        self.relay_python, self.relay_mounts = relay_interpreter()
+        self.nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
 
     @property
     def userns_blocked(self) -> bool:
@@ -285,8 +349,13 @@ class BwrapSandboxProvider(SandboxProvider):
             )
         return passwd, group
 
-    def bwrap_args(self, root: Path, uid: int, *, seccomp_fd: int | None = None) -> list[str]:
-        """The bubblewrap command line for one command over the thread tree at ``root``."""
+    def bwrap_args(
+        self, root: Path, uid: int, *, seccomp_fd: int | None = None, own_net: bool = True
+    ) -> list[str]:
+        """The bubblewrap command line for one command over the thread tree at ``root``.
+
+        ``own_net=False``: the command was put into its turn's private network namespace (nsenter).
+        """
         args = [
             self.bwrap,
             "--die-with-parent",
@@ -298,7 +367,9 @@ class BwrapSandboxProvider(SandboxProvider):
             "--hostname",
             "sandbox",
         ]
-        if not self.config.network:
+        # Never the host's network: its loopback services, abstract unix sockets and 169.254.169.254 are
+        # not in the command's namespace — an empty one of its own, or the turn's (egress via the proxy).
+        if own_net:
             args.append("--unshare-net")
         if not self.as_root:
             args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
@@ -353,15 +424,55 @@ class BwrapSandboxProvider(SandboxProvider):
                 "sandbox.mode is bwrap and the service runs as root, but /usr/bin/setpriv is missing: "
                 "install util-linux (it provides setpriv), or run the service as an ordinary user"
             )
+        if self.config.network and shutil.which(self.nsenter) is None:
+            raise SandboxUnavailable(
+                "sandbox.network is true but nsenter (util-linux) is missing: install util-linux, "
+                "or set sandbox.network: false for commands without any network"
+            )
         with tempfile.TemporaryDirectory(prefix="switchboard-sandbox-check-") as scratch:
             sandbox = await self.acquire(ThreadPaths(Path(scratch), "check", "check"))
-            result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
+            try:
+                result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
+            except SandboxError as exc:  # the turn's network holder is a bubblewrap too: same causes
+                result = CommandResult(output=str(exc), exit_code=None)
+            finally:
+                await sandbox.release()
         if result.exit_code != 0 or result.output.strip() != "ok":
             detail = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
+            detail = detail.removeprefix("the sandbox's network could not be set up: ")
             raise SandboxUnavailable(
                 f"sandbox.mode is bwrap but bubblewrap cannot create a sandbox here ({detail}): "
                 f"{namespace_hint(self.as_root)}"
             )
+
+    async def open_network(self, paths: ThreadPaths, uid: int) -> tuple[EgressProxy, NetworkHolder]:
+        """One turn's egress: a listening proxy, and a private network namespace with the relay in it."""
+        path = self._runtime / f"{token_hex(8)}.sock"
+        proxy = EgressProxy(self.policy, path, label=paths.thread_id, owner=uid if self.as_root else None)
+        await proxy.start()
+        try:
+            holder = await NetworkHolder.start(
+                self.holder_args(path, uid), nsenter=self.nsenter, join_userns=not self.as_root
+            )
+        except HolderFailed as exc:
+            await proxy.close()
+            raise SandboxError(f"the sandbox's network could not be set up: {exc}") from None
+        except BaseException:
+            await proxy.close()
+            raise
+        return proxy, holder
+
+    def holder_args(self, socket_path: Path, uid: int) -> list[str]:
+        """bubblewrap for a turn's network holder: a new network namespace and the relay, nothing else."""
+        args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
+        args += ["--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox"]
+        if not self.as_root:
+            args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        args += [*self._system, "--proc", "/proc", "--dev", "/dev"]
+        args += [*egress_mounts(socket_path), *self.relay_mounts]
+        if self.as_root:
+            args += drop_privileges(uid)
+        return [*args, *relay_argv(self.relay_python)]
 
     async def acquire(self, paths: ThreadPaths) -> Sandbox:
         if self.as_root:
@@ -372,7 +483,11 @@ class BwrapSandboxProvider(SandboxProvider):
 
     def guide(self) -> str:
         network = (
-            "It has network access (pip, curl and git work)."
+            "It reaches the internet only through an HTTP proxy that is already set in its environment"
+            " (HTTP_PROXY/HTTPS_PROXY, which pip, curl and git use); connections that bypass the proxy find"
+            " nothing. Nothing of this server (its local services, localhost ports) or of private networks"
+            " is reachable from it: the proxy refuses such addresses, and the result says so."
+            " localhost inside the sandbox is its own, for servers your command starts itself."
             if self.config.network
             else "It has no network access at all."
         )
@@ -401,6 +516,7 @@ class BwrapSandboxProvider(SandboxProvider):
     async def close(self) -> None:
         await asyncio.to_thread(shutil.rmtree, self._etc, True)
         await asyncio.to_thread(self.cgroups.close)
+        await asyncio.to_thread(shutil.rmtree, self._runtime, True)
 
 
 def _supports_disable_userns(bwrap: str) -> bool:

@@ -3,7 +3,8 @@
 The fetch runs in the service process, so it could reach what the sandbox cannot: the service's own
 HTTP port, a database on localhost, a cloud metadata endpoint. The guard (:func:`check_address`) refuses
 every address that is not globally routable — loopback, private ranges, link-local (169.254.169.254),
-carrier-grade NAT, multicast, reserved — unless ``web.allow_private`` is on or the host is listed in
+carrier-grade NAT, multicast, reserved, and IPv6 forms of those (:mod:`agent.netguard`, the same rule the
+sandbox's egress proxy applies) — unless ``web.allow_private`` is on or the host is listed in
 ``web.allow_hosts``. It is applied to the *resolved* addresses (a public-looking name that resolves to
 127.0.0.1 is refused) and again on every redirect, and the connection is made to the address that was
 checked (pinned, with the original name for ``Host`` and TLS), so DNS cannot answer differently between
@@ -20,6 +21,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
+from agent.netguard import refused_range
 from config.schema import WebConfig
 
 MAX_REDIRECTS = 5
@@ -41,9 +43,7 @@ class Page:
 def check_address(address: str, host: str, config: WebConfig) -> None:
     """Refuse an address that is not public, unless the operator allowed private ones or this host."""
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_global and not ip.is_multicast:
+    if refused_range(ip) is None:
         return
     if config.allow_private or host.lower() in {h.lower() for h in config.allow_hosts}:
         return

@@ -9,6 +9,7 @@ is graph scheduling, checkpoint writes, event streaming, tool execution and sand
     python -m bench.agent_overhead --turns 100 --tool bash                  # bash in the bwrap sandbox
     python -m bench.agent_overhead --turns 100 --tool bash --sandbox host   # bash on the host
     python -m bench.agent_overhead --commands 200 --sandbox bwrap          # one `true` per sample, no graph
+    python -m bench.agent_overhead --commands 200 --network off            # the same without the egress relay
 
 Prints ms/turn (mean, p50, p95) of runtime overhead, or ms per command for ``--commands``.
 """
@@ -82,13 +83,13 @@ class InstantToolModel(BaseChatModel):
         return result
 
 
-def bench_settings(tmp: str, sandbox: str) -> Settings:
+def bench_settings(tmp: str, sandbox: str, network: bool = True) -> Settings:
     return load_settings(
         overrides={
             "data_dir": str(Path(tmp) / "data"),
             "models": [{"name": "default", "api_key": "unused"}],
             "memory": {"enabled": False},
-            "sandbox": {"mode": sandbox},
+            "sandbox": {"mode": sandbox, "network": network},
         },
         env={},
     )
@@ -102,10 +103,10 @@ def summary(samples: list[float]) -> str:
     )
 
 
-async def commands(count: int, sandbox: str) -> None:
+async def commands(count: int, sandbox: str, network: bool) -> None:
     """The cost of starting one command in the sandbox, and nothing else."""
     with tempfile.TemporaryDirectory() as tmp:
-        settings = bench_settings(tmp, sandbox)
+        settings = bench_settings(tmp, sandbox, network)
         provider = build_sandbox_provider(settings.sandbox)
         await provider.start()
         box = await provider.acquire(ThreadPaths(Path(tmp) / "data", "bench", "bench"))
@@ -118,13 +119,15 @@ async def commands(count: int, sandbox: str) -> None:
                 if i >= 5:
                     samples.append((time.perf_counter() - started) * 1000)
         finally:
+            await box.release()
             await provider.close()
-    print(f"sandbox={sandbox} commands={count}: one `true` command {summary(samples)}")
+    where = f"sandbox={sandbox}" + (f" network={'on' if network else 'off'}" if sandbox == "bwrap" else "")
+    print(f"{where} commands={count}: one `true` command {summary(samples)}")
 
 
-async def main(turns: int, tool: str, same_thread: bool, sandbox: str) -> None:
+async def main(turns: int, tool: str, same_thread: bool, sandbox: str, network: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = bench_settings(tmp, sandbox)
+        settings = bench_settings(tmp, sandbox, network)
         model = InstantToolModel(tool=tool)
         runtime = AgentRuntime(
             settings, checkpoint_path=Path(tmp) / "checkpoints.db", chat_models={"default": model}
@@ -148,7 +151,7 @@ async def main(turns: int, tool: str, same_thread: bool, sandbox: str) -> None:
         finally:
             await runtime.close()
     print(
-        f"tool={tool} sandbox={sandbox} turns={turns} thread={'same' if same_thread else 'new each turn'}: "
+        f"tool={tool} sandbox={sandbox} network={'on' if network else 'off'} turns={turns} thread={'same' if same_thread else 'new each turn'}: "
         f"runtime overhead per tool-calling turn {summary(samples)}"
     )
 
@@ -160,8 +163,11 @@ if __name__ == "__main__":
     parser.add_argument("--same-thread", action="store_true", help="grow one thread instead of new threads")
     parser.add_argument("--sandbox", choices=["bwrap", "host"], default="bwrap")
     parser.add_argument("--commands", type=int, default=0, help="time N bare commands instead of turns")
+    parser.add_argument(
+        "--network", choices=["on", "off"], default="on", help="sandbox.network (off: no egress relay)"
+    )
     args = parser.parse_args()
     if args.commands:
-        asyncio.run(commands(args.commands, args.sandbox))
+        asyncio.run(commands(args.commands, args.sandbox, args.network == "on"))
     else:
-        asyncio.run(main(args.turns, args.tool, args.same_thread, args.sandbox))
+        asyncio.run(main(args.turns, args.tool, args.same_thread, args.sandbox, args.network == "on"))

@@ -113,7 +113,7 @@ async def _check_sandbox(settings: Settings) -> tuple[bool, str]:
         report = await check_bwrap(settings.sandbox)
     except SandboxUnavailable as exc:
         return False, f"sandbox: {exc}"
-    network = "with network" if settings.sandbox.network else "without network"
+    network = "internet through the egress proxy" if settings.sandbox.network else "without network"
     seccomp = "seccomp filter on" if report["seccomp"] else "NO seccomp filter (unknown architecture)"
     userns = "new user namespaces blocked" if report["userns"] == "blocked" else "new user namespaces ALLOWED"
     memory = (

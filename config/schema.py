@@ -94,11 +94,51 @@ class SandboxLimits(Section):
     disk_mb: int = Field(2048, gt=0)
 
 
+def parse_host_rule(entry: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]:port``, a bare IPv6 address or ``*.domain``: (host, port or None)."""
+    text = entry.strip().lower()
+    if "/" in text or "@" in text:
+        raise ValueError(f"{entry!r}: expected host, host:port or *.domain, not a URL")
+    host, port = text, ""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"{entry!r}: expected [IPv6 address]:port")
+        port = rest[1:]
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    if not host or any(c.isspace() for c in host) or "*" in host.removeprefix("*."):
+        raise ValueError(f"{entry!r}: expected host, host:port or *.domain")
+    if port and (not port.isdigit() or not 0 < int(port) < 65536):
+        raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
+    return host, int(port) if port else None
+
+
+class EgressConfig(Section):
+    """What the sandbox's egress proxy lets through besides public internet addresses (docs/sandbox.md)."""
+
+    #: Reachable even though they resolve to this machine or a private network: ``host`` or ``host:port``
+    #: (an intranet mirror, ``127.0.0.1:3141`` for a local package cache), ``*.domain`` for subdomains.
+    allow_hosts: list[str] = Field(default_factory=list)
+    #: Refused even though they are public (matched against the name asked for and its addresses).
+    deny_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_hosts", "deny_hosts")
+    @classmethod
+    def _rules_parse(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            parse_host_rule(entry)
+        return entries
+
+
 class SandboxConfig(Section):
     """Where the agent's ``bash`` runs. ``bwrap`` isolates; ``host`` runs as the service (opt-in only)."""
 
     mode: Literal["bwrap", "host"] = "bwrap"
+    #: Internet egress through the service's proxy (the sandbox never shares the host's network);
+    #: false: no proxy, nothing reachable at all.
     network: bool = True
+    egress: EgressConfig = Field(default_factory=EgressConfig)
     #: When the service runs as root, each thread's commands run as its own host uid (and gid) in
     #: ``[uid_base, uid_base + uid_count)``, so one thread's processes never count against another's.
     uid_base: int = Field(1_800_000_000, ge=1000, le=4_000_000_000)

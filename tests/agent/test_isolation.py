@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,45 +192,6 @@ async def test_runaway_commands_end_with_a_clear_result_while_other_chats_get_an
     if "big.bin" in command:
         [big] = (tmp_path / "data" / "users").rglob("big.bin")
         assert big.stat().st_size == 8 * 1024 * 1024
-
-
-class Listener:
-    """A TCP server on the host's loopback that answers one line to whoever connects."""
-
-    def __init__(self) -> None:
-        self.socket = socket.create_server(("127.0.0.1", 0))
-        self.port = self.socket.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.socket.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"HELLO-FROM-THE-HOST\n")
-
-    def close(self) -> None:
-        self.socket.close()
-
-
-@pytest.mark.parametrize("network", [True, False])
-async def test_sandbox_network_setting_decides_whether_a_local_listener_is_reachable(
-    tmp_path, model, network
-):
-    listener = Listener()
-    try:
-        async with Harness.running(sandbox_settings(tmp_path, model, network=network)) as h:
-            output = await run(h, f"exec 3<>/dev/tcp/127.0.0.1/{listener.port} && head -1 <&3")
-    finally:
-        listener.close()
-    if network:
-        assert output == "[exit code 0]\nHELLO-FROM-THE-HOST"
-    else:
-        assert "HELLO-FROM-THE-HOST" not in output
-        assert "Connection refused" in output or "Network is unreachable" in output
 
 
 async def test_the_model_is_told_the_truth_about_its_environment(tmp_path, model):
