@@ -173,6 +173,7 @@ class Service:
                 continue
             try:
                 built[provider] = channel_class(provider)(section, settings=self.settings)
+                built[provider].approvers = section.approvers
             except Exception as exc:
                 log.error("channel %s could not be created: %s", provider, exc)
                 self.channel_errors[provider] = str(exc)
@@ -243,7 +244,10 @@ class Service:
         )
         if self.settings.sandbox.approval != "never":  # risky commands wait for /approve in their chat
             self.manager.approvals = ApprovalDesk(
-                self.db, self.manager.send_notice, timeout=self.settings.sandbox.approval_timeout_seconds
+                self.db,
+                self.manager.send_notice,
+                timeout=self.settings.sandbox.approval_timeout_seconds,
+                channels=self.channels,
             )
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()

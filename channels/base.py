@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from channels.errors import FileTooLarge
 from channels.reply import (
@@ -52,6 +52,8 @@ class Channel(ABC):
         self.commands: tuple[ChatCommand, ...] = ()
         #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).
         self.admins: frozenset[str] = frozenset()
+        #: Who approves risky commands here (``channels.<name>.approvers``); None: by the kind of chat.
+        self.approvers: Literal["requester", "admins"] | None = None
         #: Set by :meth:`lease_intake`: receiving waits for :meth:`start_receiving`.
         self.intake_leased = False
 

@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError
@@ -91,6 +92,7 @@ class MemoryChannel(Channel):
         limits: ReplyLimits | None = None,
         allowed_users: Sequence[str] = (),
         admins: Sequence[str] = (),
+        approvers: Literal["requester", "admins"] | None = None,
     ) -> None:
         self.provider = provider  # type: ignore[misc]
         if limits is not None:
@@ -98,6 +100,7 @@ class MemoryChannel(Channel):
         super().__init__()
         self.allowed_users = set(allowed_users)
         self.admins = frozenset(admins)
+        self.approvers = approvers
         self.messages: dict[str, VisibleMessage] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.sent_files: list[Path] = []
