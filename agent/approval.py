@@ -74,10 +74,13 @@ def command_pattern(words: Sequence[str]) -> str:
     if not words:
         return ""
     prog = words[0].rsplit("/", 1)[-1]
-    if prog in _SUBCOMMANDS:
-        verb = next((w for w in words[1:] if not w.startswith("-")), "")
-        return f"{prog} {verb}".strip()
-    return prog
+    if prog not in _SUBCOMMANDS:
+        return prog
+    rest = list(words[1:])
+    while rest and rest[0].startswith("-"):
+        takes_value = rest[0] in ("-C", "-c", "-R", "--repo", "--git-dir", "--work-tree", "-n", "--namespace")
+        rest = rest[2:] if takes_value else rest[1:]
+    return f"{prog} {rest[0]}" if rest else prog
 
 
 def _summary(findings: Sequence[Finding]) -> str:

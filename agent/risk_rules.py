@@ -397,7 +397,7 @@ class Judge:
         if secrets and prog not in NETWORK_CLIENTS:
             self.add(
                 f"${secrets[0]}",
-                f"uses the credential ${secrets[0]}, whose value could leave the chat encoded",
+                f"uses the credential ${secrets[0]}, whose value could get out encoded, past the masking",
             )
         rule = self.RULES.get(prog)
         if rule is not None:
