@@ -14,6 +14,7 @@ have no legitimate use in a chat and one of them ends the machine or leaks the s
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from agent.risk_rules import Finding, judge
 from agent.shell_parse import Script, ShellSyntaxError, parse
 
 Mode = Literal["never", "risky", "always"]
+log = logging.getLogger(__name__)
 
 #: What is refused whatever the mode and whoever approves (docs/sandbox.md lists the same).
 BLOCKLIST: tuple[str, ...] = (
@@ -102,19 +104,23 @@ class RiskPolicy:
         policy.mode, policy._extra = mode, self._extra
         return policy
 
+    @staticmethod
+    def _unreadable(command: str, detail: str) -> list[Finding]:
+        blocked = [
+            Finding(None, why, blocked=True) for pattern, why in _UNREADABLE_BLOCKS if pattern.search(command)
+        ]
+        return [*blocked, Finding(None, f"could not be read reliably ({detail}), so it cannot be judged")]
+
     def judge(self, command: str) -> Verdict:
         script: Script | None
         try:
             script = parse(command)
             findings = judge(script)
-        except ShellSyntaxError as exc:
-            script = None
-            findings = [
-                Finding(None, why, blocked=True)
-                for pattern, why in _UNREADABLE_BLOCKS
-                if pattern.search(command)
-            ]
-            findings.append(Finding(None, f"could not be read reliably ({exc}), so it cannot be judged"))
+        except (ShellSyntaxError, RecursionError) as exc:
+            script, findings = None, self._unreadable(command, str(exc) or "nested too deeply")
+        except Exception:  # a bug in the reader must fail closed (ask), never let a command through
+            log.exception("the approval check could not judge a command; treating it as unreadable")
+            script, findings = None, self._unreadable(command, "the check failed")
         blocked = [f for f in findings if f.blocked]
         if blocked:
             return Verdict(blocked=blocked[0].why)
