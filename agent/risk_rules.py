@@ -160,6 +160,14 @@ CODE_FILES = re.compile(
     r"(^|/)\.git/(hooks(/|$)|config$)|(^|/)\.ssh/|^/etc/(profile|bash\.bashrc|cron|ld\.so)|"
     r"(^|/)\.config/(autostart|fish/config\.fish|systemd/user)"
 )
+STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+PYTHON_SHEBANG = re.compile(r"#!.*\b(python|perl|node|ruby|php)")
+#: Environment variables that make programs run other code (a prefix ``VAR=… cmd``, ``export``, ``env``).
+CODE_VARIABLES = frozenset(
+    {"LD_PRELOAD", "LD_AUDIT", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "PAGER",
+     "GIT_EDITOR", "EDITOR", "VISUAL", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PERL5OPT", "NODE_OPTIONS",
+     "GIT_CONFIG_PARAMETERS", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND", "PYTHONSTARTUP"}
+)  # fmt: skip
 DATA_FILE = re.compile(r"\.(db|sqlite|sqlite3|db3|mdb|accdb)$", re.IGNORECASE)
 SYSTEM_DIRS = frozenset(
     {"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
@@ -268,6 +276,8 @@ class Judge:
         self.depth = depth
         self.findings: list[Finding] = []
         self.downloaded: set[str] = set()  # file names this line downloads (then running one is risky)
+        #: file name → the text this line wrote into it (a here-document, echo/printf), None if unknown
+        self.written: dict[str, str | None] = {}
 
     def add(self, key: str | None, why: str, *, blocked: bool = False) -> None:
         self.findings.append(Finding(key, why, blocked))
@@ -277,6 +287,8 @@ class Judge:
         for cmd in self.script.commands:
             self.paths(cmd)
             self.redirects(cmd)
+            for assignment in cmd.assignments:
+                self.code_variable(assignment)
             if cmd.words:
                 self.command(cmd, list(cmd.words), xargs=False)
         return self.findings
@@ -292,8 +304,14 @@ class Judge:
             self.add(None, f"runs a shell command string that could not be read reliably ({exc})")
             return
         inner = Judge(script, self.depth + 1)
-        inner.downloaded = self.downloaded
+        inner.downloaded, inner.written = self.downloaded, self.written
         self.findings.extend(inner.run())
+
+    def code_variable(self, assignment: str) -> None:
+        """``LD_PRELOAD=…``, ``GIT_SSH_COMMAND=…``: a variable that makes programs run other code."""
+        name = re.split(r"\+?=|\[", assignment, maxsplit=1)[0]
+        if "=" in assignment and name in CODE_VARIABLES:
+            self.add(f"{name}=", f"sets {name}, which makes programs run other code")
 
     def fork_bombs(self) -> None:
         for name, indexes in self.script.functions.items():
@@ -341,6 +359,24 @@ class Judge:
                 )
             if prog in ("curl", "wget") and r.op in (">", ">|", "&>"):
                 self.downloaded.add(_base(target))
+            elif r.op in (">", ">|", "&>", ">>", "&>>"):
+                self.wrote(_base(target), self.output_text(cmd), append=r.op in (">>", "&>>"))
+
+    def wrote(self, name: str, text: str | None, *, append: bool) -> None:
+        before = self.written.get(name, "") if append else ""
+        self.written[name] = None if text is None or before is None else before + text
+
+    def output_text(self, cmd: Simple) -> str | None:
+        """What a command writes to its standard output, when this line spells it out; None otherwise."""
+        bodies = [r.body for r in cmd.redirects if r.body is not None]
+        prog = _base(cmd.words[0].text) if cmd.words else ""
+        if prog == "cat" and len(cmd.words) == 1 and bodies:
+            return bodies[-1]
+        if prog in ("echo", "printf") and not any(w.dynamic for w in cmd.words):
+            return " ".join(w.text for w in cmd.words[1:] if not w.text.startswith("-")) + "\n"
+        if not cmd.words:
+            return ""
+        return None
 
     @staticmethod
     def truncates_only(cmd: Simple) -> bool:
@@ -391,8 +427,8 @@ class Judge:
             if DEVICE.match(w.text) and prog not in READERS and prog not in ("dd",):
                 self.add(None, f"writes to the disk device {w.text}", blocked=True)
                 break
-        if first.text in self.downloaded or (prog in self.downloaded and first.text.startswith(("./", "/"))):
-            self.add(None, f"runs {first.text}, a file it just downloaded")
+        if prog in self.downloaded | set(self.written) and "/" in first.text:
+            self.script_file(first.text, first, shell=not PYTHON_SHEBANG.match(self.written.get(prog) or ""))
         secrets = _secret_variables(args)
         if secrets and prog not in NETWORK_CLIENTS:
             self.add(
@@ -470,6 +506,7 @@ class Judge:
                         i += 1
                         break
                     elif t.startswith("-") or "=" in t:
+                        self.code_variable(t)
                         i += 1
                     else:
                         break
@@ -881,13 +918,15 @@ class Judge:
             self.nested_text(" ".join(w.text for w in args), None)
 
     def source(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
-        if args and (
-            args[0].process
-            or args[0].substituted
-            or args[0].dynamic
-            or _base(args[0].text) in self.downloaded
-        ):
-            self.add(None, f"runs code that another command produces ({prog} {args[0].text})")
+        if not args or args[0].text in STDIN_PATHS:
+            if cmd.piped_in:
+                self.add(
+                    f"| {prog}", f"runs whatever the command before it prints, as shell commands ({prog})"
+                )
+        elif args[0].dynamic and not (args[0].process or args[0].substituted):
+            self.add(None, f"runs a file whose name is only known when it runs ({prog} {args[0].text})")
+        else:
+            self.script_file(prog, args[0], shell=True)
 
     def trap(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
         if args and not args[0].text.startswith("-"):
@@ -910,6 +949,19 @@ class Judge:
         if prog == "mv" and texts and texts[-1] == "/dev/null":
             self.add("mv /dev/null", "throws files away (mv to /dev/null)")
 
+    def export(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
+        for w in args:
+            self.code_variable(w.text)
+
+    def tar(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
+        texts = [w.text for w in args]
+        runs = ("--to-command", "--checkpoint-action", "--use-compress-program", "--rsh-command",
+                "--info-script", "--new-volume-script", "-I", "-F")  # fmt: skip
+        if any(t.split("=", 1)[0] in runs for t in texts):
+            self.add("tar (runs a program)", "makes tar run another program")
+        if "--remove-files" in texts:
+            self.add("tar --remove-files", "deletes the files it archives")
+
     def dropdb(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
         self.add(prog, f"deletes a database or account ({prog})")
 
@@ -923,7 +975,8 @@ class Judge:
         "sqlite3": sql, "psql": sql, "mysql": sql, "mariadb": sql, "mongo": sql, "mongosh": sql,
         "redis-cli": sql, "eval": eval_, "source": source, ".": source, "trap": trap,
         "awk": awk, "gawk": awk, "mawk": awk, "nawk": awk, "sed": sed, "cp": cp, "mv": cp,
-        "dropdb": dropdb, "dropuser": dropdb,
+        "dropdb": dropdb, "dropuser": dropdb, "export": export, "declare": export, "typeset": export,
+        "readonly": export, "local": export, "tar": tar,
     }  # fmt: skip
 
     # --- shells and interpreters -------------------------------------------------------------------
@@ -961,12 +1014,8 @@ class Judge:
             else:
                 self.nested_text(rest[0].text, None)
             return
-        if rest and not reads_stdin and rest[0].text != "-":
-            script = rest[0]
-            if script.process or script.substituted:
-                self.add(f"{prog} <(…)", "runs code that another command produces")
-            elif _base(script.text) in self.downloaded:
-                self.add(None, f"runs {script.text}, a file it just downloaded")
+        if rest and not reads_stdin and rest[0].text not in STDIN_PATHS:
+            self.script_file(prog, rest[0], shell=True)
             return
         body, piped = self.stdin_code(cmd)
         if body is not None:
@@ -998,11 +1047,8 @@ class Judge:
                 break
             i += 1
         script = args[i] if i < len(args) else None
-        if script is not None and script.text != "-":
-            if script.process or script.substituted:
-                self.add(f"{prog} <(…)", "runs code that another command produces")
-            elif _base(script.text) in self.downloaded:
-                self.add(None, f"runs {script.text}, a file it just downloaded")
+        if script is not None and script.text not in STDIN_PATHS:
+            self.script_file(prog, script, shell=False)
             return
         self.stdin_program(cmd, prog)
 
@@ -1040,13 +1086,26 @@ class Judge:
         positional = [w for w in args if not w.text.startswith("-")]
         if prog in ("bun", "R", "Rscript") and not positional:
             return
-        if positional and positional[0].text != "-":
-            if positional[0].process or positional[0].substituted:
-                self.add(f"{prog} <(…)", "runs code that another command produces")
-            elif _base(positional[0].text) in self.downloaded:
-                self.add(None, f"runs {positional[0].text}, a file it just downloaded")
+        if positional and positional[0].text not in STDIN_PATHS:
+            self.script_file(prog, positional[0], shell=False)
             return
         self.stdin_program(cmd, prog)
+
+    def script_file(self, prog: str, script: Word, *, shell: bool) -> None:
+        """A script a shell or interpreter runs: judged by its text when this very line wrote it."""
+        name = _base(script.text)
+        if script.process or script.substituted:
+            self.add(f"{prog} <(…)", "runs code that another command produces")
+        elif name in self.downloaded:
+            self.add(None, f"runs {script.text}, a file it just downloaded")
+        elif name in self.written:
+            text = self.written[name]
+            if text is None:
+                self.add(None, f"runs {script.text}, a file another command just wrote")
+            elif shell:
+                self.nested_text(text, None)
+            else:
+                self.inline_code(prog, script.text, text, False)
 
     def inline_code(self, prog: str, flag: str, code: str, dynamic: bool) -> None:
         if dynamic:
