@@ -10,13 +10,17 @@ yes (the requester's own yes is refused) unless the channel sets ``approvers: re
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import pytest
 
+from bot.approvals import ApprovalDesk, ChatApproval
+from bot.approvals import metadata as approvals_metadata
+from bot.db import Database
 from channels.memory import MemoryChannel
-from tests.agent.helpers import agent_settings, all_tool_results, tool_results
+from tests.agent.helpers import agent_settings, all_tool_results, tool_results, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.harness import Harness
 
@@ -313,3 +317,39 @@ async def test_a_restart_with_an_approval_pending_runs_nothing_without_a_fresh_a
         await second.chat.say(f"/approve {new_match.group(1)}")
         await second.chat.wait_for_text("second try done", timeout=30)
         assert not (workspace / "build").exists()
+
+
+async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(tmp_path):
+    """The trust level the bot decides at the edge reaches the approval: a guest never approves himself."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}")
+    await db.create_schema([approvals_metadata])
+    posted: list[str] = []
+
+    async def notify(message, text, *, actions=(), resume_ref=None):  # type: ignore[no-untyped-def]
+        posted.append(text)  # the platform edge: what the chat would show
+        return None
+
+    chat = MemoryChannel("memory", admins=["lead"])
+    desk = ApprovalDesk(db, notify, timeout=60, channels={"memory": chat})
+    asking = ChatApproval(desk, chat.make_message("clean up", sender="guest-1"), "thread-1")
+    try:
+        waiting = asyncio.create_task(
+            asking.approve(
+                "rm -rf build", "deletes files recursively or by force", patterns=("rm",), trust="guest"
+            )
+        )
+        await wait_until(lambda: bool(posted))
+        assert "only an admin of this chat can approve" in posted[0], posted[0]
+        match = ASKED.search(posted[0])
+        assert match is not None
+        approval_id = match.group(1)
+        own = await desk.decide(approval_id, chat.make_message("/approve", sender="guest-1"), approve=True)
+        assert not own.ok and own.text.startswith("Sorry, only an admin of this chat can approve this")
+        assert not waiting.done()
+        lead = await desk.decide(
+            approval_id, chat.make_message("/approve", sender="lead"), approve=True, admin=True
+        )
+        assert lead.ok
+        assert (await waiting).approved
+    finally:
+        await db.close()
