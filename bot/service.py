@@ -179,9 +179,9 @@ class Service:
                     log.error("channel %s could not be created: %s", provider, exc)
                     self.channel_errors[provider] = str(exc)
         for provider, channel in built.items():  # who approves risky commands there (bot/approvals.py)
-            section = sections.get(provider)
-            if section is not None and channel.approvers is None:
-                channel.approvers = section.approvers
+            configured = sections.get(provider)
+            if configured is not None and channel.approvers is None:
+                channel.approvers = configured.approvers
         return built
 
     async def start(self) -> None:
