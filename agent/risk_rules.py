@@ -168,6 +168,10 @@ CODE_VARIABLES = frozenset(
      "GIT_EDITOR", "EDITOR", "VISUAL", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PERL5OPT", "NODE_OPTIONS",
      "GIT_CONFIG_PARAMETERS", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND", "PYTHONSTARTUP"}
 )  # fmt: skip
+#: Programs that write to the paths they are given (so a disk device among them is written).
+DEVICE_WRITERS = frozenset(
+    {"cp", "mv", "tee", "install", "shred", "truncate", "rsync", "badblocks", "blkdiscard", "pv"}
+)
 DATA_FILE = re.compile(r"\.(db|sqlite|sqlite3|db3|mdb|accdb)$", re.IGNORECASE)
 SYSTEM_DIRS = frozenset(
     {"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
@@ -271,9 +275,11 @@ def _is_root_or_home(text: str) -> bool:
 class Judge:
     """Findings for one parsed command line (and the command lines nested in it)."""
 
-    def __init__(self, script: Script, depth: int = 0) -> None:
+    def __init__(self, script: Script, depth: int = 0, *, xargs: bool = False) -> None:
         self.script = script
         self.depth = depth
+        #: The whole line runs once per input line of ``xargs`` (``xargs sh -c '…'``): arguments are unknown.
+        self.xargs = xargs
         self.findings: list[Finding] = []
         self.downloaded: set[str] = set()  # file names this line downloads (then running one is risky)
         #: file name → the text this line wrote into it (a here-document, echo/printf), None if unknown
@@ -290,10 +296,10 @@ class Judge:
             for assignment in cmd.assignments:
                 self.code_variable(assignment)
             if cmd.words:
-                self.command(cmd, list(cmd.words), xargs=False)
+                self.command(cmd, list(cmd.words), xargs=self.xargs)
         return self.findings
 
-    def nested_text(self, text: str, key: str | None) -> None:
+    def nested_text(self, text: str, key: str | None, *, xargs: bool = False) -> None:
         """A command string the line runs (``bash -c``, ``eval``, a here-document fed to a shell)."""
         if self.depth + 1 > MAX_DEPTH:
             self.add(None, "nests shells too deeply to be read reliably")
@@ -303,7 +309,7 @@ class Judge:
         except ShellSyntaxError as exc:
             self.add(None, f"runs a shell command string that could not be read reliably ({exc})")
             return
-        inner = Judge(script, self.depth + 1)
+        inner = Judge(script, self.depth + 1, xargs=xargs or self.xargs)
         inner.downloaded, inner.written = self.downloaded, self.written
         self.findings.extend(inner.run())
 
@@ -424,7 +430,7 @@ class Judge:
                     )
                     break
         for w in args:
-            if DEVICE.match(w.text) and prog not in READERS and prog not in ("dd",):
+            if DEVICE.match(w.text) and prog in DEVICE_WRITERS:
                 self.add(None, f"writes to the disk device {w.text}", blocked=True)
                 break
         if prog in self.downloaded | set(self.written) and "/" in first.text:
@@ -441,13 +447,17 @@ class Judge:
         elif PYTHON.match(prog):
             self.python(cmd, prog, args, xargs)
         elif prog.startswith("mkfs") or prog in ("mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted", "gdisk", "sgdisk"):  # fmt: skip
-            on_device = any(w.text.startswith("/dev/") for w in args)
-            if on_device:
+            listing = prog in ("fdisk", "sfdisk", "parted", "gdisk", "sgdisk") and any(
+                w.text in ("-l", "--list", "-p", "--print", "print") for w in args
+            )
+            if listing:
+                pass  # fdisk -l: only shows the partition table
+            elif any(w.text.startswith("/dev/") for w in args):
                 self.add(None, f"formats or repartitions a disk ({prog})", blocked=True)
             else:
                 self.add(prog, f"formats or wipes a disk image ({prog})")
         elif prog in SHELLS:
-            self.shell(cmd, prog, args)
+            self.shell(cmd, prog, args, xargs)
         elif prog in INTERPRETERS or prog in PACKAGES:
             if prog in PACKAGES:
                 self.package(prog, args)
@@ -985,7 +995,7 @@ class Judge:
         bodies = [r.body for r in cmd.redirects if r.body is not None]
         return (bodies[-1] if bodies else None), cmd.piped_in
 
-    def shell(self, cmd: Simple, prog: str, args: list[Word]) -> None:
+    def shell(self, cmd: Simple, prog: str, args: list[Word], xargs: bool = False) -> None:
         if prog == "busybox":
             if args:
                 self.command(cmd, args, xargs=False)
@@ -1012,7 +1022,7 @@ class Judge:
             elif rest[0].dynamic:
                 self.add(None, f"runs a command string that is only known when it runs ({prog} -c)")
             else:
-                self.nested_text(rest[0].text, None)
+                self.nested_text(rest[0].text, None, xargs=xargs)
             return
         if rest and not reads_stdin and rest[0].text not in STDIN_PATHS:
             self.script_file(prog, rest[0], shell=True)

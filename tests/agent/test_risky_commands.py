@@ -124,6 +124,7 @@ RISKY: list[tuple[str, str]] = [
     ("export GIT_SSH_COMMAND='curl x'", "sets GIT_SSH_COMMAND"),
     ("env EDITOR=./x git commit", "sets EDITOR"),
     ("tar --to-command=sh -xf a.tar", "makes tar run another program"),
+    ("find . -name '*.tmp' | xargs -I{} sh -c 'rm {}'", "deletes files chosen by a pattern"),
 ]
 
 HARMLESS: list[str] = [
@@ -182,6 +183,8 @@ HARMLESS: list[str] = [
     "echo hi > t.txt; cat t.txt",
     "source venv/bin/activate",
     "tar czf a.tgz src",
+    "lsblk /dev/sda",
+    "fdisk -l /dev/sda",
 ]
 
 BLOCKED: list[str] = [
@@ -204,6 +207,8 @@ BLOCKED: list[str] = [
     "rm -r $HOME",
     "bomb(){ bomb|bomb & }; bomb",
     "echo 'rm -rf /' > s.sh; chmod +x s.sh; ./s.sh",
+    "cp image.iso /dev/sdb",
+    "fdisk /dev/sda",
 ]
 
 
