@@ -32,7 +32,7 @@ BLOCKLIST: tuple[str, ...] = (
     "rm --no-preserve-root",
     "fork bombs (a function that starts copies of itself in a pipe or the background, :(){ :|:& };:)",
     "mkfs, wipefs, fdisk and friends on a /dev device; dd of=/dev/…; any write to a disk device "
-    "(/dev/sd*, /dev/nvme*, /dev/mem …) by redirection or as an argument",
+    "(/dev/sd*, /dev/nvme*, /dev/mem …) by redirection or by a writing program (cp, tee, shred …)",
     "chmod/chown/chgrp -R on / or a top-level system directory",
     "reading another process's environment (/proc/<pid>/environ, /proc/*/environ)",
     "shutdown, reboot, halt, poweroff, init 0/6, systemctl poweroff/reboot",
