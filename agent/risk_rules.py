@@ -126,7 +126,8 @@ CODE_DANGER = re.compile(
     r"\bexec[a-z]*\s*\(|\beval\s*\(|__import__|requests|urllib|http\.client|httpx|aiohttp|socket|"
     r"smtplib|ftplib|telnetlib|paramiko|urlopen|\bfetch\s*\(|xmlhttprequest|child_process|\brmsync|"
     r"\bfs\.rm|net::http|lwp::|io::socket|file\.delete|fileutils|b64decode|base64|fromhex|"
-    r"install\.packages|\bpip\b|`|\bqx\b|invoke-webrequest|invoke-expression|\biex\b|remove-item",
+    r"install\.packages|\bpip\b|`|\bqx\b|invoke-webrequest|invoke-expression|\biex\b|remove-item|"
+    r"environ|getenv|process\.env|\bENV\[|\$ENV\{|%ENV",
     re.IGNORECASE,
 )
 NETWORK_CLIENTS = frozenset({"curl", "wget", "http", "https", "xh", "xhs", "aria2c", "gh", "git"})
@@ -168,6 +169,12 @@ CODE_VARIABLES = frozenset(
      "GIT_EDITOR", "EDITOR", "VISUAL", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PERL5OPT", "NODE_OPTIONS",
      "GIT_CONFIG_PARAMETERS", "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND", "PYTHONSTARTUP"}
 )  # fmt: skip
+#: Where a GitHub token may be sent (a credential in a request to any other host is risky).
+GITHUB_HOSTS = frozenset(
+    {"github.com", "api.github.com", "uploads.github.com", "codeload.github.com", "raw.githubusercontent.com",
+     "objects.githubusercontent.com", "gist.github.com"}
+)  # fmt: skip
+URL_HOST = re.compile(r"[a-z][a-z0-9+.-]*://(?:[^/@\s]*@)?\[?([^/:?#\s\]]+)", re.IGNORECASE)
 #: Programs that write to the paths they are given (so a disk device among them is written).
 DEVICE_WRITERS = frozenset(
     {"cp", "mv", "tee", "install", "shred", "truncate", "rsync", "badblocks", "blkdiscard", "pv"}
@@ -441,6 +448,11 @@ class Judge:
                 f"${secrets[0]}",
                 f"uses the credential ${secrets[0]}, whose value could get out encoded, past the masking",
             )
+        elif secrets:
+            hosts = {m.group(1).lower() for w in args for m in URL_HOST.finditer(w.text)}
+            elsewhere = sorted(hosts - GITHUB_HOSTS)
+            if elsewhere:
+                self.add(f"{prog} ${secrets[0]}", f"sends the credential ${secrets[0]} to {elsewhere[0]}")
         rule = self.RULES.get(prog)
         if rule is not None:
             rule(self, cmd, prog, args, xargs)
@@ -944,8 +956,8 @@ class Judge:
 
     def awk(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
         program = next((w.text for w in _options(args, "fvF", ()).args), "")
-        if re.search(r"\bsystem\s*\(|\|\s*\"|\"\s*\|&?|getline", program):
-            self.add(prog, f"runs commands from inside an {prog} program")
+        if re.search(r"\bsystem\s*\(|\|\s*\"|\"\s*\|&?|getline|ENVIRON", program):
+            self.add(prog, f"runs commands or reads the environment from inside an {prog} program")
 
     def sed(self, cmd: Simple, prog: str, args: list[Word], xargs: bool) -> None:
         program = " ".join(w.text for w in args if not w.text.startswith("-"))
@@ -1123,7 +1135,7 @@ class Judge:
             return
         found = CODE_DANGER.search(code)
         if found:
-            self.add(f"{prog} {flag}", f"runs inline {prog} code that can delete files, run programs or reach the network ({found.group().strip()})")  # fmt: skip
+            self.add(f"{prog} {flag}", f"runs inline {prog} code that can delete files, run programs, read credentials or reach the network ({found.group().strip()})")  # fmt: skip
 
     # --- packages and clouds -----------------------------------------------------------------------
     def package(self, prog: str, args: list[Word]) -> None:
