@@ -416,10 +416,10 @@ class Judge:
                 "passes the environment, with its credentials, to another program",
             )
         unwrapped = self.unwrap(cmd, words)
-        if not unwrapped:
+        if unwrapped is None or not unwrapped[0]:
             return
-        words = unwrapped
-        xargs = xargs or self._xargs
+        words, via_xargs = unwrapped
+        xargs = xargs or via_xargs
         first = words[0]
         if first.dynamic:
             self.add(None, f"runs a program whose name is only known when it runs ({first.text})")
@@ -491,16 +491,14 @@ class Judge:
         elif prog in SYSTEM_CHANGERS:
             self.add(prog, f"changes the system's configuration ({prog})")
 
-    _xargs = False
-
-    def unwrap(self, cmd: Simple, words: list[Word]) -> list[Word] | None:
+    def unwrap(self, cmd: Simple, words: list[Word]) -> tuple[list[Word], bool] | None:
         """Strip sudo/env/timeout/nice/nohup/xargs/… and judge the program they run."""
-        self._xargs = False
+        via_xargs = False
         while words:
             prog = _base(words[0].text)
             rest = words[1:]
             if words[0].dynamic:
-                return words
+                return words, via_xargs
             if prog in PRIVILEGE:
                 self.add(prog, f"runs as another user ({prog})")
                 if prog == "su":
@@ -536,7 +534,10 @@ class Judge:
                     self.nested_text(" ".join([split, *(w.text for w in rest[i:])]), None)
                     return None
                 if i >= len(rest):
-                    return []  # env alone prints the environment (checked by the caller's pipe rule)
+                    return (
+                        [],
+                        via_xargs,
+                    )  # env alone prints the environment (checked by the caller's pipe rule)
                 words = rest[i:]
             elif prog in (
                 "nohup",
@@ -570,7 +571,7 @@ class Judge:
                     rest, "aEeIiLlnPsd", ("--arg-file", "--eof", "--replace", "--max-lines", "--max-args",
                                           "--max-procs", "--max-chars", "--delimiter", "--process-slot-var"),
                 )  # fmt: skip
-                self._xargs = True
+                via_xargs = True
                 if not words:
                     return None  # xargs alone runs echo
                 words = [*words, Word("{xargs input}", dynamic=True)]  # its arguments come from stdin
@@ -579,8 +580,8 @@ class Judge:
                     1:
                 ]
             else:
-                return words
-        return words
+                return words, via_xargs
+        return words, via_xargs
 
     @staticmethod
     def after_options(words: list[Word], short_values: str, long_values: tuple[str, ...]) -> list[Word]:
