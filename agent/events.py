@@ -6,7 +6,7 @@ The manager only knows these types. Anything richer (graphs, checkpointers, tool
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -38,19 +38,23 @@ class ApprovalDecision:
     note: str
 
 
-class ApprovalGate(Protocol):
-    """Asks the person in this turn's chat to approve one command, and waits for the answer.
-
-    The bot binds one to each turn. It never raises for a refusal: a denial, a timeout or a restart is
-    an :class:`ApprovalDecision` with ``approved=False`` and a sentence saying which.
-    """
-
-    async def approve(self, command: str, reason: str) -> ApprovalDecision: ...
-
-
 #: Who sent a turn, decided at the edge by the bot (docs/security.md): ``admin`` (a channel admin),
 #: ``member`` (allowed on that platform) or ``guest`` (anyone else).
 TrustLevel = Literal["admin", "member", "guest"]
+
+
+class ApprovalGate(Protocol):
+    """Asks the people in this turn's chat to approve one command, and waits for the answer.
+
+    The bot binds one to each turn. It never raises for a refusal: a denial, a timeout or a restart is
+    an :class:`ApprovalDecision` with ``approved=False`` and a sentence saying which. ``patterns`` is
+    what an "allow for this conversation" answer would cover (``git push``; empty: only this once);
+    ``trust`` is the turn's sender's level (a guest's command needs an admin's yes).
+    """
+
+    async def approve(
+        self, command: str, reason: str, *, patterns: Sequence[str] = (), trust: TrustLevel = "member"
+    ) -> ApprovalDecision: ...
 
 
 @dataclass(frozen=True, slots=True)

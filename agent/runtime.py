@@ -719,6 +719,7 @@ class AgentRuntime:
                 if request.approval_mode is None
                 else self.risk.with_mode(request.approval_mode),
                 approvals=request.approvals,
+                trust=request.trust,
             ),
         )
         key = uuid.uuid4().hex

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.approval import RiskPolicy
-from agent.events import ApprovalGate, TaskScheduler
+from agent.events import ApprovalGate, TaskScheduler, TrustLevel
 from agent.mcp_tools import McpCallFailed, McpHub, McpTool
 from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
@@ -44,6 +44,8 @@ class ToolContext:
     scheduler: TaskScheduler | None = None
     risk: RiskPolicy = field(default_factory=RiskPolicy)
     approvals: ApprovalGate | None = None
+    #: The turn's sender's trust level: a guest's request is approved by an admin, never by the guest.
+    trust: TrustLevel = "member"
 
 
 class BashArgs(BaseModel):
@@ -156,15 +158,23 @@ def short(text: str, limit: int = SUMMARY_CHARS) -> str:
 
 # --- handlers --------------------------------------------------------------------------------------
 async def run_bash(ctx: ToolContext, args: BashArgs) -> str:
-    reason = ctx.risk.reason(args.command)
-    if reason is not None:
+    verdict = ctx.risk.judge(args.command)
+    if verdict.blocked is not None:
+        # The blocklist: no approval mode lifts it, so nobody is asked (agent/approval.py, BLOCKLIST).
+        return (
+            f"[refused] This command {verdict.blocked}, which this bot never runs, whatever its approval "
+            "settings. Do not try another way to do the same; tell the user what you wanted and why."
+        )
+    if verdict.reason is not None:
         if ctx.approvals is None:
             return (
-                f"[not run] This command needs a person's approval ({reason}) and nobody can be asked "
-                "in this run. Tell the user what you wanted to run and why."
+                f"[not run] This command needs a person's approval (it {verdict.reason}) and nobody can be "
+                "asked in this run. Tell the user what you wanted to run and why."
             )
         # The person sees the command as the model wrote it, with any known secret masked.
-        decision = await ctx.approvals.approve(ctx.masker(args.command), reason)
+        decision = await ctx.approvals.approve(
+            ctx.masker(args.command), verdict.reason, patterns=verdict.patterns, trust=ctx.trust
+        )
         if not decision.approved:
             return f"[not run] {decision.note}"
     result = await ctx.sandbox.run(

@@ -7,10 +7,18 @@ presses one (or types ``/approve ID`` / ``/deny ID``: a button *is* that command
 passes. Every decision is written to the log as an audit line (who, when, what), and the request's
 message is edited to say what happened, which also takes its buttons away.
 
-Only the person whose message started the turn may decide, from the same conversation, or one of the
-channel's ``admins``: in a group, somebody else's "yes" must not run a command on another person's
-behalf. Decisions are taken with a conditional UPDATE on a pending row, so a decision delivered twice
-(a redelivered press, two clicks) acts once.
+Who may say yes is the channel's ``approvers`` setting: ``requester`` (the person whose message started
+the turn, from the same conversation, or one of the channel's ``admins``) or ``admins`` (only an admin).
+Unset, it is ``admins`` in group chats (GitHub included) and ``requester`` in a member's direct
+messages; a guest's command always needs an admin. Otherwise a hostile person in a group could ask the
+bot for something destructive and approve it himself. Saying no is always open to the requester too.
+Decisions are taken with a conditional UPDATE on a pending row, so a decision delivered twice (a
+redelivered press, two clicks) acts once.
+
+``/approve ID session`` also allows the same command patterns (``git push``, ``rm``: program and
+subcommand, see ``agent.approval.command_pattern``) for the rest of the conversation — until ``/new``
+starts another thread — without asking again. The allowance lives in this process only: a restart,
+or a turn run by another instance, asks again (failing closed).
 
 A restart never runs a command approved for the old process: pending requests are marked expired at
 start-up and their chats are told; the interrupted turn runs again and asks afresh if it still needs to.
@@ -25,13 +33,14 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import Column, Float, MetaData, String, Table, Text, select, update
 
-from agent.events import ApprovalDecision
+from agent.events import ApprovalDecision, TrustLevel
 from bot.db import Database
+from channels.base import Channel
 from channels.types import Action, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -58,6 +67,7 @@ approvals_table = Table(
 PENDING, APPROVED, DENIED, EXPIRED, CANCELLED = "pending", "approved", "denied", "expired", "cancelled"
 POSTED_WAIT_SECONDS = 10.0  # longest a decision waits for its request's message to be posted
 ID_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: read aloud and typed on a phone
+Approvers = Literal["requester", "admins"]
 
 
 class Notify(Protocol):
@@ -78,11 +88,35 @@ def _who(message: InboundMessage) -> str:
     return f"{message.provider}:{message.sender.id}"
 
 
-def _buttons(approval_id: str) -> tuple[Action, ...]:
-    return (
-        Action(f"/approve {approval_id}", "Approve", "primary"),
-        Action(f"/deny {approval_id}", "Deny", "danger"),
-    )
+def _buttons(approval_id: str, session: bool) -> tuple[Action, ...]:
+    once = Action(f"/approve {approval_id}", "Approve", "primary")
+    deny = Action(f"/deny {approval_id}", "Deny", "danger")
+    if not session:
+        return (once, deny)
+    return (once, Action(f"/approve {approval_id} session", "Allow until /new"), deny)
+
+
+def approvers_for(message: InboundMessage, trust: TrustLevel, setting: Approvers | None) -> Approvers:
+    """Who may approve a command of this turn (see the module doc): a guest's always needs an admin."""
+    if trust == "guest":
+        return "admins"
+    if setting is not None:
+        return setting
+    return "requester" if message.is_private else "admins"
+
+
+def _patterns_text(patterns: Sequence[str]) -> str:
+    return ", ".join(f"`{p}`" for p in patterns)
+
+
+@dataclass(slots=True)
+class _Asked:
+    """What this process remembers of a request it is waiting on."""
+
+    thread_id: str
+    approvers: Approvers
+    patterns: tuple[str, ...]
+    future: asyncio.Future[ApprovalDecision] = field(repr=False)
 
 
 def _settled_text(row: Mapping[str, Any], outcome: str) -> str:
@@ -103,11 +137,17 @@ class Verdict:
 class ApprovalDesk:
     """Every approval request of this process: stored, waited on, decided once."""
 
-    def __init__(self, db: Database, notify: Notify, *, timeout: float) -> None:
+    def __init__(
+        self, db: Database, notify: Notify, *, timeout: float, channels: Mapping[str, Channel] | None = None
+    ) -> None:
         self.db = db
         self.notify = notify
         self.timeout = timeout
-        self._waiting: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        #: The service's channels, for their ``approvers`` setting and whether they have admins.
+        self.channels: Mapping[str, Channel] = channels if channels is not None else {}
+        self._waiting: dict[str, _Asked] = {}
+        #: thread id → command patterns allowed for the rest of that conversation (until /new).
+        self._allowed: dict[str, set[str]] = {}
         # Set once a request's message is posted and its reference stored: a press that arrives in
         # between waits for it, so the outcome edits the request instead of missing it.
         self._posted: dict[str, asyncio.Event] = {}
@@ -150,13 +190,48 @@ class ApprovalDesk:
         except Exception as exc:  # the platform may be down; the record is already settled
             log.warning("could not tell a chat what became of approval %s: %s", row["id"], exc)
 
+    def allowed(self, thread_id: str, patterns: Sequence[str]) -> bool:
+        """Every one of ``patterns`` was allowed for this conversation by an ``/approve … session``."""
+        granted = self._allowed.get(thread_id)
+        return bool(patterns) and granted is not None and set(patterns) <= granted
+
+    def _who_may(self, message: InboundMessage, approvers: Approvers, patterns: Sequence[str]) -> str:
+        """The end of the request's message: who can answer, what ``session`` covers, when it expires."""
+        minutes = max(1, round(self.timeout / 60))
+        channel = self.channels.get(message.provider)
+        if approvers == "requester":
+            who = f"only {message.sender.name or 'the person who asked'} or an admin can"
+        elif channel is not None and not channel.admins:
+            who = (
+                f"only an admin of this chat can approve, and none is set (channels.{message.provider}.admins), "
+                "so it will expire unless denied"
+            )
+        else:
+            who = "only an admin of this chat can approve"
+        session = (
+            f"\nOr /approve ID session to also let {_patterns_text(patterns)} run without asking in this "
+            "conversation until /new."
+            if patterns
+            else ""
+        )
+        return f"({who}; expires in {minutes} min).{session}"
+
     async def request(
-        self, message: InboundMessage, thread_id: str, command: str, reason: str
+        self,
+        message: InboundMessage,
+        thread_id: str,
+        command: str,
+        reason: str,
+        *,
+        patterns: Sequence[str] = (),
+        trust: TrustLevel = "member",
     ) -> ApprovalDecision:
         """Store, show and wait for one decision (see the module doc)."""
         approval_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
-        self._waiting[approval_id] = future
+        channel = self.channels.get(message.provider)
+        approvers = approvers_for(message, trust, channel.approvers if channel is not None else None)
+        self._waiting[approval_id] = _Asked(thread_id, approvers, tuple(patterns), future)
         posted = self._posted[approval_id] = asyncio.Event()
         try:
             async with self.db.engine.begin() as conn:
@@ -172,13 +247,12 @@ class ApprovalDesk:
                         created_at=time.time(),
                     )
                 )
-            minutes = max(1, round(self.timeout / 60))
             ref = await self.notify(
                 message,
                 f"🔐 Approval needed — this command {reason}:\n```\n{command}\n```\n"
                 f"Reply /approve {approval_id} to run it or /deny {approval_id} to refuse "
-                f"(only {message.sender.name or 'the person who asked'} can; expires in {minutes} min).",
-                actions=_buttons(approval_id),
+                + self._who_may(message, approvers, patterns).replace("ID", approval_id),
+                actions=_buttons(approval_id, bool(patterns)),
             )
             if ref:
                 async with self.db.engine.begin() as conn:
@@ -234,10 +308,12 @@ class ApprovalDesk:
         approve: bool,
         admin: bool = False,
         approver: bool = False,
+        session: bool = False,
     ) -> Verdict:
         """``/approve`` / ``/deny`` (typed or pressed) from ``message``'s sender; ``admin``: the sender is
         one of the channel's admins, who may decide for anybody in any conversation of that channel;
-        ``approver``: the sender may decide for anybody in this conversation (a GitHub collaborator)."""
+        ``approver``: the sender may decide for anybody in this conversation (a GitHub collaborator);
+        ``session``: also allow the request's command patterns for the rest of the conversation."""
         approval_id = approval_id.strip().upper()
         posted = self._posted.get(approval_id)
         if posted is not None:
@@ -249,27 +325,51 @@ class ApprovalDesk:
         asked_in = InboundMessage.from_json(json.loads(row["message"]))
         if asked_in.conversation_key != message.conversation_key and not admin:
             return Verdict(False, f"Approval {approval_id} belongs to another conversation.")
-        if row["requester"] != _who(message) and not (admin or approver):
+        asked = self._waiting.get(approval_id)
+        if row["status"] != PENDING or asked is None:
+            state = row["status"] if row["status"] != PENDING else "no longer waiting"
+            return Verdict(False, f"Approval {approval_id} is {state}; nothing changed.")
+        requester = row["requester"] == _who(message)
+        if approve and asked.approvers == "admins" and not (admin or approver):
+            also = " You can still /deny it." if requester else ""
+            return Verdict(
+                False, f"Sorry, only an admin of this chat can approve this ({approval_id}).{also}"
+            )
+        if not (requester or admin or approver):
             return Verdict(
                 False,
                 f"Sorry, only {asked_in.sender.name or 'the person who asked'} can decide on approval "
                 f"{approval_id}.",
             )
-        if row["status"] != PENDING or approval_id not in self._waiting:
-            state = row["status"] if row["status"] != PENDING else "no longer waiting"
-            return Verdict(False, f"Approval {approval_id} is {state}; nothing changed.")
+        if session and not asked.patterns:
+            return Verdict(
+                False,
+                f"Approval {approval_id} cannot be allowed for the whole conversation (the command could not "
+                f"be narrowed to a program); /approve {approval_id} runs it once.",
+            )
         status = APPROVED if approve else DENIED
         if not await self._settle(approval_id, status, _who(message)):
             return Verdict(False, f"Approval {approval_id} was already decided; nothing changed.")
+        scope = " for this conversation" if session else ""
         audit.info(
-            "approval %s %s by %s: %s",
+            "approval %s %s%s by %s: %s",
             approval_id,
             status,
+            scope,
             _who(message),
             row["command"],
-            extra={"fields": {"approval": approval_id, "decision": status, "by": _who(message)}},
+            extra={
+                "fields": {
+                    "approval": approval_id,
+                    "decision": status,
+                    "by": _who(message),
+                    "session": list(asked.patterns) if session else [],
+                }
+            },
         )
-        future = self._waiting.get(approval_id)
+        if session:
+            self._allowed.setdefault(asked.thread_id, set()).update(asked.patterns)
+        future = asked.future
         decision = (
             ApprovalDecision(True, "approved")
             if approve
@@ -278,15 +378,23 @@ class ApprovalDesk:
                 "The user denied this command, so it did not run. Do not retry it; ask what they want instead.",
             )
         )
-        if future is not None and not future.done():
+        if not future.done():
             future.set_result(decision)
         who = message.sender.name or message.sender.id
+        later = (
+            f" {_patterns_text(asked.patterns)} now runs without asking in this conversation until /new."
+            if session
+            else ""
+        )
         await self._announce(
-            row, f"✅ Approved by {who} — running it." if approve else f"🚫 Denied by {who}; it did not run."
+            row,
+            f"✅ Approved by {who} — running it.{later}"
+            if approve
+            else f"🚫 Denied by {who}; it did not run.",
         )
         return Verdict(
             True,
-            f"✅ Approved {approval_id} — running it." if approve else f"🚫 Denied {approval_id}.",
+            f"✅ Approved {approval_id} — running it.{later}" if approve else f"🚫 Denied {approval_id}.",
             edited=bool(row.get("notice_ref")),
         )
 
@@ -325,5 +433,17 @@ class ChatApproval:
     message: InboundMessage
     thread_id: str
 
-    async def approve(self, command: str, reason: str) -> ApprovalDecision:
-        return await self.desk.request(self.message, self.thread_id, command, reason)
+    async def approve(
+        self, command: str, reason: str, *, patterns: Sequence[str] = (), trust: TrustLevel = "member"
+    ) -> ApprovalDecision:
+        if self.desk.allowed(self.thread_id, patterns):
+            audit.info(
+                "command ran under a conversation allowance (%s): %s",
+                ", ".join(patterns),
+                command,
+                extra={"fields": {"thread": self.thread_id, "allowance": list(patterns)}},
+            )
+            return ApprovalDecision(True, "allowed for this conversation")
+        return await self.desk.request(
+            self.message, self.thread_id, command, reason, patterns=patterns, trust=trust
+        )

@@ -167,17 +167,23 @@ class Service:
         return path.with_name(path.stem + "-checkpoints.db") if path is not None else None
 
     def build_channels(self) -> dict[str, Channel]:
+        sections = dict(self.settings.channels.items())
         if self._given_channels is not None:
-            return dict(self._given_channels)
-        built: dict[str, Channel] = {}
-        for provider, section in self.settings.channels.items():
-            if not section.enabled:
-                continue
-            try:
-                built[provider] = channel_class(provider)(section, settings=self.settings)
-            except Exception as exc:
-                log.error("channel %s could not be created: %s", provider, exc)
-                self.channel_errors[provider] = str(exc)
+            built = dict(self._given_channels)
+        else:
+            built = {}
+            for provider, section in sections.items():
+                if not section.enabled:
+                    continue
+                try:
+                    built[provider] = channel_class(provider)(section, settings=self.settings)
+                except Exception as exc:
+                    log.error("channel %s could not be created: %s", provider, exc)
+                    self.channel_errors[provider] = str(exc)
+        for provider, channel in built.items():  # who approves risky commands there (bot/approvals.py)
+            configured = sections.get(provider)
+            if configured is not None and channel.approvers is None:
+                channel.approvers = configured.approvers
         return built
 
     async def start(self) -> None:
@@ -246,7 +252,10 @@ class Service:
         )
         if self.settings.sandbox.approval != "never":  # risky commands wait for /approve in their chat
             self.manager.approvals = ApprovalDesk(
-                self.db, self.manager.send_notice, timeout=self.settings.sandbox.approval_timeout_seconds
+                self.db,
+                self.manager.send_notice,
+                timeout=self.settings.sandbox.approval_timeout_seconds,
+                channels=self.channels,
             )
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()

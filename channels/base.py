@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from channels.errors import FileTooLarge
 from channels.reply import (
@@ -57,6 +57,8 @@ class Channel(ABC):
         #: A channel without a trust section of its own (the memory test channel; GitHub, whose
         #: outsiders are judged in webhooks/ before the bus) treats everyone who reaches it as a member.
         self.trust: TrustSection = TrustSection(members=[EVERYONE])
+        #: Who approves risky commands here (``channels.<name>.approvers``); None: by the kind of chat.
+        self.approvers: Literal["requester", "admins"] | None = None
         #: Set by :meth:`lease_intake`: receiving waits for :meth:`start_receiving`.
         self.intake_leased = False
 

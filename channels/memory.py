@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError
@@ -93,6 +94,7 @@ class MemoryChannel(Channel):
         allowed_users: Sequence[str] = (),
         admins: Sequence[str] = (),
         trust: TrustSection | None = None,
+        approvers: Literal["requester", "admins"] | None = None,
     ) -> None:
         self.provider = provider  # type: ignore[misc]
         if limits is not None:
@@ -102,6 +104,7 @@ class MemoryChannel(Channel):
         self.admins = frozenset(admins)
         if trust is not None:  # default (the base's): everyone who talks to it is a member
             self.trust = trust
+        self.approvers = approvers
         self.messages: dict[str, VisibleMessage] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.sent_files: list[Path] = []

@@ -54,6 +54,10 @@ class ChannelSection(Section):
     enabled: bool = False
     #: Platform user ids who may stop anybody's reply and decide anybody's approval request here.
     admins: list[str] = []
+    #: Who may approve a risky command (docs/sandbox.md, "Approvers"): ``requester`` (the person who
+    #: asked, or an admin) or ``admins`` (only an admin). Unset: ``admins`` in group chats and on GitHub,
+    #: ``requester`` in a member's direct messages. A guest's command always needs an admin.
+    approvers: Literal["requester", "admins"] | None = None
 
     def required_secrets(self) -> dict[str, str | None]:
         """Map of key name → value that must be non-empty when the channel is enabled."""

@@ -1,4 +1,7 @@
-"""``/approve ID`` and ``/deny ID``: answer a risky command's approval request (bot/approvals.py)."""
+"""``/approve ID [session]`` and ``/deny ID``: answer a risky command's approval request (bot/approvals.py).
+
+``session`` also lets the same command patterns run without asking in this conversation until ``/new``.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,15 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
     if desk is None:
         await ctx.reply("Commands need no approval on this bot.")
         return
-    if not ctx.args:
-        await ctx.reply(f"Usage: /{'approve' if approve else 'deny'} ID (the id in the approval request).")
+    words = ctx.args.split()
+    session = approve and len(words) == 2 and words[1].lower() == "session"
+    if not words or len(words) > (2 if approve else 1) or (len(words) == 2 and not session):
+        await ctx.reply(
+            "Usage: /approve ID [session] (the id in the approval request; session also allows the same "
+            "command here until /new)."
+            if approve
+            else "Usage: /deny ID (the id in the approval request)."
+        )
         return
     if ctx.message.trust == "guest":
         # Decided at the edge (a GitHub author who is not a collaborator): never an approver, not even
@@ -20,11 +30,12 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
         return
     channel = ctx.manager.channels.get(ctx.message.provider)
     verdict = await desk.decide(
-        ctx.args.split()[0],
+        words[0],
         ctx.message,
         approve=approve,
         admin=ctx.manager.is_admin(ctx.message),
         approver=channel is not None and channel.is_approver(ctx.message),
+        session=session,
     )
     if verdict.ok and verdict.edited and ctx.message.pressed:
         return  # a button press: the request's own message now says what happened
@@ -44,5 +55,8 @@ async def deny(ctx: CommandContext) -> None:
 
 
 COMMAND = Command(
-    name="approve", usage="ID", help="run a command the bot asked approval for", handler=approve
+    name="approve",
+    usage="ID [session]",
+    help="run a command the bot asked approval for (session: and allow it here until /new)",
+    handler=approve,
 )

@@ -1,20 +1,26 @@
-"""Risky commands wait for the asker's approval in chat (``sandbox.approval``, bot/approvals.py).
+"""Risky commands wait for approval in chat (``sandbox.approval``, bot/approvals.py).
 
-The model asks to delete a directory in its workspace; the test plays the person in the chat. What the
-person would notice: the approval request shows the exact command; Approve runs it (the directory is
-gone), Deny and silence don't (it is still there); the model is told which; somebody else in the group
-cannot decide; a decision sent twice acts once; a restart never runs a command approved before it.
+The model asks to delete a directory in its workspace; the test plays the people in the chat. What they
+would notice: the approval request shows the exact command; Approve runs it (the directory is gone),
+Deny and silence don't (it is still there); the model is told which; in a group only an admin can say
+yes (the requester's own yes is refused) unless the channel sets ``approvers: requester``; "allow until
+/new" lets the same command pattern run unasked; a blocklisted command never runs, not even under
+``approval: never``; a decision sent twice acts once; a restart never runs a command approved before it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import pytest
 
+from bot.approvals import ApprovalDesk, ChatApproval
+from bot.approvals import metadata as approvals_metadata
+from bot.db import Database
 from channels.memory import MemoryChannel
-from tests.agent.helpers import agent_settings, all_tool_results, tool_results
+from tests.agent.helpers import agent_settings, all_tool_results, tool_results, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.harness import Harness
 
@@ -89,18 +95,112 @@ async def test_no_answer_within_the_timeout_means_not_run(tmp_path, llm):
         assert (workspace / "build" / "out").exists()
 
 
-async def test_in_a_group_only_the_person_who_asked_can_approve(tmp_path, llm):
-    async with Harness.running(settings_for(tmp_path, llm)) as h:
-        group = {"chat": "team", "private": False, "mentioned": True}
-        approval_id, workspace = await start_risky_turn(h, llm, **group)
-        await h.chat.say(f"/approve {approval_id}", sender="user-2", sender_name="mallory", **group)
-        refusal = await h.chat.wait_for_text("Sorry, only user-1 can decide", chat="team")
-        assert approval_id in refusal.text
-        assert (workspace / "build" / "out").exists()
-        await h.chat.say(f"/approve {approval_id}", **group)
+GROUP = {"chat": "team", "private": False, "mentioned": True}
+
+
+async def test_in_a_group_the_requester_cannot_approve_his_own_command_but_an_admin_can(tmp_path, llm):
+    chat = MemoryChannel("memory", admins=["lead"])
+    async with Harness.running(settings_for(tmp_path, llm), channels={"memory": chat}) as h:
+        approval_id, workspace = await start_risky_turn(h, llm, **GROUP)
+        request = request_message(h, approval_id, "team")
+        assert "only an admin of this chat can approve" in request.text
+        await h.chat.say(f"/approve {approval_id}", **GROUP)  # the requester himself
+        refusal = await h.chat.wait_for_text(
+            "Sorry, only an admin of this chat can approve this", chat="team"
+        )
+        assert approval_id in refusal.text and "/deny" in refusal.text
+        await h.chat.say(f"/approve {approval_id}", sender="user-2", sender_name="mallory", **GROUP)
+        await h.chat.wait_for(
+            lambda ch: (
+                sum("only an admin of this chat can approve this" in m.text for m in ch.in_chat("team")) == 2
+            )
+        )
+        assert (workspace / "build" / "out").exists(), "a non-admin's yes ran the command"
+        await h.chat.say(f"/approve {approval_id}", sender="lead", sender_name="Lee", **GROUP)
         await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
         await h.idle()
         assert not (workspace / "build").exists()
+        assert request.text.endswith("✅ Approved by Lee — running it."), request.text
+
+
+async def test_approvers_requester_lets_the_person_who_asked_approve_in_a_group(tmp_path, llm):
+    chat = MemoryChannel("memory", approvers="requester")
+    async with Harness.running(settings_for(tmp_path, llm), channels={"memory": chat}) as h:
+        approval_id, workspace = await start_risky_turn(h, llm, **GROUP)
+        await h.chat.say(f"/approve {approval_id}", sender="user-2", sender_name="mallory", **GROUP)
+        refusal = await h.chat.wait_for_text("Sorry, only user-1 can decide", chat="team")
+        assert approval_id in refusal.text
+        assert (workspace / "build" / "out").exists()
+        await h.chat.say(f"/approve {approval_id}", **GROUP)
+        await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()
+
+
+async def test_a_group_without_admins_is_told_nobody_can_approve_and_the_requester_may_still_deny(
+    tmp_path, llm
+):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm, **GROUP)
+        assert "none is set (channels.memory.admins)" in request_message(h, approval_id, "team").text
+        await h.chat.say(f"/deny {approval_id}", **GROUP)
+        await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
+        await h.idle()
+        assert (workspace / "build" / "out").exists()
+        assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
+
+
+async def test_allow_until_new_runs_the_same_pattern_unasked_and_new_asks_again(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm)) as h:
+        approval_id, workspace = await start_risky_turn(h, llm)
+        request = request_message(h, approval_id)
+        assert f"/approve {approval_id} session" in request.text and "`rm`" in request.text
+        await h.chat.press(request.ref, "Allow until /new")
+        await h.chat.wait_for_text("done with the build directory", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()
+        assert "`rm` now runs without asking in this conversation until /new" in request.text
+        # Another rm in the same conversation runs at once; a different risky program still asks.
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p b2 && rm -rf b2 && echo gone"})]),
+            Reply(text="second clean-up done"),
+        )
+        assert "second clean-up done" in await h.ask("clean up again")
+        assert "gone" in all_tool_results(llm)[-1]
+        assert sum(m.text.startswith("🔐") for m in h.chat.in_chat()) == 1
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "git push origin main"})]),
+            Reply(text="push handled"),
+        )
+        await h.chat.say("push it")
+        pushed = await h.chat.wait_for_text("`git push`", timeout=30)
+        await h.chat.press(pushed.ref, "Deny")
+        await h.chat.wait_for_text("push handled", timeout=30)
+        await h.idle()
+        # /new starts another conversation: the allowance stays behind.
+        assert "Started a new conversation" in await h.ask("/new")
+        llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf b3"})]), Reply(text="third"))
+        await h.chat.say("and clean once more")
+        await h.chat.wait_for(lambda ch: sum(m.text.startswith("🔐") for m in ch.in_chat()) == 3, timeout=30)
+        last = [m for m in h.chat.in_chat() if m.text.startswith("🔐")][-1]
+        assert "rm -rf b3" in last.text
+        await h.chat.press(last.ref, "Deny")
+        await h.idle(timeout=30)
+
+
+async def test_a_blocklisted_command_is_refused_even_under_never(tmp_path, llm):
+    async with Harness.running(settings_for(tmp_path, llm, approval="never")) as h:
+        llm.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p keep && rm -rf / --no-preserve-root"})]),
+            Reply(text="could not"),
+        )
+        assert "could not" in await h.ask("wipe the machine")
+        [result] = all_tool_results(llm)
+        assert result.startswith("[refused] This command deletes the whole system"), result
+        assert "whatever its approval settings" in result
+        [workspace] = Path(h.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+        assert not (workspace / "keep").exists(), "part of a blocklisted command line ran"
+        assert not any("Approval" in m.text for m in h.chat.in_chat())
 
 
 def request_message(h: Harness, approval_id: str, chat: str = "chat-1"):  # type: ignore[no-untyped-def]
@@ -113,6 +213,7 @@ async def test_the_approve_button_runs_it_once_and_the_request_says_who_approved
         request = request_message(h, approval_id)
         assert [(a.label, a.command) for a in request.actions] == [
             ("Approve", f"/approve {approval_id}"),
+            ("Allow until /new", f"/approve {approval_id} session"),
             ("Deny", f"/deny {approval_id}"),
         ]
         press = h.chat.press_message(request.ref, "Approve")
@@ -140,7 +241,7 @@ async def test_deny_by_button_in_a_group_only_from_the_asker_or_an_admin(tmp_pat
         group = {"chat": "team", "private": False, "mentioned": True}
         approval_id, workspace = await start_risky_turn(h, llm, **group)
         request = request_message(h, approval_id, "team")
-        await h.chat.press(request.ref, "Approve", sender="user-2", sender_name="mallory")
+        await h.chat.press(request.ref, "Deny", sender="user-2", sender_name="mallory")
         await h.chat.wait_for_text("Sorry, only user-1 can decide", chat="team")
         assert (workspace / "build" / "out").exists() and request.actions, "a stranger's press decided"
         await h.chat.press(request.ref, "Deny", sender="lead", sender_name="Lee")
@@ -216,3 +317,39 @@ async def test_a_restart_with_an_approval_pending_runs_nothing_without_a_fresh_a
         await second.chat.say(f"/approve {new_match.group(1)}")
         await second.chat.wait_for_text("second try done", timeout=30)
         assert not (workspace / "build").exists()
+
+
+async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(tmp_path):
+    """The trust level the bot decides at the edge reaches the approval: a guest never approves himself."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}")
+    await db.create_schema([approvals_metadata])
+    posted: list[str] = []
+
+    async def notify(message, text, *, actions=(), resume_ref=None):  # type: ignore[no-untyped-def]
+        posted.append(text)  # the platform edge: what the chat would show
+        return None
+
+    chat = MemoryChannel("memory", admins=["lead"])
+    desk = ApprovalDesk(db, notify, timeout=60, channels={"memory": chat})
+    asking = ChatApproval(desk, chat.make_message("clean up", sender="guest-1"), "thread-1")
+    try:
+        waiting = asyncio.create_task(
+            asking.approve(
+                "rm -rf build", "deletes files recursively or by force", patterns=("rm",), trust="guest"
+            )
+        )
+        await wait_until(lambda: bool(posted))
+        assert "only an admin of this chat can approve" in posted[0], posted[0]
+        match = ASKED.search(posted[0])
+        assert match is not None
+        approval_id = match.group(1)
+        own = await desk.decide(approval_id, chat.make_message("/approve", sender="guest-1"), approve=True)
+        assert not own.ok and own.text.startswith("Sorry, only an admin of this chat can approve this")
+        assert not waiting.done()
+        lead = await desk.decide(
+            approval_id, chat.make_message("/approve", sender="lead"), approve=True, admin=True
+        )
+        assert lead.ok
+        assert (await waiting).approved
+    finally:
+        await db.close()

@@ -87,8 +87,10 @@ async def test_bash_cannot_read_the_config_database_other_threads_service_env_ho
                 "config": f"cat {config}",
                 "database": f"cat {database} | head -c 200 | od -c | head -3",
                 "other thread": f"cat {diary}; cat {diary.parents[3]}/*/*/user-data/workspace/diary.txt",
-                "service environ": f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ",
-                "all environs": "cat /proc/*/environ | tr '\\0' '\\n'; tr '\\0' '\\n' < /proc/$PPID/environ",
+                # Written around the approval blocklist (which refuses /proc/<pid>/environ on sight): the
+                # blocklist is a guard rail; these probes test the sandbox underneath it.
+                "service environ": f"cd /proc/{os.getpid()} && tr '\\0' '\\n' < environ",
+                "all environs": "cd /proc && cat */environ | tr '\\0' '\\n'; cd /proc/$PPID && tr '\\0' '\\n' < environ",
                 "service home": f"cat {home_canary}; ls -a {Path.home()}",
                 "host tmp": f"cat {host_tmp}",
                 "host tmp listing": "ls -A /tmp; echo END-OF-LISTING",
@@ -164,7 +166,9 @@ LIMITS = {"cpu_seconds": 2, "memory_mb": 256, "processes": 64, "file_size_mb": 8
     ("command", "expected"),
     [
         ("while :; do :; done", "[stopped: the command used more than 2 s of CPU time]"),
-        (":(){ :|:& };: ; sleep 3", "[the sandbox allows at most 64 processes]"),
+        # Built at run time, so the approval blocklist (which refuses a literal fork bomb) does not see it
+        # and the sandbox's own process limit is what stops it.
+        ("eval \"$(echo ':(){ :|:& };:')\" ; sleep 3", "[the sandbox allows at most 64 processes]"),
         ("head -c 10G /dev/zero > big.bin; ls -l big.bin", "[stopped: a file grew past the 8 MB size limit]"),
         (
             "python3 -c 'x = bytearray(2 * 1024**3)'",
@@ -176,7 +180,7 @@ LIMITS = {"cpu_seconds": 2, "memory_mb": 256, "processes": 64, "file_size_mb": 8
 async def test_runaway_commands_end_with_a_clear_result_while_other_chats_get_answers(
     tmp_path, model, command, expected
 ):
-    settings = sandbox_settings(tmp_path, model, limits=LIMITS, command_timeout_seconds=20)
+    settings = sandbox_settings(tmp_path, model, limits=LIMITS, command_timeout_seconds=20, approval="never")
     async with Harness.running(settings) as h:
         runaway = asyncio.create_task(h.chat.say(f"RUN: {command}", chat="chat-runaway"))
         await h.chat.wait_for_text("⏳ running", chat="chat-runaway")

@@ -138,7 +138,9 @@ async def test_host_secrets_never_reach_commands_and_injected_secrets_are_masked
         Reply(text="The token was ghs_runtoken_5f2a9c1e, all set.", chunk_size=3, delay=0.01),
     )
     channel = TokenChannel("memory")
-    async with Harness.running(agent_settings(tmp_path, llm), channels={"memory": channel}) as h:
+    # Reading $GH_TOKEN or piping env asks for approval; this test is about what the sandbox holds.
+    settings = agent_settings(tmp_path, llm, sandbox={"approval": "never"})
+    async with Harness.running(settings, channels={"memory": channel}) as h:
         answer = await h.ask("check the environment")
     env_file = next((tmp_path / "data" / "users").rglob("env.txt")).read_text()
     # The command really had the injected token, and none of the host's secret-looking variables.

@@ -135,6 +135,9 @@ async def test_gh_token_reaches_sandbox_commands_but_is_masked_in_what_anyone_se
         Reply(text="I checked the token."),
     )
     settings = github_settings(tmp_path, llm, github)
+    # Reading $GH_TOKEN in a command asks for approval (an encoded copy would get past masking); this
+    # test is about masking, so nothing is asked here.
+    settings.sandbox.approval = "never"
     async with running_service(settings) as sb:
         await sb.deliver("issue_comment", comment_payload(f"@{BOT} check your access"))
         await sb.idle()

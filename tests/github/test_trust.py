@@ -42,7 +42,9 @@ async def test_an_outsiders_issue_runs_nothing_by_default_and_a_members_runs_wit
         Reply(tool_calls=[ToolCall("bash", {"command": "echo -n $GH_TOKEN | wc -c"})]),
         Reply(text="CI is fixed."),
     )
-    settings = github_settings(tmp_path, llm, github)
+    # Reading $GH_TOKEN asks for approval (tests/agent/test_risky_commands.py); this test is about who
+    # gets the token at all, so the member's command runs without asking.
+    settings = github_settings(tmp_path, llm, github, sandbox={"approval": "never"})
     config = write_cli_config(tmp_path, settings)
     async with running_service(settings) as sb:
         outsider = await sb.deliver(

@@ -135,6 +135,7 @@ async def test_approve_runs_the_command_and_the_request_card_says_so(start_rig, 
     card, approval_id, workspace = await start_risky_turn(rig, llm)
     assert [(b["label"], b["command"]) for b in card.buttons] == [
         ("Approve", f"/approve {approval_id}"),
+        ("Allow until /new", f"/approve {approval_id} session"),
         ("Deny", f"/deny {approval_id}"),
     ]
     assert (workspace / "build" / "out").exists()  # waiting: nothing ran yet

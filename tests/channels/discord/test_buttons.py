@@ -196,7 +196,11 @@ async def risky_request(
     assert match is not None, request.text
     approval_id = match.group(1)
     styled = [(b["label"], b["custom_id"], b["style"]) for b in request.buttons]
-    assert styled == [("Approve", f"/approve {approval_id}", 1), ("Deny", f"/deny {approval_id}", 4)]
+    assert styled == [
+        ("Approve", f"/approve {approval_id}", 1),
+        ("Allow until /new", f"/approve {approval_id} session", 2),
+        ("Deny", f"/deny {approval_id}", 4),
+    ]
     [workspace] = Path(harness.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
     assert (workspace / "build" / "out").exists()
     return request, approval_id, workspace

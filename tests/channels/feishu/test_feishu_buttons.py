@@ -164,7 +164,7 @@ async def test_approve_runs_the_command_and_the_request_card_says_so(
 ):
     async with running_bot(tmp_path, llm, lark, settings_overrides=HOST_SANDBOX) as bot:
         request, _, workspace = await start_risky_turn(bot, llm)
-        assert request.buttons == ["Approve", "Deny"]
+        assert request.buttons == ["Approve", "Allow until /new", "Deny"]
         press = lark.press(request, "Approve", ALICE)
         await lark.wait_for_text(P2P, "done with the build directory", timeout=30)
         await bot.harness.idle(timeout=30)

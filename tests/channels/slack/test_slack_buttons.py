@@ -111,16 +111,22 @@ async def test_approve_runs_the_command_and_the_request_shows_the_outcome_withou
     tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack
 ):
     risky_turn(llm)
-    async with running_bot(tmp_path, llm, slack, settings_overrides=HOST_SANDBOX) as bot:
+    # A channel (a group): the requester may approve only because this workspace says so.
+    async with running_bot(
+        tmp_path, llm, slack, settings_overrides=HOST_SANDBOX, approvers="requester"
+    ) as bot:
         root = slack.mention("C1", "U1", "clean up the build")["event"]["ts"]
         request = await approval_request(slack, "C1")
-        assert request.thread_ts == root and request.labels == ["Approve", "Deny"]
-        assert [b.get("style") for b in request.buttons] == ["primary", "danger"]
+        assert request.thread_ts == root and request.labels == ["Approve", "Allow until /new", "Deny"]
+        assert [b.get("style") for b in request.buttons] == ["primary", None, "danger"]
         assert (workspace_of(bot) / "build" / "out").exists(), "nothing runs before the decision"
         slack.press("C1", request.ts, "Approve", user="U2")  # somebody else in the channel
         await slack.wait_for(lambda: slack.ephemerals_for("U2", "C1"), 30, "the refusal")
         assert "Sorry, only" in slack.ephemerals_for("U2", "C1")[0].text
-        assert request.labels == ["Approve", "Deny"] and (workspace_of(bot) / "build" / "out").exists()
+        assert (
+            request.labels == ["Approve", "Allow until /new", "Deny"]
+            and (workspace_of(bot) / "build" / "out").exists()
+        )
         slack.press("C1", request.ts, "Approve", user="U1")
         await slack.wait_for_text("done with the build directory", "C1", thread_ts=root, timeout=30)
         await bot.harness.idle(timeout=30)

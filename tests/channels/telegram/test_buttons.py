@@ -191,8 +191,12 @@ async def start_risky_turn(tg: FakeTelegram, h: Harness, llm: FakeOpenAI) -> tup
     match = ASKED.search(request.text)
     assert match is not None and RISKY in request.text, request.text
     approval_id = match.group(1)
-    assert request.buttons == ["Approve", "Deny"]
-    assert callback_data(request) == [f"/approve {approval_id}", f"/deny {approval_id}"]
+    assert request.buttons == ["Approve", "Allow until /new", "Deny"]
+    assert callback_data(request) == [
+        f"/approve {approval_id}",
+        f"/approve {approval_id} session",
+        f"/deny {approval_id}",
+    ]
     [workspace] = Path(h.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
     assert (workspace / "build" / "out").exists()
     return request, approval_id, workspace
