@@ -172,6 +172,10 @@ class Agent(Protocol):
         """Each MCP server: ``ok (N tools)`` or ``error: …`` (empty without MCP servers)."""
         ...
 
+    async def storage_problem(self) -> str | None:
+        """None when the agent can store checkpoints now; else why not, in a few words (for /ready)."""
+        ...
+
     async def close(self) -> None: ...
 
     # Optional capabilities, declared here so callers ask the agent instead of probing it: None = off.

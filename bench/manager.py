@@ -92,6 +92,9 @@ class InstantAgent:
     def mcp_status(self) -> dict[str, str]:
         return {}
 
+    async def storage_problem(self) -> str | None:
+        return None
+
     async def close(self) -> None:
         if self.memory is not None:
             await self.memory.close()

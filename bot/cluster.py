@@ -36,7 +36,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import make_url
@@ -45,6 +45,9 @@ from bot.db import Database
 from bot.inbox import Inbox, InboxEntry
 from channels.types import InboundMessage
 from config.schema import Settings
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +210,7 @@ class Cluster:
         #: Told the name of a lease another instance released (bot.leases.LeaseKeeper.wake).
         self.on_lease_freed: Callable[[str], object] | None = None
         self._wake = asyncio.Event()
-        self._listener: Any = None  # asyncpg.Connection
+        self._listener: asyncpg.Connection | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._notify_queued = False
@@ -289,17 +292,40 @@ class Cluster:
         async with self.db.engine.connect() as conn:
             return (await conn.execute(_SAME_ID, {"me": self.instance_id})).mappings().first()
 
-    async def _listen(self) -> None:
+    async def _listen(self) -> bool:
+        """Open the LISTEN connection; False (logged) when it cannot: the fallback poll finds work."""
         import asyncpg
 
         url = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        listener = None
         try:
-            self._listener = await asyncpg.connect(url)
-            await self._listener.add_listener(INBOX_CHANNEL, self._on_inbox)
-            await self._listener.add_listener(STOP_CHANNEL, self._on_stop)
-            await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
+            listener = await asyncpg.connect(url)
+            await listener.add_listener(INBOX_CHANNEL, self._on_inbox)
+            await listener.add_listener(STOP_CHANNEL, self._on_stop)
+            await listener.add_listener(LEASE_CHANNEL, self._on_lease)
         except Exception as exc:  # the fallback poll still finds work, only later
             log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+            return False
+        self._listener = listener
+        return True
+
+    async def _keep_listening(self) -> None:
+        """Open the LISTEN connection again when it was lost (PostgreSQL restarted, a network cut).
+
+        Called after each good heartbeat, so it comes back within a heartbeat of the database. What
+        was notified meanwhile is lost: this instance looks for work at once instead."""
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+        if await self._listen():
+            log.info("cluster: LISTEN connection open again")
+            self._wake.set()
 
     def _on_inbox(self, *_args: object) -> None:
         self._wake.set()
@@ -587,6 +613,8 @@ class Cluster:
                 await self._beat()
             except Exception as exc:  # PostgreSQL briefly away: claims lapse only after the whole TTL
                 log.warning("cluster: heartbeat failed: %s", exc)
+                continue
+            await self._keep_listening()
 
     async def _beat(self) -> None:
         held = set(self.members)  # committed before the renewal below starts, so it must see them
