@@ -64,9 +64,7 @@ class PrivatePostgres:
             shutil.chown(self.data, owner, owner)
         self.port = _free_port()
         self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-        self._run(
-            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
-        )
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
 
     def _run(self, tool: str, *args: str) -> None:
         done = subprocess.run(
@@ -78,7 +76,9 @@ class PrivatePostgres:
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.data / "server.log"), "-o", options, "-w", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.data / "server.log"), "-o", options, "-w", "start"
+        )
 
     def stop(self) -> None:
         """Stop the server the way an operator's restart does: clients are disconnected at once."""

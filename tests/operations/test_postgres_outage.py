@@ -108,8 +108,10 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
 
             private_pg.start()
             until(
-                lambda: all(len(tg.bot_messages(c)) == 2 for c in CHATS)
-                and all(m.text.endswith("and that is all") for c in CHATS for m in tg.bot_messages(c)),
+                lambda: (
+                    all(len(tg.bot_messages(c)) == 2 for c in CHATS)
+                    and all(m.text.endswith("and that is all") for c in CHATS for m in tg.bot_messages(c))
+                ),
                 seconds=90,
                 progress=lambda: [tg.bot_texts(c) for c in CHATS],
             )
@@ -118,7 +120,9 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
             assert component_up(port, "database") == 1 and component_up(port, "agent") == 1
             time.sleep(2)  # a second answer, if any, would land now
             assert proc.poll() is None, "the service must not have restarted"
-            interrupted = [m for c in CHATS for m in tg.bot_messages(c) if any(RETRY_NOTE in v for v in m.history)]
+            interrupted = [
+                m for c in CHATS for m in tg.bot_messages(c) if any(RETRY_NOTE in v for v in m.history)
+            ]
         finally:
             output = stop(proc)
     for chat in CHATS:
