@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,13 +54,30 @@ def component_up(port: int, component: str) -> float:
     return float(next(line for line in text.splitlines() if line.startswith(prefix)).split()[-1])
 
 
+def launch(tmp_path: Path, name: str, llm: Any, tg: FakeTelegram, url: str) -> tuple[int, Any]:
+    """A ``serve`` in Telegram webhook mode: it registers itself, so the last one started receives."""
+    port = free_port()
+    config = write_telegram_config(
+        tmp_path,
+        name,
+        llm.base_url,
+        tg,
+        url,
+        {"mode": "webhook", "webhook_secret": SECRET},
+        server={"host": "127.0.0.1", "port": port, "public_url": f"http://127.0.0.1:{port}"},
+    )
+    return port, serve(config, port)
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("instances", [1, 2])
 def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answered_once_without_a_restart(
-    tmp_path, llm, private_pg
+    tmp_path, llm, private_pg, instances
 ):
     """Ten turns stream when PostgreSQL stops; ten more messages arrive during the outage. /ready is 503
-    with the reason meanwhile. Once the server is back, the same process answers all twenty, each once,
-    the interrupted ones in the message that showed the retry note."""
+    with the reason meanwhile. Once the server is back, the same processes answer all twenty, each once,
+    the interrupted ones in the message that showed the retry note. With two instances, any of them
+    runs any message (claims in PostgreSQL), as before the outage."""
 
     def reply(body: dict[str, Any]) -> Reply:
         text = echo_reply(body).text
@@ -67,24 +85,19 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
         return Reply(text=f"{text} and that is all", chunk_size=4, delay=0.4 if slow else 0.01)
 
     llm.default_reply = reply
+    running: list[tuple[int, Any]] = []
+    outputs: list[str] = []
     with FakeTelegram(
         bot_username="switchboard_bot", local_mode=True, webhook_retry_seconds=0.5, webhook_max_attempts=1000
     ) as tg:
-        port = free_port()
-        config = write_telegram_config(
-            tmp_path,
-            "solo",
-            llm.base_url,
-            tg,
-            private_pg.url,
-            {"mode": "webhook", "webhook_secret": SECRET},
-            server={"host": "127.0.0.1", "port": port, "public_url": f"http://127.0.0.1:{port}"},
-        )
-        proc = serve(config, port)
         try:
-            wait_ready(port, proc)
-            until(lambda: tg.webhook_url.startswith(f"http://127.0.0.1:{port}/"), seconds=30)
-            assert ready(port)[0] == 200
+            for n in range(instances):
+                running.append(launch(tmp_path, f"p{n + 1}", llm, tg, private_pg.url))
+                wait_ready(*running[-1])
+            last = running[-1][0]
+            until(lambda: tg.webhook_url.startswith(f"http://127.0.0.1:{last}/"), seconds=30)
+            ports = [port for port, _proc in running]
+            assert [ready(port)[0] for port in ports] == [200] * instances
 
             for chat in CHATS:
                 tg.user_message(chat, f"before {chat}", user_id=chat)
@@ -94,19 +107,21 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
             stopped_at = time.monotonic()
             for chat in CHATS:
                 tg.user_message(chat, f"during {chat}", user_id=chat)
-            until(lambda: ready(port)[0] == 503, seconds=10)
-            status, body = ready(port)
-            assert status == 503 and body["reason"].startswith("database unreachable"), body
-            assert health(port)["database"].startswith("unreachable")
-            assert component_up(port, "database") == 0
+            for port in ports:
+                until(lambda port=port: ready(port)[0] == 503, seconds=10)
+                status, body = ready(port)
+                assert status == 503 and body["reason"].startswith("database unreachable"), body
+                assert health(port)["database"].startswith("unreachable")
+                assert component_up(port, "database") == 0
             until(
                 lambda: any(RETRY_NOTE in m.text for c in CHATS for m in tg.bot_messages(c)),
                 seconds=OUTAGE_SECONDS,
             )
             time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))  # the outage itself
-            assert ready(port)[0] == 503, "the database is still down"
+            assert all(ready(port)[0] == 503 for port in ports), "the database is still down"
 
             private_pg.start()
+            started_at = time.monotonic()
             until(
                 lambda: (
                     all(len(tg.bot_messages(c)) == 2 for c in CHATS)
@@ -115,22 +130,28 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
                 seconds=90,
                 progress=lambda: [tg.bot_texts(c) for c in CHATS],
             )
-            until(lambda: ready(port)[0] == 200, seconds=10)
-            assert health(port)["agent"] == "ready"
-            assert component_up(port, "database") == 1 and component_up(port, "agent") == 1
+            recovered = time.monotonic() - started_at
+            for port in ports:
+                until(lambda port=port: ready(port)[0] == 200, seconds=10)
+                assert health(port)["agent"] == "ready"
+                assert component_up(port, "database") == 1 and component_up(port, "agent") == 1
             time.sleep(2)  # a second answer, if any, would land now
-            assert proc.poll() is None, "the service must not have restarted"
+            assert all(proc.poll() is None for _port, proc in running), "no service may have restarted"
             interrupted = [
                 m for c in CHATS for m in tg.bot_messages(c) if any(RETRY_NOTE in v for v in m.history)
             ]
         finally:
-            output = stop(proc)
+            outputs = [stop(proc) for _port, proc in running]
     for chat in CHATS:
         assert tg.bot_texts(chat) == [
             f"echo: before {chat} and that is all",
             f"echo: during {chat} and that is all",
-        ], output[-3000:]
+        ], outputs
     assert interrupted, "no turn was interrupted by the outage: the test did not test the retry"
-    assert "Something went wrong" not in output
-    assert "cluster: LISTEN connection open again" in output
-    print(f"{len(interrupted)} turn(s) showed the retry note and were answered in the same message")
+    for output in outputs:
+        assert "Something went wrong" not in output
+        assert "cluster: LISTEN connection open again" in output
+    print(
+        f"{instances} instance(s): {len(interrupted)} turn(s) showed the retry note; every message "
+        f"answered {recovered:.1f} s after PostgreSQL was back"
+    )
