@@ -90,6 +90,8 @@ CHECKPOINT_SCHEMA_LOCK_KEY = 0x5357_4244_0002
 CHECKPOINT_POOL_SIZE = 2
 #: How long a checkpoint query waits for a connection before it fails (and the turn is retried later).
 CHECKPOINT_CONNECT_TIMEOUT_SECONDS = 5.0
+#: How long start-up waits for the first checkpoint connection (instances starting together queue).
+CHECKPOINT_OPEN_TIMEOUT_SECONDS = 30.0
 #: How long the pool keeps retrying one lost connection before giving up on it; the next query then
 #: connects anew. Short, so recovery never waits out a back-off grown over a long outage.
 CHECKPOINT_RECONNECT_SECONDS = 10.0
@@ -312,7 +314,7 @@ class AgentRuntime:
             reconnect_timeout=CHECKPOINT_RECONNECT_SECONDS,
         )
         self._stack.push_async_callback(pool.close)
-        await pool.open(wait=True, timeout=CHECKPOINT_CONNECT_TIMEOUT_SECONDS)
+        await pool.open(wait=True, timeout=CHECKPOINT_OPEN_TIMEOUT_SECONDS)
         self._checkpoint_pool = pool
         pg_saver = AsyncPostgresSaver(pool)
         # Instances starting together would race the saver's CREATE TABLEs; its migrations run under a

@@ -181,15 +181,10 @@ class StorageRetry:
         self.save_ref = save_ref
         self.release = release
         self.max_delay = max_delay
-        #: Operations waiting for storage right now (for tests and the logs).
-        self.waiting = 0
 
     async def _pause(self, failures: int) -> None:
-        self.waiting += 1
-        try:
-            await asyncio.sleep(backoff(failures, self.max_delay))
-        finally:
-            self.waiting -= 1
+        # A plain sleep: there is no event for "the database is back"; the next attempt is the probe.
+        await asyncio.sleep(backoff(failures, self.max_delay))
 
     async def call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation()``, run again after a back-off for as long as it raises a storage fault."""
