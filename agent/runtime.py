@@ -90,11 +90,14 @@ CHECKPOINT_SCHEMA_LOCK_KEY = 0x5357_4244_0002
 CHECKPOINT_POOL_SIZE = 2
 #: How long a checkpoint query waits for a connection before it fails (and the turn is retried later).
 CHECKPOINT_CONNECT_TIMEOUT_SECONDS = 5.0
+#: How long a health check waits for a checkpoint connection: a healthy pool has one spare at once.
+CHECKPOINT_CHECK_TIMEOUT_SECONDS = 1.0
 #: How long start-up waits for the first checkpoint connection (instances starting together queue).
 CHECKPOINT_OPEN_TIMEOUT_SECONDS = 30.0
-#: How long the pool keeps retrying one lost connection before giving up on it; the next query then
-#: connects anew. Short, so recovery never waits out a back-off grown over a long outage.
-CHECKPOINT_RECONNECT_SECONDS = 10.0
+#: How long the pool keeps retrying one lost connection before giving up on it; the next query (or
+#: health check) then connects anew. Short: a back-off grown over a long outage would otherwise keep
+#: the pool away from a database that is back (measured: seconds after a 20 s restart).
+CHECKPOINT_RECONNECT_SECONDS = 2.0
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
@@ -338,7 +341,7 @@ class AgentRuntime:
         pool = self._checkpoint_pool
         try:
             if pool is not None:
-                async with pool.connection(timeout=CHECKPOINT_CONNECT_TIMEOUT_SECONDS) as conn:
+                async with pool.connection(timeout=CHECKPOINT_CHECK_TIMEOUT_SECONDS) as conn:
                     await conn.execute("SELECT 1")
             elif self._sqlite_checkpoints is not None:
                 async with self._sqlite_checkpoints.execute("SELECT 1") as cursor:

@@ -38,6 +38,8 @@ T = TypeVar("T")
 RETRY_NOTE = "⏳ I can't reach my database right now, so I'll retry this by myself as soon as it's back."
 FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 10.0
+#: How often a back-off asks the storage probe whether storage is back.
+PROBE_SECONDS = 1.0
 
 #: Modules of the database drivers: an OS-level error raised inside one of them is a storage fault.
 _DRIVER_MODULES = ("asyncpg", "psycopg", "psycopg_pool", "sqlalchemy", "aiosqlite", "langgraph.checkpoint")
@@ -165,6 +167,8 @@ class RetriedTurn(Protocol):
 
 #: Stores a reply reference durably (``Inbox.save_reply_ref``).
 SaveRef = Callable[[str, str], Awaitable[None]]
+#: The service's storage check: None when storage answers, else why not.
+Probe = Callable[[], Awaitable[str | None]]
 #: Gives an inbox entry back (``MessageBus.release``): it stays pending for the next start.
 Release = Callable[[str], None]
 
@@ -181,10 +185,27 @@ class StorageRetry:
         self.save_ref = save_ref
         self.release = release
         self.max_delay = max_delay
+        #: The service's storage check (``Service.storage_problem``: cached, cheap), when it has one:
+        #: a back-off ends early once storage, seen failing during it, answers again.
+        self.probe: Probe | None = None
 
     async def _pause(self, failures: int) -> None:
-        # A plain sleep: there is no event for "the database is back"; the next attempt is the probe.
-        await asyncio.sleep(backoff(failures, self.max_delay))
+        """Wait ``backoff(failures)``; with a probe, look every second whether storage came back.
+
+        Only a recovery ends the wait early (the probe failed, then answered): a fault the probe
+        does not see (the checkpoint file full while the database answers) keeps the full back-off,
+        so a turn is never re-run every second against storage that still fails."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + backoff(failures, self.max_delay)
+        seen_down = False
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(PROBE_SECONDS, left))
+            if self.probe is None:
+                continue
+            down = await self.probe() is not None
+            if seen_down and not down:
+                return
+            seen_down = seen_down or down
 
     async def call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation()``, run again after a back-off for as long as it raises a storage fault."""

@@ -249,6 +249,7 @@ class Service:
             self.manager.approvals = ApprovalDesk(
                 self.db, self.manager.send_notice, timeout=self.settings.sandbox.approval_timeout_seconds
             )
+        self.manager.storage.probe = self.storage_problem
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now
@@ -346,9 +347,17 @@ class Service:
             return f"agent {self.agent_state}"
         return await self.agent.storage_problem()
 
+    async def storage_problem(self) -> str | None:
+        """The database's or the agent's checkpoint store's problem, if any (cached ≤ 2 s): a turn
+        waiting for storage (bot/faults.py) runs again as soon as this clears."""
+        db_problem, agent_problem = await self.readiness()
+        return db_problem or agent_problem
+
     async def readiness(self) -> tuple[str | None, str | None]:
-        """(database problem, agent problem): None each when it answered its check (cached ≤ 2 s)."""
-        return await self.database_probe.problem(), await self.agent_probe.problem()
+        """(database problem, agent problem): None each when it answered its check (cached ≤ 2 s).
+        Both at once: while PostgreSQL is away each may take up to its timeout."""
+        database, agent = await asyncio.gather(self.database_probe.problem(), self.agent_probe.problem())
+        return database, agent
 
     def agent_health(self, problem: str | None) -> str:
         """``/health``'s agent entry: its start-up state, or ``unavailable: …`` once it cannot work."""
