@@ -303,11 +303,12 @@ class Cluster:
             await listener.add_listener(INBOX_CHANNEL, self._on_inbox)
             await listener.add_listener(STOP_CHANNEL, self._on_stop)
             await listener.add_listener(LEASE_CHANNEL, self._on_lease)
-        except Exception as exc:  # the fallback poll still finds work, only later
-            log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
+        except BaseException as exc:  # the fallback poll still finds work, only later
             if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.close()
+                listener.terminate()  # no round trip: it may be what failed, or we are being cancelled
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
             return False
         self._listener = listener
         return True
