@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,9 @@ LEASE_CHANNEL = "switchboard_lease"
 SCAN_LIMIT = 500
 SCAN_PAGES = 20
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
+#: After regaining the database, an instance waits a heartbeat period plus this before it takes over
+#: another instance's lapsed claim, so a holder that is alive renews its claims first.
+TAKEOVER_GRACE_SECONDS = 1.0
 
 _LIVE_KEYS = text(f"SELECT key, holder FROM cluster_claims WHERE expires >= {NOW}")
 _PENDING = text("SELECT * FROM inbox WHERE status = 'pending' ORDER BY created_at, id LIMIT :limit")
@@ -214,6 +218,9 @@ class Cluster:
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._notify_queued = False
+        #: When this instance last regained PostgreSQL (monotonic; None while out of touch): another
+        #: instance's lapsed claim is taken over only a heartbeat period after it (_may_take_over).
+        self._reachable_since: float | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -386,12 +393,31 @@ class Cluster:
         """
         if limit <= 0:
             return [], 0
+        try:
+            return await self._claim(limit, is_command)
+        except Exception:
+            self._reachable_since = None  # out of touch: a takeover waits again once it is back
+            raise
+
+    def _may_take_over(self) -> bool:
+        """Whether this instance may take over another instance's lapsed claim now.
+
+        Not within a heartbeat period (plus a margin) of regaining the database: after an outage
+        longer than the TTL every claim has lapsed, but the holders are alive and renew theirs at
+        their next heartbeat. Taking one over first ran its turn twice, and the holder's reply (which
+        it could not store during the outage) stayed in the chat beside the new one."""
+        since = self._reachable_since
+        return since is not None and time.monotonic() - since >= self.ttl / 3 + TAKEOVER_GRACE_SECONDS
+
+    async def _claim(self, limit: int, is_command: IsCommand) -> tuple[list[InboxEntry], int]:
         seen: set[str] = set()
         entries: list[tuple[str, InboxEntry]] = []
         candidates: list[tuple[str, InboxEntry]] = []
         joining: list[tuple[str, InboxEntry]] = []  # later messages of threads this instance holds
         async with self.db.engine.connect() as conn:
             live = {row[0]: row[1] for row in await conn.execute(_LIVE_KEYS)}
+            if self._reachable_since is None:
+                self._reachable_since = time.monotonic()
             rows = (await conn.execute(_PENDING, {"limit": SCAN_LIMIT})).mappings().all()
             for page in range(SCAN_PAGES):
                 for row in rows:
@@ -513,6 +539,8 @@ class Cluster:
                 if not (await conn.execute(_TRY_LOCK, {"space": CLAIM_LOCKSPACE, "key": key})).scalar():
                     return None  # another instance is claiming this key right now
                 previous = (await conn.execute(_PREVIOUS, {"key": key})).scalar()
+                if previous is not None and previous != self.instance_id and not self._may_take_over():
+                    raise _NotOurs  # its holder may be alive and about to renew it (see _may_take_over)
                 got = await conn.execute(
                     _UPSERT, {"key": key, "entry": entry.id, "me": self.instance_id, "ttl": self.ttl}
                 )
@@ -614,6 +642,7 @@ class Cluster:
                 await self._beat()
             except Exception as exc:  # PostgreSQL briefly away: claims lapse only after the whole TTL
                 log.warning("cluster: heartbeat failed: %s", exc)
+                self._reachable_since = None
                 continue
             await self._keep_listening()
 

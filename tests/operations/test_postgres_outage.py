@@ -113,6 +113,9 @@ def test_postgresql_stopped_for_20_s_while_messages_arrive_every_message_is_answ
                 assert status == 503 and body["reason"].startswith("database unreachable"), body
                 assert health(port)["database"].startswith("unreachable")
                 assert component_up(port, "database") == 0
+                # The agent cannot store a turn either, and says so (it said "ready" before).
+                until(lambda port=port: health(port)["agent"].startswith("unavailable"), seconds=10)
+                assert component_up(port, "agent") == 0
             until(
                 lambda: any(RETRY_NOTE in m.text for c in CHATS for m in tg.bot_messages(c)),
                 seconds=OUTAGE_SECONDS,
