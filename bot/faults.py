@@ -8,8 +8,9 @@ and runs the same work again, in place, until storage answers again.
 - :func:`is_storage_error` tells a storage fault from every other failure: a connection to PostgreSQL
   refused, closed or shut down (asyncpg, psycopg and its pool, SQLAlchemy's wrappers), or SQLite out of
   disk or failing I/O. A syntax error or a constraint violation is not one: retrying would not help.
-- :class:`StorageRetry` runs an operation again with back-off (1, 2, 4 … up to ``max_delay`` seconds)
-  while it fails that way. For a turn the reply says so once — its live message is edited into the
+- :class:`StorageRetry` runs an operation again with back-off (1, 2, 4 … up to ``max_delay`` seconds,
+  ended early once the service's health checks saw storage fail and answer again) while it fails that
+  way. For a turn the reply says so once — its live message is edited into the
   partial answer plus :data:`RETRY_NOTE` — and the next attempt edits that same message into the
   answer. Nothing counts as a failed attempt (no dead-lettering over an outage), the inbox row stays
   pending, and the turn keeps its place in its thread's lane (and, in a cluster, its claim), so the
