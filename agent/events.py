@@ -180,6 +180,10 @@ class Agent(Protocol):
         """Which sandbox protections and limits are in force (seccomp, user namespaces, memory, disk)."""
         ...
 
+    async def storage_problem(self) -> str | None:
+        """None when the agent can store checkpoints now; else why not, in a few words (for /ready)."""
+        ...
+
     async def close(self) -> None: ...
 
     # Optional capabilities, declared here so callers ask the agent instead of probing it: None = off.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import logging
 import mimetypes
 import os
@@ -23,7 +24,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from langchain_core.messages import (
@@ -76,10 +77,27 @@ from agent.web import WebFetcher, WebSearcher
 from config.schema import ModelConfig, Settings
 from config.secrets import known_secrets
 
+if TYPE_CHECKING:
+    import aiosqlite
+    from psycopg_pool import AsyncConnectionPool
+
 log = logging.getLogger(__name__)
 
 #: PostgreSQL advisory lock around the checkpointer's migrations (bot/db.py has the service's own).
 CHECKPOINT_SCHEMA_LOCK_KEY = 0x5357_4244_0002
+#: The PostgreSQL checkpointer serialises its queries (one lock per saver): one connection in use, one
+#: spare, so a health check never waits behind a turn.
+CHECKPOINT_POOL_SIZE = 2
+#: How long a checkpoint query waits for a connection before it fails (and the turn is retried later).
+CHECKPOINT_CONNECT_TIMEOUT_SECONDS = 5.0
+#: How long a health check waits for a checkpoint connection: a healthy pool has one spare at once.
+CHECKPOINT_CHECK_TIMEOUT_SECONDS = 1.0
+#: How long start-up waits for the first checkpoint connection (instances starting together queue).
+CHECKPOINT_OPEN_TIMEOUT_SECONDS = 30.0
+#: How long the pool keeps retrying one lost connection before giving up on it; the next query (or
+#: health check) then connects anew. Short: a back-off grown over a long outage would otherwise keep
+#: the pool away from a database that is back (measured: seconds after a 20 s restart).
+CHECKPOINT_RECONNECT_SECONDS = 2.0
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
@@ -113,7 +131,7 @@ def without_images(message: BaseMessage) -> BaseMessage:
 async def _take_session_lock(conn: Any, key: int) -> None:
     """Take a PostgreSQL session advisory lock by polling ``pg_try_advisory_lock`` (see the caller).
 
-    ``conn`` is the checkpointer's psycopg connection, whose rows are dicts.
+    ``conn`` is a connection of the checkpointer's pool, whose rows are dicts.
     """
     while True:
         cursor = await conn.execute("SELECT pg_try_advisory_lock(%s) AS taken", (key,))
@@ -206,6 +224,8 @@ class AgentRuntime:
         self._stack = AsyncExitStack()
         self._graph: Any = None
         self.checkpointer: BaseCheckpointSaver[Any] | None = None
+        self._checkpoint_pool: AsyncConnectionPool[Any] | None = None  # on PostgreSQL
+        self._sqlite_checkpoints: aiosqlite.Connection | None = None  # on SQLite
         self.memory: MemoryService | None = None
         self.goals: GoalKeeper | None = None
         self.usage: UsageStore | None = UsageStore(engine) if engine is not None else None
@@ -258,35 +278,77 @@ class AgentRuntime:
             from agent.sqlite_checkpoints import open_saver
 
             # Closed by the stack with no write left half-done (a cut-off one kept the file locked).
-            return await open_saver(self._stack, self.checkpoint_path)
+            saver = await open_saver(self._stack, self.checkpoint_path)
+            self._sqlite_checkpoints = saver.conn
+            return saver
         conninfo = _postgres_conninfo(self.settings.database.url)
         if conninfo is not None:
-            try:
-                from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-            except ImportError:
+            if importlib.util.find_spec("langgraph.checkpoint.postgres") is None:
                 log.warning(
                     "langgraph-checkpoint-postgres is not installed: thread history is kept in memory "
                     "only and is lost on restart (pip install langgraph-checkpoint-postgres)"
                 )
             else:
-                pg_saver = await self._stack.enter_async_context(
-                    AsyncPostgresSaver.from_conn_string(conninfo)
-                )
-                # Instances starting together would race the saver's CREATE TABLEs; its migrations
-                # run under a session advisory lock on the saver's own connection (released after).
-                # Polled, not waited on: the migrations include CREATE INDEX CONCURRENTLY, which waits
-                # for every open transaction, and a blocked lock call is one (a deadlock, seen here).
-                from psycopg import AsyncConnection as PgConnection
-
-                conn = pg_saver.conn
-                assert isinstance(conn, PgConnection)  # from_conn_string: one connection, not a pool
-                await _take_session_lock(conn, CHECKPOINT_SCHEMA_LOCK_KEY)
-                try:
-                    await pg_saver.setup()
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (CHECKPOINT_SCHEMA_LOCK_KEY,))
-                return pg_saver
+                return await self._open_postgres_saver(conninfo)
         return InMemorySaver()
+
+    async def _open_postgres_saver(self, conninfo: str) -> BaseCheckpointSaver[Any]:
+        """A PostgreSQL checkpointer on a pool that reconnects by itself.
+
+        One plain connection (what ``from_conn_string`` opens) never reconnects: after PostgreSQL
+        restarted, every later turn failed on it until the service was restarted. The pool checks a
+        connection before lending it (a broken one is replaced) and gives up on a connection attempt
+        after ``CHECKPOINT_RECONNECT_SECONDS``, so once PostgreSQL is back the next turn connects anew
+        instead of waiting out a long back-off.
+        """
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool
+
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=CHECKPOINT_POOL_SIZE,
+            open=False,
+            name="agent-checkpoints",
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            check=AsyncConnectionPool.check_connection,
+            timeout=CHECKPOINT_CONNECT_TIMEOUT_SECONDS,
+            reconnect_timeout=CHECKPOINT_RECONNECT_SECONDS,
+        )
+        self._stack.push_async_callback(pool.close)
+        await pool.open(wait=True, timeout=CHECKPOINT_OPEN_TIMEOUT_SECONDS)
+        self._checkpoint_pool = pool
+        pg_saver = AsyncPostgresSaver(pool)
+        # Instances starting together would race the saver's CREATE TABLEs; its migrations run under a
+        # session advisory lock held on a connection of their own (released after). Polled, not waited
+        # on: the migrations include CREATE INDEX CONCURRENTLY, which waits for every open transaction,
+        # and a blocked lock call is one (a deadlock, seen here).
+        async with pool.connection() as conn:
+            await _take_session_lock(conn, CHECKPOINT_SCHEMA_LOCK_KEY)
+            try:
+                await pg_saver.setup()
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (CHECKPOINT_SCHEMA_LOCK_KEY,))
+        return pg_saver
+
+    async def storage_problem(self) -> str | None:
+        """None when the checkpointer can reach its store now; otherwise why not (for /health, /ready).
+
+        PostgreSQL: a connection from the checkpoint pool answers ``SELECT 1``. SQLite: the checkpoint
+        file answers a query. In memory: always fine. The caller caches the answer and bounds its time.
+        """
+        pool = self._checkpoint_pool
+        try:
+            if pool is not None:
+                async with pool.connection(timeout=CHECKPOINT_CHECK_TIMEOUT_SECONDS) as conn:
+                    await conn.execute("SELECT 1")
+            elif self._sqlite_checkpoints is not None:
+                async with self._sqlite_checkpoints.execute("SELECT 1") as cursor:
+                    await cursor.fetchone()
+        except Exception as exc:
+            return f"cannot reach its checkpoint store ({type(exc).__name__})"
+        return None
 
     async def close(self) -> None:
         if self.mcp is not None:

@@ -95,6 +95,9 @@ class InstantAgent:
     def sandbox_limits(self) -> dict[str, object]:
         return {}
 
+    async def storage_problem(self) -> str | None:
+        return None
+
     async def close(self) -> None:
         if self.memory is not None:
             await self.memory.close()

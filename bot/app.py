@@ -189,18 +189,21 @@ def create_app(
         # Liveness (/health) answers as soon as the process serves HTTP; a load balancer or rolling
         # upgrade should wait for this instead, which is 503 until start-up has brought channels up.
         # Under `serve` the agent is built after HTTP is up: ready also means it answers messages.
+        # Database and agent are real round trips (cached 2 s): 503 while PostgreSQL is away.
         started = service.started_at is not None
-        db_ok = await service.db.ping() if started else False
-        if started and db_ok and service.agent_state == "ready":
-            return JSONResponse({"ready": True})
+        db_problem, agent_problem = await service.readiness() if started else (None, None)
         if not started:
             reason = "starting: channels not started yet"
+        elif db_problem is not None:
+            reason = f"database {db_problem}"
         elif service.agent_state == "starting":
             reason = "starting: the agent is not ready yet"
         elif service.agent_state == "failed":
             reason = "the agent could not be started"
+        elif agent_problem is not None:
+            reason = f"the agent {agent_problem}"
         else:
-            reason = "database unreachable"
+            return JSONResponse({"ready": True})
         return JSONResponse({"ready": False, "reason": reason}, status_code=503)
 
     metrics_need_token = settings.auth.mode == "jwt" and not settings.server.metrics_public
@@ -224,6 +227,8 @@ def create_app(
                 return JSONResponse(
                     {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )
+        if service.started_at is not None:
+            await service.readiness()  # switchboard_component_up, as of at most 2 s ago
         return Response(metrics.render(inbox_unfinished=service.bus.load), media_type=metrics.CONTENT_TYPE)
 
     @app.get("/docs", include_in_schema=False)

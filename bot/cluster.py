@@ -34,9 +34,10 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import make_url
@@ -45,6 +46,9 @@ from bot.db import Database
 from bot.inbox import Inbox, InboxEntry
 from channels.types import InboundMessage
 from config.schema import Settings
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,9 @@ LEASE_CHANNEL = "switchboard_lease"
 SCAN_LIMIT = 500
 SCAN_PAGES = 20
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"
+#: After regaining the database, an instance waits a heartbeat period plus this before it takes over
+#: another instance's lapsed claim, so a holder that is alive renews its claims first.
+TAKEOVER_GRACE_SECONDS = 1.0
 
 _LIVE_KEYS = text(f"SELECT key, holder FROM cluster_claims WHERE expires >= {NOW}")
 _PENDING = text("SELECT * FROM inbox WHERE status = 'pending' ORDER BY created_at, id LIMIT :limit")
@@ -207,10 +214,13 @@ class Cluster:
         #: Told the name of a lease another instance released (bot.leases.LeaseKeeper.wake).
         self.on_lease_freed: Callable[[str], object] | None = None
         self._wake = asyncio.Event()
-        self._listener: Any = None  # asyncpg.Connection
+        self._listener: asyncpg.Connection | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._notify_queued = False
+        #: When this instance last regained PostgreSQL (monotonic; None while out of touch): another
+        #: instance's lapsed claim is taken over only a heartbeat period after it (_may_take_over).
+        self._reachable_since: float | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -289,17 +299,41 @@ class Cluster:
         async with self.db.engine.connect() as conn:
             return (await conn.execute(_SAME_ID, {"me": self.instance_id})).mappings().first()
 
-    async def _listen(self) -> None:
+    async def _listen(self) -> bool:
+        """Open the LISTEN connection; False (logged) when it cannot: the fallback poll finds work."""
         import asyncpg
 
         url = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        listener = None
         try:
-            self._listener = await asyncpg.connect(url)
-            await self._listener.add_listener(INBOX_CHANNEL, self._on_inbox)
-            await self._listener.add_listener(STOP_CHANNEL, self._on_stop)
-            await self._listener.add_listener(LEASE_CHANNEL, self._on_lease)
-        except Exception as exc:  # the fallback poll still finds work, only later
+            listener = await asyncpg.connect(url)
+            await listener.add_listener(INBOX_CHANNEL, self._on_inbox)
+            await listener.add_listener(STOP_CHANNEL, self._on_stop)
+            await listener.add_listener(LEASE_CHANNEL, self._on_lease)
+        except BaseException as exc:  # the fallback poll still finds work, only later
+            if listener is not None:
+                listener.terminate()  # no round trip: it may be what failed, or we are being cancelled
+            if not isinstance(exc, Exception):
+                raise
             log.warning("cluster: LISTEN failed, polling every %.0f s instead: %s", self.poll_seconds, exc)
+            return False
+        self._listener = listener
+        return True
+
+    async def _keep_listening(self) -> None:
+        """Open the LISTEN connection again when it was lost (PostgreSQL restarted, a network cut).
+
+        Called after each good heartbeat, so it comes back within a heartbeat of the database. What
+        was notified meanwhile is lost: this instance looks for work at once instead."""
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+        if await self._listen():
+            log.info("cluster: LISTEN connection open again")
+            self._wake.set()
 
     def _on_inbox(self, *_args: object) -> None:
         self._wake.set()
@@ -359,12 +393,31 @@ class Cluster:
         """
         if limit <= 0:
             return [], 0
+        try:
+            return await self._claim(limit, is_command)
+        except Exception:
+            self._reachable_since = None  # out of touch: a takeover waits again once it is back
+            raise
+
+    def _may_take_over(self) -> bool:
+        """Whether this instance may take over another instance's lapsed claim now.
+
+        Not within a heartbeat period (plus a margin) of regaining the database: after an outage
+        longer than the TTL every claim has lapsed, but the holders are alive and renew theirs at
+        their next heartbeat. Taking one over first ran its turn twice, and the holder's reply (which
+        it could not store during the outage) stayed in the chat beside the new one."""
+        since = self._reachable_since
+        return since is not None and time.monotonic() - since >= self.ttl / 3 + TAKEOVER_GRACE_SECONDS
+
+    async def _claim(self, limit: int, is_command: IsCommand) -> tuple[list[InboxEntry], int]:
         seen: set[str] = set()
         entries: list[tuple[str, InboxEntry]] = []
         candidates: list[tuple[str, InboxEntry]] = []
         joining: list[tuple[str, InboxEntry]] = []  # later messages of threads this instance holds
         async with self.db.engine.connect() as conn:
             live = {row[0]: row[1] for row in await conn.execute(_LIVE_KEYS)}
+            if self._reachable_since is None:
+                self._reachable_since = time.monotonic()
             rows = (await conn.execute(_PENDING, {"limit": SCAN_LIMIT})).mappings().all()
             for page in range(SCAN_PAGES):
                 for row in rows:
@@ -486,6 +539,8 @@ class Cluster:
                 if not (await conn.execute(_TRY_LOCK, {"space": CLAIM_LOCKSPACE, "key": key})).scalar():
                     return None  # another instance is claiming this key right now
                 previous = (await conn.execute(_PREVIOUS, {"key": key})).scalar()
+                if previous is not None and previous != self.instance_id and not self._may_take_over():
+                    raise _NotOurs  # its holder may be alive and about to renew it (see _may_take_over)
                 got = await conn.execute(
                     _UPSERT, {"key": key, "entry": entry.id, "me": self.instance_id, "ttl": self.ttl}
                 )
@@ -587,6 +642,9 @@ class Cluster:
                 await self._beat()
             except Exception as exc:  # PostgreSQL briefly away: claims lapse only after the whole TTL
                 log.warning("cluster: heartbeat failed: %s", exc)
+                self._reachable_since = None
+                continue
+            await self._keep_listening()
 
     async def _beat(self) -> None:
         held = set(self.members)  # committed before the renewal below starts, so it must see them

@@ -199,14 +199,23 @@ class Database:
             await upgrade(conn)
 
     async def ping(self) -> bool:
+        return await self.problem() is None
+
+    async def problem(self) -> str | None:
+        """None when the database answers ``SELECT 1`` now; else ``unreachable (<error class>)``.
+
+        Only the class of the error that stopped it (``ConnectionRefusedError``): a driver's message
+        may name the host, the user or the database, and this answer is served on /health."""
         from sqlalchemy import text
+
+        from bot.faults import describe
 
         try:
             async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
-            return True
-        except Exception:
-            return False
+        except Exception as exc:
+            return f"unreachable ({describe(exc)})"
+        return None
 
     def start_maintenance(self) -> None:
         """SQLite: copy the WAL into the database every second, off the event loop and off every commit."""

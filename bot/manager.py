@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import secrets
 import time
@@ -28,6 +29,7 @@ from bot import metrics
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.commands import Command, CommandContext, CommandRegistry, parse_command
+from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
 from bot.logs import trace_id_var
@@ -235,6 +237,8 @@ class ChannelManager:
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
         self._stopping = False
+        #: Work that failed because storage was unreachable runs again, in place (bot/faults.py).
+        self.storage = StorageRetry(inbox.save_reply_ref, bus.release)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -316,7 +320,7 @@ class ChannelManager:
         try:
             # The lock keeps a conversation's messages in arrival order up to their lane.
             async with lock, self._route_slots:
-                await self._route(entry)
+                await self.storage.call("routing a message", lambda: self._route(entry))
         except asyncio.CancelledError:
             self.bus.release(entry.id)
             raise
@@ -607,7 +611,9 @@ class ChannelManager:
                 token = trace_id_var.set(turn.trace_id)
                 try:
                     with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
-                        delivered = await self._run_turn(turn, lane)
+                        delivered = await self.storage.run_turn(
+                            turn, functools.partial(self._run_turn, turn, lane)
+                        )
                     # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
                     # so a message sent right after the reply starts next instead of reading "Queued".
                     lane.current = None
@@ -640,6 +646,7 @@ class ChannelManager:
         channel = self.channels[turn.message.provider]
         if turn.before_start is not None and not await self._may_start(turn, channel):
             return None
+        reply: ReplyStream | None = None
         try:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
@@ -674,6 +681,11 @@ class ChannelManager:
                 self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
             raise
         except Exception as exc:
+            if is_storage_error(exc):  # not the message's fault: run again once storage is back
+                metrics.mark_outcome("storage_unavailable")
+                if isinstance(exc, StorageUnavailable):
+                    raise
+                raise StorageUnavailable(reply) from exc
             log.exception("turn failed outside the agent")
             metrics.mark_outcome("error")
             if turn.entry_id:
@@ -823,6 +835,8 @@ class ChannelManager:
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
         except Exception as exc:
+            if is_storage_error(exc):
+                raise StorageUnavailable(reply, "".join(parts)) from exc
             log.exception("agent turn failed")
             sentence = f"⚠️ {describe_error(exc)} (trace {turn.trace_id})"
             partial = "".join(parts).rstrip()
@@ -917,7 +931,7 @@ class ChannelManager:
         return reply.ref
 
     async def _complete(self, entry_id: str, note: str | None = None) -> None:
-        await self.inbox.mark_done(entry_id, note)
+        await self.storage.call("marking a message done", lambda: self.inbox.mark_done(entry_id, note))
         self.bus.release(entry_id)
 
     async def _fail(

@@ -76,6 +76,18 @@ PLATFORM_RATE_LIMITED = Counter(
     registry=REGISTRY,
 )
 
+COMPONENT_UP = Gauge(
+    "switchboard_component_up",
+    "1 when the component answered its last health check (a real round trip), 0 when it did not.",
+    ["component"],
+    registry=REGISTRY,
+)
+
+
+def set_component_up(component: str, up: bool) -> None:
+    """Record a component's latest health check (``database``, ``agent``; bot/probes.py)."""
+    COMPONENT_UP.labels(component).set(1 if up else 0)
+
 
 def _platform_event(provider: str, event: str) -> None:
     if event == observe.CALL:

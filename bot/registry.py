@@ -56,7 +56,7 @@ def missing_extras(settings: Any) -> list[str]:
                 problems.append(str(exc))
     url = settings.database.url
     if url.startswith("postgresql"):
-        for module in ("asyncpg", "langgraph.checkpoint.postgres"):
+        for module in ("asyncpg", "langgraph.checkpoint.postgres", "psycopg_pool"):
             try:
                 importlib.import_module(module)
             except ModuleNotFoundError as exc:

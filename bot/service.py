@@ -55,6 +55,7 @@ from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
 from bot.manager import ROUTE_CONNECTIONS, ChannelManager
+from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
 from bot.threads import ThreadStore
@@ -141,6 +142,9 @@ class Service:
         self._retry_poll: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.channel_errors: dict[str, str] = {}
+        # What /health, /ready and the component metric say: real round trips, cached for 2 s.
+        self.database_probe = CachedProbe("database", self.db.problem)
+        self.agent_probe = CachedProbe("agent", self._agent_problem)
 
     @property
     def data_dir(self) -> Path:
@@ -257,6 +261,7 @@ class Service:
                 timeout=self.settings.sandbox.approval_timeout_seconds,
                 channels=self.channels,
             )
+        self.manager.storage.probe = self.storage_problem
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now
@@ -348,19 +353,47 @@ class Service:
             except Exception as exc:
                 log.warning("channel %s did not %s cleanly: %s", provider, method, exc)
 
+    async def _agent_problem(self) -> str | None:
+        """The agent's own check (its checkpoint store answers), once it is running."""
+        if self.agent is None or self.agent_state != "ready":
+            return f"agent {self.agent_state}"
+        return await self.agent.storage_problem()
+
+    async def storage_problem(self) -> str | None:
+        """The database's or the agent's checkpoint store's problem, if any (cached ≤ 2 s): a turn
+        waiting for storage (bot/faults.py) runs again as soon as this clears."""
+        db_problem, agent_problem = await self.readiness()
+        return db_problem or agent_problem
+
+    async def readiness(self) -> tuple[str | None, str | None]:
+        """(database problem, agent problem): None each when it answered its check (cached ≤ 2 s).
+        Both at once: while PostgreSQL is away each may take up to its timeout."""
+        database, agent = await asyncio.gather(self.database_probe.problem(), self.agent_probe.problem())
+        return database, agent
+
+    def agent_health(self, problem: str | None) -> str:
+        """``/health``'s agent entry: its start-up state, or ``unavailable: …`` once it cannot work."""
+        if self.agent_state != "ready" or problem is None:
+            return self.agent_state
+        return f"unavailable: {problem}"
+
     async def health(self) -> dict[str, Any]:
-        db_ok = await self.db.ping()
+        db_problem, agent_problem = await self.readiness()
         channels = {name: channel.health() for name, channel in self.channels.items()}
         for name, error in self.channel_errors.items():
             channels.setdefault(name, {"state": "error", "detail": error})
+        agent = self.agent_health(agent_problem)
         degraded = (
-            not db_ok or self.agent_state == "failed" or any(c["state"] == "error" for c in channels.values())
+            db_problem is not None
+            or self.agent_state == "failed"
+            or agent.startswith("unavailable")
+            or any(c["state"] == "error" for c in channels.values())
         )
         return {
             "status": "degraded" if degraded else "ok",
             "version": VERSION,
-            "database": "ok" if db_ok else "unreachable",
-            "agent": self.agent_state,
+            "database": db_problem or "ok",
+            "agent": agent,
             "sandbox": self.settings.sandbox.mode,
             "sandbox_limits": self.agent.sandbox_limits() if self.agent is not None else {},
             "mcp": self.agent.mcp_status() if self.agent is not None else {},

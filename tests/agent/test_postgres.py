@@ -101,3 +101,31 @@ async def test_on_postgres_goal_steps_and_memory_clear_are_durable(tmp_path, llm
         await second.ask("anything new?", message_id="k5")
         assert await second.ask("/memory", message_id="k6") == "I don't remember anything about you yet."
         assert "Status: reached — 2/8 continuations used" in await second.ask("/goal", message_id="k7")
+
+
+async def test_on_postgres_every_connection_comes_back_after_the_server_dropped_them_all(
+    tmp_path, llm, pg_url
+):
+    """What a PostgreSQL restart does to a running service, on the shared server: every connection of
+    the test's database is terminated by the server (the agent's checkpoints, the engine's pool, the
+    cluster's LISTEN). The next turn is answered normally, with the thread's history, without a restart
+    of the service; before, the checkpointer's one connection stayed dead and every turn failed."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    settings = agent_settings(tmp_path, llm, database={"url": pg_url})
+    async with Harness.running(settings) as h:
+        assert await h.ask("first", message_id="r1") == "echo: first"
+        admin = await asyncpg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(False))
+        try:
+            dropped = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        assert dropped >= 2  # at least the checkpoint pool's and the LISTEN connection
+        assert await h.ask("second", message_id="r2") == "echo: second"
+        assert (await h.service.readiness()) == (None, None)
+    sent = llm.completions[-1]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["first", "second"]

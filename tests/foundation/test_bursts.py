@@ -31,6 +31,9 @@ class InstantAgent:
     def model_names(self) -> list[str]:
         return ["instant"]
 
+    async def storage_problem(self) -> str | None:
+        return None
+
     async def close(self) -> None:
         return None
 
