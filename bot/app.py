@@ -221,7 +221,9 @@ def create_app(
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=Response)
     async def prometheus() -> Response:
-        return Response(metrics.render(inbox_unfinished=service.bus.load), media_type=metrics.CONTENT_TYPE)
+        components = {f"channel:{name}": channel.receiving()[0] for name, channel in service.channels.items()}
+        body = metrics.render(inbox_unfinished=service.bus.load, components=components)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:

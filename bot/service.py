@@ -40,6 +40,7 @@ from bot import inbox as inbox_module
 from bot import migrations
 from bot import threads as threads_module
 from bot.approvals import ApprovalDesk
+from bot.bounded import NoAnswer, within
 from bot.bus import MessageBus
 from bot.cluster import Cluster
 from bot.commands import CommandRegistry
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 AgentState = Literal["starting", "ready", "failed"]
 
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
+#: /health's database checks wait this long, then report the database unreachable.
+HEALTH_DB_SECONDS = 2.0
 
 
 def _import_agent_runtime() -> type[AgentRuntime]:
@@ -337,7 +340,11 @@ class Service:
                 log.warning("channel %s did not %s cleanly: %s", provider, method, exc)
 
     async def health(self) -> dict[str, Any]:
-        db_ok = await self.db.ping()
+        # Bounded: /health must answer (and say what is wrong) while the database does not.
+        try:
+            db_ok = await within(self.db.ping(), HEALTH_DB_SECONDS)
+        except NoAnswer:
+            db_ok = False
         channels = {name: channel.health() for name, channel in self.channels.items()}
         for name, error in self.channel_errors.items():
             channels.setdefault(name, {"state": "error", "detail": error})
@@ -358,4 +365,12 @@ class Service:
 
     async def _cluster_health(self) -> dict[str, Any]:
         assert self.cluster is not None and self.leases is not None
-        return {**await self.cluster.health(), "leases": self.leases.held()}
+        try:
+            members = await within(self.cluster.health(), HEALTH_DB_SECONDS)
+        except NoAnswer:
+            members = {
+                "instance": self.cluster.instance_id,
+                "claims": len(self.cluster.held),
+                "instances": f"unavailable: no answer within {HEALTH_DB_SECONDS:g} s",
+            }
+        return {**members, "leases": self.leases.held()}
