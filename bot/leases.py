@@ -227,14 +227,14 @@ class LeaseKeeper:
             )
             return wait
         held.failures = 0
-        if self._halted:
-            return 0.0
         if offer.token is None:
             held.window.revoke(f"standby: lease held by instance {offer.holder}")
             return offer.lapses_in + LAPSE_MARGIN_SECONDS
         if offer.token != held.lease.token:
             log.info("cluster: lease %s now held by %s (token %d)", held.lease.name, self.holder, offer.token)
-        held.lease.token = offer.token
+        held.lease.token = offer.token  # recorded even while stopping: stop() then releases it
+        if self._halted:
+            return 0.0
         held.window.grant(started + self.ttl)
         if not held.receiving:
             held.receiving = True

@@ -238,6 +238,7 @@ class UpdatePoller:
     async def _get_updates(self, poll_seconds: int) -> tuple[Update, ...]:
         """One long poll; its ``offset`` confirms everything stored so far."""
         offset = self.offset
+        self._interrupted = False
         self._fetch = asyncio.get_running_loop().create_task(
             self.bot.get_updates(
                 offset=offset,
