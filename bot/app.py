@@ -228,8 +228,10 @@ def create_app(
                     {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )
         if service.started_at is not None:
-            await service.readiness()  # switchboard_component_up, as of at most 2 s ago
-        return Response(metrics.render(inbox_unfinished=service.bus.load), media_type=metrics.CONTENT_TYPE)
+            await service.readiness()  # switchboard_component_up for the database and agent (≤ 2 s old)
+        components = {f"channel:{name}": channel.receiving()[0] for name, channel in service.channels.items()}
+        body = metrics.render(inbox_unfinished=service.bus.load, components=components)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:

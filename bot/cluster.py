@@ -37,10 +37,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Float, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.db import Database
 from bot.inbox import Inbox, InboxEntry
@@ -161,8 +163,14 @@ _LEASE_RENEW = text(
 _LEASE_RELEASE = text(
     "UPDATE cluster_leases SET expires = 0 WHERE name = :name AND holder = :me AND token = :token"
 )
+#: Each lease transaction gives up on a row lock, and is ended by PostgreSQL when its client goes quiet,
+#: within a third of the TTL: a holder frozen between its UPDATE and its COMMIT (a stalled network, a
+#: paused host) would otherwise keep the lease row locked, and nobody could take the lease over.
+_LEASE_LIMITS = text(
+    "SELECT set_config('idle_in_transaction_session_timeout', :ms, true), set_config('lock_timeout', :ms, true)"
+)
 _LEASE_HOLDER = text(f"SELECT holder, token FROM cluster_leases WHERE name = :name AND expires >= {NOW}")
-_LEASE_LAPSES_IN = text(f"SELECT expires - {NOW} FROM cluster_leases WHERE name = :name")
+_LEASE_LAPSES_IN = text(f"SELECT holder, expires - {NOW} FROM cluster_leases WHERE name = :name")
 
 IsCommand = Callable[[InboundMessage], bool]
 
@@ -695,6 +703,16 @@ async def live_instances(db: Database, ttl: float) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseOffer:
+    """What one attempt to take a lease found: ``token`` when this instance holds it now; otherwise the
+    live or last ``holder`` and the seconds until its lease lapses (PostgreSQL's clock)."""
+
+    token: int | None
+    holder: str
+    lapses_in: float
+
+
 class Lease:
     """A named lease that at most one instance holds: for a platform connection that must exist once
     (Telegram long polling, the Discord gateway); :class:`bot.leases.LeaseKeeper` holds them.
@@ -715,34 +733,54 @@ class Lease:
 
     async def acquire(self) -> bool:
         """Take the lease if it is free or lapsed (or already ours); True when this instance holds it."""
+        offer = await self.try_acquire()
+        if offer.token is not None and offer.token != self.token:
+            log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, offer.token)
+        self.token = offer.token
+        self.lapses_in = offer.lapses_in
+        return offer.token is not None
+
+    async def try_acquire(self) -> LeaseOffer:
+        """One attempt, changing nothing on this object: the token when taken, else who holds the lease
+        and when it lapses. (The lease keeper assigns the token itself: an attempt it gave up waiting for
+        must not change what it believes later.)"""
         async with self.db.engine.begin() as conn:
+            await self._limit(conn)
             token = (
                 await conn.execute(_LEASE_ACQUIRE, {"name": self.name, "me": self.holder, "ttl": self.ttl})
             ).scalar()
-            if token is None:
-                left = (await conn.execute(_LEASE_LAPSES_IN, {"name": self.name})).scalar()
-                self.lapses_in = max(float(left or 0.0), 0.0)
-        if token is not None and token != self.token:
-            log.info("cluster: lease %s now held by %s (token %d)", self.name, self.holder, token)
-        self.token = token
-        return token is not None
+            if token is not None:
+                return LeaseOffer(int(token), self.holder, float(self.ttl))
+            row = (await conn.execute(_LEASE_LAPSES_IN, {"name": self.name})).first()
+        holder, left = (str(row[0]), float(row[1] or 0.0)) if row else ("", 0.0)
+        return LeaseOffer(None, holder, max(left, 0.0))
 
     async def renew(self) -> bool:
         """Extend the lease; False (and no longer held) when it lapsed and another instance took it."""
         if self.token is None:
             return False
-        params = {"name": self.name, "me": self.holder, "token": self.token, "ttl": self.ttl}
-        async with self.db.engine.begin() as conn:
-            kept = (await conn.execute(_LEASE_RENEW, params)).scalar() is not None
+        kept = await self.extend(self.token)
         if not kept:
             log.warning("cluster: lease %s lost by %s", self.name, self.holder)
             self.token = None
         return kept
 
+    async def extend(self, token: int) -> bool:
+        """Extend the lease held under ``token``; False when that token no longer holds it. Changes
+        nothing on this object."""
+        params = {"name": self.name, "me": self.holder, "token": token, "ttl": self.ttl}
+        async with self.db.engine.begin() as conn:
+            await self._limit(conn)
+            return (await conn.execute(_LEASE_RENEW, params)).scalar() is not None
+
+    async def _limit(self, conn: AsyncConnection) -> None:
+        await conn.execute(_LEASE_LIMITS, {"ms": str(max(round(self.ttl / 3 * 1000), 100))})
+
     async def release(self) -> None:
         if self.token is None:
             return
         async with self.db.engine.begin() as conn:
+            await self._limit(conn)
             await conn.execute(_LEASE_RELEASE, {"name": self.name, "me": self.holder, "token": self.token})
             await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": LEASE_CHANNEL, "p": self.name})
         self.token = None

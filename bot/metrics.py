@@ -63,6 +63,14 @@ INBOX_UNFINISHED = Gauge(
     "Accepted messages not finished yet (queued or running).",
     registry=REGISTRY,
 )
+COMPONENT_UP = Gauge(
+    "switchboard_component_up",
+    "1 while a component works: database and agent when they answered their last health check (a real "
+    "round trip), channel:<name> while messages from that platform reach the service through this "
+    "instance (/health's intake says why not).",
+    ["component"],
+    registry=REGISTRY,
+)
 PLATFORM_CALLS = Counter(
     "switchboard_platform_api_calls",
     "Outbound reply calls (send, edit, files) by provider.",
@@ -73,13 +81,6 @@ PLATFORM_RATE_LIMITED = Counter(
     "switchboard_platform_rate_limited",
     "Reply calls a platform refused with a rate limit (HTTP 429 / retry_after), by provider.",
     ["provider"],
-    registry=REGISTRY,
-)
-
-COMPONENT_UP = Gauge(
-    "switchboard_component_up",
-    "1 when the component answered its last health check (a real round trip), 0 when it did not.",
-    ["component"],
     registry=REGISTRY,
 )
 
@@ -191,8 +192,13 @@ def _finish(record: TurnRecord) -> None:
     )
 
 
-def render(inbox_unfinished: int | None = None) -> bytes:
-    """The exposition text for ``/metrics``; gauges read at scrape time are set here."""
+def render(inbox_unfinished: int | None = None, components: dict[str, bool] | None = None) -> bytes:
+    """The exposition text for ``/metrics``; gauges read at scrape time are set here.
+
+    ``components``: name → up, e.g. ``{"channel:telegram": False}``; the names are the configured
+    channels, so the label's values stay few."""
     if inbox_unfinished is not None:
         INBOX_UNFINISHED.set(inbox_unfinished)
+    for component, up in (components or {}).items():
+        COMPONENT_UP.labels(component).set(1 if up else 0)
     return generate_latest(REGISTRY)

@@ -41,6 +41,7 @@ from bot import migrations
 from bot import pairing as pairing_module
 from bot import threads as threads_module
 from bot.approvals import ApprovalDesk
+from bot.bounded import NoAnswer, within
 from bot.bus import MessageBus
 from bot.cluster import Cluster
 from bot.commands import CommandRegistry
@@ -72,6 +73,8 @@ log = logging.getLogger(__name__)
 AgentState = Literal["starting", "ready", "failed"]
 
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
+#: /health's database checks wait this long, then report the database unreachable.
+HEALTH_DB_SECONDS = 2.0
 
 
 def _import_agent_runtime() -> type[AgentRuntime]:
@@ -404,4 +407,12 @@ class Service:
 
     async def _cluster_health(self) -> dict[str, Any]:
         assert self.cluster is not None and self.leases is not None
-        return {**await self.cluster.health(), "leases": self.leases.held()}
+        try:
+            members = await within(self.cluster.health(), HEALTH_DB_SECONDS)
+        except NoAnswer:
+            members = {
+                "instance": self.cluster.instance_id,
+                "claims": len(self.cluster.held),
+                "instances": f"unavailable: no answer within {HEALTH_DB_SECONDS:g} s",
+            }
+        return {**members, "leases": self.leases.held()}

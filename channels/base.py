@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 from channels.errors import FileTooLarge
+from channels.intake import IntakeWindow
 from channels.reply import (
     CALL_KINDS,
     BudgetRegistry,
@@ -61,6 +62,9 @@ class Channel(ABC):
         self.approvers: Literal["requester", "admins"] | None = None
         #: Set by :meth:`lease_intake`: receiving waits for :meth:`start_receiving`.
         self.intake_leased = False
+        #: Set by :meth:`lease_intake`: until when the lease lets this instance receive (the keeper
+        #: moves it at each renewal); the channel never receives past it.
+        self.intake_window: IntakeWindow | None = None
 
     def offer_commands(self, commands: Sequence[ChatCommand]) -> None:
         """Called by the service just before :meth:`start`: the commands the manager answers.
@@ -79,6 +83,7 @@ class Channel(ABC):
         instance may hold its intake: :meth:`start` then connects for replies only, and receiving waits
         for :meth:`start_receiving`. Without this call :meth:`start` receives as always."""
         self.intake_leased = True
+        self.intake_window = IntakeWindow()
 
     async def start_receiving(self) -> None:  # noqa: B027 - optional hook
         """This instance now holds the channel's lease: begin taking messages (after :meth:`start`).
@@ -188,4 +193,20 @@ class Channel(ABC):
 
     # --- health ----------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return {"state": self.status.state, "detail": self.status.detail}
+        receiving, why_not = self.receiving()
+        intake = "receiving" if receiving else f"not receiving ({why_not})"
+        return {"state": self.status.state, "detail": self.status.detail, "intake": intake}
+
+    def receiving(self) -> tuple[bool, str]:
+        """Whether messages from the platform reach the service through this instance right now, and if
+        not, why (``/health``'s ``intake``, the ``switchboard_component_up`` metric).
+
+        Default: while connected, and (under a lease) while the lease window is open. Channels with a
+        finer view (Telegram's polls, Discord's gateway session) override it."""
+        window = self.intake_window
+        if window is not None and not window.open:
+            return False, window.why_shut()
+        if self.status.state != "connected":
+            detail = self.status.detail
+            return False, f"{self.status.state}: {detail}" if detail else self.status.state
+        return True, ""

@@ -274,6 +274,24 @@ class DiscordChannel(Channel):
                 "connected", f"as {client.user}, replies only (another instance holds the gateway)"
             )
 
+    @property
+    def _holding_off(self) -> bool:
+        """Not handing messages to the inbox: paused, or the lease window shut (its end passed before the
+        keeper closed the session). What arrives meanwhile is left to the next holder's backfill."""
+        window = self.intake_window
+        return self._paused or (window is not None and not window.open)
+
+    def receiving(self) -> tuple[bool, str]:
+        """Receiving while the gateway session is ready and (under a lease) the lease window is open."""
+        window = self.intake_window
+        if window is not None and not window.open:
+            return False, window.why_shut()
+        if self._paused:
+            return False, "paused"
+        if self.status.state != "connected" or not self._ready.is_set():
+            return False, f"gateway {self.status.state}: {self.status.detail or 'no session'}"
+        return True, ""
+
     async def pause(self) -> None:
         """Stop handing messages to the inbox; those arriving now are left for the next backfill."""
         self._paused = True
@@ -316,7 +334,7 @@ class DiscordChannel(Channel):
             self._commands_task = asyncio.create_task(self._sync_commands(), name="discord-commands")
         if not fresh_session or self.config.backfill_minutes <= 0:
             self.cursors.release_all()  # a resumed session replays what it missed itself
-        elif not self._paused:
+        elif not self._holding_off:
             if self._backfill_task is not None:
                 self._backfill_task.cancel()
             self._backfill_task = asyncio.create_task(self._backfill(), name="discord-backfill")
@@ -337,7 +355,7 @@ class DiscordChannel(Channel):
         channel_id = str(message.channel.id)
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         guild = str(guild_id) if guild_id else None
-        if self._paused:
+        if self._holding_off:
             self.cursors.left_open(channel_id, guild, message.id)
             return
         self.cursors.begin(channel_id, message.id)
@@ -362,7 +380,7 @@ class DiscordChannel(Channel):
         window_start = discord.utils.time_snowflake(since, high=True)
         read = 0
         for channel_id in self.cursors.followed():
-            if self._paused:
+            if self._holding_off:
                 return
             after = max(self.cursors.floor(channel_id), window_start)
             try:
@@ -371,7 +389,7 @@ class DiscordChannel(Channel):
                     after=discord.Object(after), limit=BACKFILL_MAX_MESSAGES, oldest_first=True
                 )
                 async for message in history:
-                    if self._paused:
+                    if self._holding_off:
                         break
                     read += 1
                     self.backfilled += 1
@@ -511,13 +529,13 @@ class DiscordChannel(Channel):
         deadline = loop.time() + BACKPRESSURE_WAIT_SECONDS
         delay = 0.25
         while True:
-            if self._paused:
+            if self._holding_off:
                 return "left"
             try:
                 accepted = await self._sink(inbound)
             except Backpressure:
                 self.cursors.left_open(channel_id, guild, message_id)
-                if self._paused:
+                if self._holding_off:
                     return "left"
                 if loop.time() + delay > deadline:
                     log.warning("inbox still full; telling the sender to try again")

@@ -203,6 +203,7 @@ class TelegramChannel(Channel):
             poll_timeout=self.config.poll_timeout_seconds,
             connected_detail=lambda: f"@{self.bot_username}, long polling",
             conflict_retry=LEASED_CONFLICT_RETRY_SECONDS if self.intake_leased else CONFLICT_RETRY_SECONDS,
+            window=self.intake_window,
         )
         if self.intake_leased:  # replies from here; polling once this instance holds the lease
             self.status.set("connected", self._standby_detail())
@@ -214,20 +215,39 @@ class TelegramChannel(Channel):
         return f"@{self.bot_username}, replies only (another instance holds long polling)"
 
     async def start_receiving(self) -> None:
-        """This instance holds the cluster's Telegram lease: long polling starts here."""
+        """This instance holds the cluster's Telegram lease: long polling starts here (or resumes: the
+        loop waits while the lease window is shut, and is started again if it ended)."""
         poller = self._poller
-        if poller is not None and not poller.running:
+        if poller is not None:
             self.status.set("connected", f"@{self.bot_username}, long polling")
-            poller.start()
+            if not poller.running:
+                poller.start()
 
     async def stop_receiving(self) -> None:
-        """The lease moved on: no further getUpdates from here. What was fetched is still stored (any
-        instance may accept), but not confirmed: that call would cut the new holder's long poll short."""
+        """The lease moved on (its window is already shut, so no further getUpdates leaves here): end
+        the running long poll now. What was fetched is still stored (any instance may accept), but not
+        confirmed: that call would cut the new holder's long poll short. Returns at once."""
         poller = self._poller
-        if poller is not None and poller.running:
-            await poller.pause(STOP_STORE_GRACE, confirm=False)
-        if self._poller is not None:
+        if poller is not None:
+            poller.interrupt()
             self.status.set("connected", self._standby_detail())
+
+    def receiving(self) -> tuple[bool, str]:
+        """Long polling receives while the lease (if any) is held, the last getUpdates succeeded and the
+        service takes what it returned; webhook mode while the channel is connected."""
+        poller = self._poller
+        if poller is None:
+            return super().receiving()
+        window = self.intake_window
+        if window is not None and not window.open:
+            return False, window.why_shut()
+        if not poller.running:
+            return False, "polling stopped"
+        if poller.problem is not None:
+            return False, f"polls failing: {poller.problem}"
+        if poller.holding is not None:
+            return False, poller.holding
+        return True, ""
 
     @property
     def webhook(self) -> WebhookIntake | None:

@@ -10,6 +10,14 @@ not for this bot). While the service pushes back, polling waits on the same upda
 At pause (shutdown) the loop stops fetching, finishes storing what it already fetched (for at most
 ``grace`` seconds), then sends one short ``getUpdates`` so Telegram forgets what was stored. Anything it
 could not store stays unconfirmed, and Telegram hands it to the next start.
+
+Under a cluster lease (several instances, one bot token) the poller is given the lease's
+:class:`~channels.intake.IntakeWindow`: each long poll's ``timeout`` is cut to end before the lease
+does (less the window's margin), and no poll starts while the window is shut or about to close —
+the poller waits for the next renewal instead. So a holder whose renewals fail stops polling at its
+lease's end by itself, and the instance that takes the lease over never has its poll ended by a 409
+from the old one; since the ``offset`` is only ever sent with a poll, nothing is confirmed from an
+instance that no longer holds the lease either.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import telegram.error as tg_errors
 from telegram import Bot, Update
 
 from channels.errors import Backpressure
+from channels.intake import IntakeWindow
 from channels.telegram_transport import map_error, retry_seconds
 from channels.types import ChannelStatus
 
@@ -69,6 +78,7 @@ class UpdatePoller:
         poll_timeout: int,
         connected_detail: Callable[[], str],
         conflict_retry: float = CONFLICT_RETRY_SECONDS,
+        window: IntakeWindow | None = None,
     ) -> None:
         self.bot = bot
         self.store = store
@@ -76,12 +86,18 @@ class UpdatePoller:
         self.poll_timeout = poll_timeout
         self.connected_detail = connected_detail
         self.conflict_retry = conflict_retry
+        self.window = window
+        #: Why the last getUpdates failed (None after a good one): ``/health`` says "polls failing".
+        self.problem: str | None = None
+        #: Why the service refuses the update being stored (None once it is in): not receiving either.
+        self.holding: str | None = None
         self.offset: int | None = None  # None: "from the earliest unconfirmed", Telegram's default
         self.confirmed: int | None = None  # the offset Telegram last accepted from us
         self._fetching = False  # new getUpdates calls are allowed
         self._abandon = asyncio.Event()  # stop retrying a refused update (shutdown grace is over)
         self._wake = asyncio.Event()  # cuts a backoff short at pause
         self._fetch: asyncio.Task[tuple[Update, ...]] | None = None
+        self._interrupted = False  # the running long poll was cancelled by interrupt(): poll again later
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------
@@ -95,12 +111,20 @@ class UpdatePoller:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def interrupt(self) -> None:
+        """The lease window was shut: end the running long poll now (unconfirmed, so Telegram hands its
+        updates to whoever polls next) without stopping the loop, which waits for the window to open."""
+        fetch = self._fetch
+        if fetch is not None and not fetch.done():
+            self._interrupted = True
+            fetch.cancel()
+
     async def pause(self, grace: float, *, confirm: bool = True) -> None:
         """Stop fetching; store what was fetched (up to ``grace`` s); confirm what was stored.
 
-        ``confirm=False`` when another process may be polling now (the cluster lease moved): a
-        getUpdates from here would end its long poll with 409. The stored updates are redelivered to it
-        instead, and the inbox knows them."""
+        ``confirm=False`` when another process may be polling now: a getUpdates from here would end its
+        long poll with 409. The stored updates are redelivered to it instead, and the inbox knows them.
+        Under a lease the confirmation is sent only while the lease window is still open."""
         self._fetching = False
         self._wake.set()
         if self._fetch is not None and not self._fetch.done():
@@ -116,7 +140,7 @@ class UpdatePoller:
                 self._abandon.set()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if confirm:
+        if confirm and (self.window is None or self.window.open):
             await self._confirm_stored()
 
     async def _confirm_stored(self) -> None:
@@ -137,13 +161,20 @@ class UpdatePoller:
         network_wait = NETWORK_RETRY_SECONDS
         conflict_wait = self.conflict_retry
         while self._fetching:
+            poll_seconds = await self._poll_seconds()
+            if poll_seconds is None:
+                continue  # the lease window is shut, or pause() woke us: look again
             try:
-                updates = await self._get_updates()
+                updates = await self._get_updates(poll_seconds)
             except asyncio.CancelledError:
+                if self._interrupted:  # interrupt(): the lease window was shut
+                    self._interrupted = False
+                    continue
                 if self._fetching:
                     raise
                 return  # pause() cancelled the long poll
             except tg_errors.Conflict:
+                self.problem = "409 Conflict: another process polls with this bot token"
                 log.error("Telegram: %s Polling is paused.", CONFLICT_SENTENCE)
                 self.status.set(
                     "error", f"{CONFLICT_SENTENCE} Polling paused; next attempt in {conflict_wait:g}s."
@@ -156,6 +187,7 @@ class UpdatePoller:
                 await self._sleep(retry_seconds(exc))
                 continue
             except tg_errors.TelegramError as exc:
+                self.problem = f"getUpdates failed: {map_error(exc)}"
                 if isinstance(exc, tg_errors.InvalidToken | tg_errors.Forbidden):
                     self.status.set("error", f"Telegram refused polling: {map_error(exc)}")
                 else:
@@ -168,6 +200,7 @@ class UpdatePoller:
                 if conflict_wait > self.conflict_retry:
                     log.info("Telegram: polling resumed after a conflict")
                 self.status.set("connected", self.connected_detail())
+            self.problem = None
             network_wait, conflict_wait = NETWORK_RETRY_SECONDS, self.conflict_retry
             for update in updates:
                 if self.offset is not None and update.update_id < self.offset:
@@ -176,16 +209,43 @@ class UpdatePoller:
                     return  # shutting down: this one and the rest stay unconfirmed at Telegram
                 self.offset = update.update_id + 1
 
-    async def _get_updates(self) -> tuple[Update, ...]:
+    async def _poll_seconds(self) -> int | None:
+        """The next long poll's timeout, or None after waiting when no poll may start now.
+
+        Without a lease: the configured timeout. Under one: cut to the whole seconds left in the lease
+        window (the Bot API's ``timeout`` is an Integer), so the poll ends before the lease can. With
+        less than a second left (and long polling configured) no poll starts: it waits for the renewal
+        to move the window, or for it to be shut and opened again."""
+        window = self.window
+        if window is None:
+            return self.poll_timeout
+        left = window.left()
+        if left > 0:
+            bound = min(self.poll_timeout, int(left))
+            if bound >= 1 or self.poll_timeout == 0:
+                return bound
+        waits = {
+            asyncio.ensure_future(window.changed(left if left > 0 else None)),
+            asyncio.ensure_future(self._wake.wait()),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        return None
+
+    async def _get_updates(self, poll_seconds: int) -> tuple[Update, ...]:
         """One long poll; its ``offset`` confirms everything stored so far."""
         offset = self.offset
+        self._interrupted = False
         self._fetch = asyncio.get_running_loop().create_task(
             self.bot.get_updates(
                 offset=offset,
                 limit=BATCH_LIMIT,
-                timeout=timedelta(seconds=self.poll_timeout),
+                timeout=timedelta(seconds=poll_seconds),
                 allowed_updates=list(ALLOWED_UPDATES),
-                read_timeout=self.poll_timeout + READ_TIMEOUT_MARGIN,
+                read_timeout=poll_seconds + READ_TIMEOUT_MARGIN,
             )
         )
         try:
@@ -202,12 +262,15 @@ class UpdatePoller:
         while True:
             try:
                 await self.store(update)
+                self.holding = None
                 return True
             except Backpressure as exc:
+                self.holding = f"the service refuses updates: {exc}"
                 if not warned:
                     log.warning("service is busy (%s); holding Telegram updates until it accepts", exc)
                     warned = True
-            except Exception:
+            except Exception as exc:
+                self.holding = f"storing updates fails: {type(exc).__name__}"
                 log.exception("storing Telegram update %s failed; retrying", update.update_id)
             if self._abandon.is_set():
                 log.warning(

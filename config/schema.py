@@ -276,7 +276,9 @@ class ClusterConfig(Section):
     claim_ahead: int = Field(64, ge=0)
     #: A platform connection held by one instance (Telegram long polling, the Discord gateway) moves to
     #: another instance this long after its holder stopped renewing the lease (renewed every third).
-    lease_ttl_seconds: float = Field(15, gt=0, le=30)
+    #: At least 1.5 s: a Telegram long poll is cut to whole seconds that end before the lease does (less
+    #: a fifth of it), and a shorter lease would leave no whole second to poll.
+    lease_ttl_seconds: float = Field(15, ge=1.5, le=30)
 
 
 class ChannelsConfig(Section):

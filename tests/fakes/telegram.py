@@ -320,6 +320,9 @@ class FakeTelegram(ThreadedServer):
             "params": params,
             "files": sorted(uploads),
             "at": time.time(),
+            # Which address the client dialled: tells apart two instances that reach the fake through
+            # different addresses (one through a proxy), as their polls cannot be told apart otherwise.
+            "host": request.host,
         }
         if request.match_info["token"] != self.token:
             return self._finish(entry, self._error_response(401, "Unauthorized"))

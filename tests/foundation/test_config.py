@@ -51,6 +51,13 @@ def test_every_problem_is_reported_on_its_own_line_naming_the_key(tmp_path):
     }
 
 
+def test_a_lease_too_short_for_a_whole_second_of_long_polling_is_refused(tmp_path):
+    path = write(tmp_path, "cluster: {lease_ttl_seconds: 1}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert info.value.problems == ["cluster.lease_ttl_seconds: Input should be greater than or equal to 1.5"]
+
+
 def test_an_enabled_channel_without_its_secret_names_the_missing_variable(tmp_path):
     path = write(tmp_path, "channels:\n  telegram: {enabled: true, bot_token: $TELEGRAM_BOT_TOKEN}\n")
     with pytest.raises(ConfigError) as info:

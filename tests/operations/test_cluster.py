@@ -17,9 +17,11 @@ import logging
 import time
 from collections import Counter, defaultdict
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from agent.goals import EVALUATOR_MARKER
 from bot.cluster import InstanceIdInUse
@@ -28,6 +30,7 @@ from channels.memory import MemoryChannel
 from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import Reply, echo_reply, last_user_text
+from tests.fakes.tcp_proxy import StallingProxy
 from tests.harness import Harness
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -271,7 +274,9 @@ async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_h
             await db.close()
 
 
-def telegram_instance(tmp_path, llm, url: str, tg: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
+def telegram_instance(  # type: ignore[no-untyped-def]
+    tmp_path, llm, url: str, tg: Any, name: str, telegram: dict[str, Any] | None = None, **cluster: Any
+) -> Harness:
     from channels.telegram import TelegramChannel
     from tests.channels.telegram.conftest import telegram_config
 
@@ -281,7 +286,7 @@ def telegram_instance(tmp_path, llm, url: str, tg: Any, name: str, **cluster: An
         database={"url": url},
         cluster={"instance_id": f"instance-{name}", **cluster},
     )
-    channel = TelegramChannel(telegram_config(tg), settings=settings)
+    channel = TelegramChannel(telegram_config(tg, **(telegram or {})), settings=settings)
     return Harness(settings, channels={"telegram": channel})  # type: ignore[dict-item]
 
 
@@ -449,6 +454,252 @@ async def test_a_telegram_holder_that_cannot_renew_its_lease_in_time_stops_polli
             finally:
                 await a.stop()
         assert tg.bot_texts(60) == ["echo: before", "echo: while stuck"]
+
+
+def through(proxy: StallingProxy, url: str) -> str:
+    """``url`` (a database or HTTP address on 127.0.0.1) reached through ``proxy`` instead."""
+    if url.startswith("http"):
+        return f"http://127.0.0.1:{proxy.port}"
+    return make_url(url).set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+
+
+def proxy_to(url: str) -> StallingProxy:
+    """A stalling proxy in front of the server at ``url`` (a database URL or an http:// address)."""
+    parsed = urlsplit(url)
+    return StallingProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+
+
+async def lease_row(db: Database) -> tuple[str, int, float]:
+    async with db.engine.connect() as conn:
+        row = (await conn.execute(text("SELECT holder, token, expires FROM cluster_leases"))).one()
+    return str(row[0]), int(row[1]), float(row[2])
+
+
+async def claims(db: Database) -> int:
+    async with db.engine.connect() as conn:
+        return int((await conn.execute(text("SELECT count(*) FROM cluster_claims"))).scalar_one())
+
+
+async def cursor_saved(db: Database, channel_id: str) -> bool:
+    async with db.engine.connect() as conn:
+        query = text("SELECT count(*) FROM discord_cursors WHERE channel_id = :c")
+        return bool((await conn.execute(query, {"c": channel_id})).scalar_one())
+
+
+STALL_TTL = 3.0
+
+
+async def test_a_holder_whose_database_stalls_stops_polling_at_its_lease_end_and_the_other_takes_over(
+    tmp_path, llm, caplog
+):
+    """Instance a reaches PostgreSQL through a proxy that stalls (a database too slow to answer): its
+    renewals time out. It must not poll Telegram past its lease — each long poll is cut to end before
+    the lease does, and none starts after — so b, which takes the lease when it lapses, polls within the
+    TTL without a single 409, and a message sent during the stall is answered. a's /health says it
+    receives nothing meanwhile; once the database answers again, a keeps contending and says it stands
+    by for b, and later messages are answered once."""
+    from tests.fakes.telegram import FakeTelegram
+
+    caplog.set_level(logging.INFO, logger="bot.leases")
+    # Long polls of up to 10 s, which the fake honours: only the lease bound keeps a's shorter.
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=10) as tg:
+        async with fresh_pg_database() as url:
+            with proxy_to(url) as db_proxy, proxy_to(tg.url) as tg_proxy:
+                a = telegram_instance(
+                    tmp_path,
+                    llm,
+                    through(db_proxy, url),
+                    tg,
+                    "a",
+                    telegram={"poll_timeout_seconds": 10, "api_base_url": through(tg_proxy, tg.url)},
+                    lease_ttl_seconds=STALL_TTL,
+                )
+                b = telegram_instance(
+                    tmp_path,
+                    llm,
+                    url,
+                    tg,
+                    "b",
+                    telegram={"poll_timeout_seconds": 10},
+                    lease_ttl_seconds=STALL_TTL,
+                )
+                a_host = f"127.0.0.1:{tg_proxy.port}"
+                await a.start()
+                await b.start()
+                try:
+                    assert (await b.service.health())["channels"]["telegram"]["intake"] == (
+                        "not receiving (standby: lease held by instance instance-a)"
+                    )
+                    assert (await a.service.health())["channels"]["telegram"]["intake"] == "receiving"
+                    tg.user_message(80, "before")
+                    await tg.wait_for_bot_text(80, "echo: before")
+
+                    db_proxy.stall()
+                    stalled_at = time.time()
+                    tg.user_message(81, "during the stall")
+                    # a's window closes before its lease lapses, and /health (bounded) says so.
+                    await until(lambda: not a.service.channels["telegram"].receiving()[0], seconds=STALL_TTL)
+                    holder, token, expires = await lease_row(b.service.db)
+                    assert (holder, token) == ("instance-a", 1), (
+                        "a stopped receiving only after its lease lapsed"
+                    )
+                    health_a = await a.service.health()
+                    assert health_a["channels"]["telegram"]["intake"].startswith("not receiving (lease"), (
+                        health_a
+                    )
+                    assert health_a["database"] == "unreachable"
+
+                    await tg.wait_for_bot_text(81, "echo: during the stall", timeout=STALL_TTL + 10)
+                    assert await lease_row(b.service.db) == (
+                        "instance-b",
+                        2,
+                        pytest.approx(time.time(), abs=5),
+                    )
+                    polls = tg.calls("getUpdates")
+                    late = [
+                        c for c in polls if c["host"] == a_host and c["at"] + c["params"]["timeout"] > expires
+                    ]
+                    assert late == [], f"a polled past its lease (which ended at {expires:.2f}): {late}"
+                    taken_over = min(c["at"] for c in polls if c["host"] != a_host and c["at"] > stalled_at)
+                    assert taken_over - stalled_at <= STALL_TTL + 0.5, (
+                        f"b polled {taken_over - stalled_at:.1f} s later"
+                    )
+                    assert conflicts(tg) == 0, "two instances polled at once"
+
+                    db_proxy.resume()
+                    await until(
+                        lambda: (
+                            "standby: lease held by instance instance-b"
+                            in a.service.channels["telegram"].health()["intake"]
+                        ),
+                        seconds=10,
+                    )
+                    for n in range(4):
+                        tg.user_message(82 + n % 2, f"after {n}")
+                    for n in range(4):
+                        await tg.wait_for_bot_text(82 + n % 2, f"echo: after {n}")
+                    assert conflicts(tg) == 0
+                finally:
+                    db_proxy.resume()
+                    await a.stop()
+                    await b.stop()
+        assert tg.bot_texts(81) == ["echo: during the stall"]
+        assert tg.bot_texts(82) == ["echo: after 0", "echo: after 2"]
+        assert tg.bot_texts(83) == ["echo: after 1", "echo: after 3"]
+    assert "lease channel:telegram could not be renewed in time" in caplog.text
+
+
+async def test_a_lone_holder_whose_database_stalls_past_its_lease_receives_again_once_it_answers(
+    tmp_path, llm, caplog
+):
+    """One instance, its database stalled for longer than the lease: it stops polling at the lease's end
+    and says so in /health, and keeps contending for the lease — so once the database answers it holds
+    the lease again (no other instance took it) and answers what was sent meanwhile, within the TTL."""
+    from tests.fakes.telegram import FakeTelegram
+
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=10) as tg:
+        async with fresh_pg_database() as url:
+            with proxy_to(url) as db_proxy:
+                a = telegram_instance(
+                    tmp_path,
+                    llm,
+                    through(db_proxy, url),
+                    tg,
+                    "a",
+                    telegram={"poll_timeout_seconds": 10},
+                    lease_ttl_seconds=STALL_TTL,
+                )
+                direct = Database(url)  # the test's own look at the lease row, past the stalled proxy
+                await a.start()
+                try:
+                    tg.user_message(90, "before")
+                    await tg.wait_for_bot_text(90, "echo: before")
+                    db_proxy.stall()
+                    await until(lambda: not a.service.channels["telegram"].receiving()[0], seconds=STALL_TTL)
+                    _holder, _token, expires = await lease_row(direct)
+                    tg.user_message(90, "during the stall")
+                    await asyncio.sleep(STALL_TTL)  # a lease's worth of outage: its renewals keep failing
+                    health = await a.service.health()
+                    assert health["channels"]["telegram"]["intake"].startswith("not receiving (lease"), health
+                    late = [c for c in tg.calls("getUpdates") if c["at"] + c["params"]["timeout"] > expires]
+                    assert late == [], f"polled past the lease (which ended at {expires:.2f}): {late}"
+                    db_proxy.resume()
+                    resumed = time.monotonic()
+                    await tg.wait_for_bot_text(90, "echo: during the stall", timeout=STALL_TTL + 10)
+                    assert time.monotonic() - resumed <= STALL_TTL, "receiving did not resume within the TTL"
+                    assert (await a.service.health())["channels"]["telegram"]["intake"] == "receiving"
+                    assert (await a.service.health())["cluster"]["leases"] == [
+                        {"name": "channel:telegram", "token": 1}
+                    ]
+                finally:
+                    db_proxy.resume()
+                    await a.stop()
+                    await direct.close()
+        assert tg.bot_texts(90) == ["echo: before", "echo: during the stall"]
+
+
+async def test_a_discord_holder_whose_database_stalls_closes_its_session_before_the_other_connects(
+    tmp_path, llm
+):
+    """The gateway holder's database stalls: its session closes at its lease's end and the other
+    instance connects only after it — never two sessions at once (each would receive every message)
+    — and a DM sent after the holder stopped receiving is read back by the new holder and answered once."""
+    from tests.channels.discord.conftest import USER_ID
+    from tests.fakes.discord import FakeDiscord
+
+    with FakeDiscord() as fake:
+        dm = fake.new_id()
+
+        def texts() -> list[str]:
+            return [m.text for m in fake.in_channel(dm)]
+
+        async with fresh_pg_database() as url:
+            with proxy_to(url) as db_proxy:
+                a = discord_instance(
+                    tmp_path, llm, through(db_proxy, url), fake, "a", lease_ttl_seconds=STALL_TTL
+                )
+                b = discord_instance(tmp_path, llm, url, fake, "b", lease_ttl_seconds=STALL_TTL)
+                await a.start()
+                await b.start()
+                sessions: list[int] = []
+                watching = True
+
+                async def watch() -> None:
+                    while watching:
+                        sessions.append(fake.connected)
+                        await asyncio.sleep(0.01)
+
+                watcher = asyncio.create_task(watch())
+                try:
+                    await until(lambda: fake.connected == 1, seconds=20)
+                    fake.message_create(dm, USER_ID, "hello")
+                    await until(lambda: texts() == ["echo: hello"], seconds=20)
+                    # Before the stall, a's claim on the DM's thread is released and its cursor for the DM
+                    # is saved (both are written a moment after the answer): this test is about the
+                    # gateway's lease, not about a thread claim that lapses after claim_ttl, nor about a
+                    # DM the next holder cannot know it should read back.
+                    await a.idle()
+                    while await claims(b.service.db) or not await cursor_saved(b.service.db, dm):
+                        await asyncio.sleep(0.05)
+                    db_proxy.stall()
+                    await until(lambda: not a.service.channels["discord"].receiving()[0], seconds=STALL_TTL)
+                    fake.message_create(dm, USER_ID, "during the stall")
+                    await until(
+                        lambda: texts() == ["echo: hello", "echo: during the stall"], seconds=STALL_TTL + 20
+                    )
+                    assert (await b.service.health())["channels"]["discord"]["intake"] == "receiving"
+                    db_proxy.resume()
+                    await until(
+                        lambda: "standby" in a.service.channels["discord"].health()["intake"], seconds=10
+                    )
+                finally:
+                    watching = False
+                    await watcher
+                    db_proxy.resume()
+                    await a.stop()
+                    await b.stop()
+        assert max(sessions) == 1, "two gateway sessions were open at once"
+        assert texts() == ["echo: hello", "echo: during the stall"]
 
 
 async def test_a_stopping_telegram_holder_hands_its_lease_over_at_once(tmp_path, llm):

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from tests.fakes.github import FakeGitHub
 from tests.fakes.openai_server import Reply, echo_reply
+from tests.fakes.tcp_proxy import StallingProxy
 from tests.fakes.telegram import FakeTelegram
 from tests.foundation.test_cli import free_port
 from tests.github.conftest import APP_ID, BOT, REPO, SECRET, _key_pair, comment_payload
@@ -399,6 +400,101 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
         f"turns run by p1/p2: {work[0]}/{work[1]}; "
         f"failover: kill -9 of the Telegram lease holder → the other polls after {resumed:.1f} s"
     )
+
+
+def component_up(port: int, component: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    prefix = f'switchboard_component_up{{component="{component}"}}'
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def intake(port: int) -> str:
+    """The Telegram channel's ``intake`` in /health (which waits up to 2 s per database check)."""
+    return str(
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=15).json()["channels"]["telegram"]["intake"]
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_telegram_holder_whose_database_stalls_hands_polling_to_the_other_process_without_a_409(
+    tmp_path,
+    llm,
+    fresh_pg_database,  # noqa: F811 (the fixture imported above)
+):
+    """p1 reaches PostgreSQL through a proxy that stalls (a database too slow to answer) and polls with
+    10 s long polls. When it stalls, p1's polls all end before p2's first one — p2 takes the lease when
+    it lapses, polls within the TTL and answers the message sent during the stall, with no 409 — and
+    p1's /health and /metrics say it receives nothing while p2's say it does. When the database answers
+    again, p1 stands by for p2."""
+    url = make_url(fresh_pg_database)
+    running: list[tuple[int, Any]] = []
+    outputs: dict[str, str] = {}
+    with (
+        FakeTelegram(bot_username="switchboard_bot", long_poll_cap=10) as tg,
+        StallingProxy(url.host or "127.0.0.1", url.port or 5432) as db_proxy,
+        StallingProxy("127.0.0.1", tg.port) as tg_proxy,
+    ):
+        p1_db = url.set(host="127.0.0.1", port=db_proxy.port).render_as_string(hide_password=False)
+        p1_tg = f"http://127.0.0.1:{tg_proxy.port}"
+        p1_host = f"127.0.0.1:{tg_proxy.port}"
+        long_polls = {"poll_timeout_seconds": 10}
+        try:
+            port1 = free_port()
+            config1 = write_telegram_config(
+                tmp_path, "p1", llm.base_url, tg, p1_db, telegram={**long_polls, "api_base_url": p1_tg}
+            )
+            running.append((port1, serve(config1, port1)))
+            wait_ready(*running[0])
+            assert leases(port1) == ["channel:telegram"]
+            port2 = free_port()
+            config2 = write_telegram_config(
+                tmp_path, "p2", llm.base_url, tg, fresh_pg_database, telegram=long_polls
+            )
+            running.append((port2, serve(config2, port2)))
+            wait_ready(*running[1])
+            assert intake(port2) == "not receiving (standby: lease held by instance p1)"
+            assert (component_up(port1, "channel:telegram"), component_up(port2, "channel:telegram")) == (
+                1,
+                0,
+            )
+            tg.user_message(700, "before", user_id=700)
+            until(lambda: tg.bot_texts(700) == ["echo: before"], seconds=30)
+
+            db_proxy.stall()
+            stalled_at = time.time()
+            tg.user_message(701, "during the stall", user_id=701)
+            until(lambda: tg.bot_texts(701) == ["echo: during the stall"], seconds=LEASE_TTL + 20)
+            polls = tg.calls("getUpdates")
+            p2_first = min(c["at"] for c in polls if c["host"] != p1_host and c["at"] > stalled_at)
+            late = [c for c in polls if c["host"] == p1_host and c["at"] + c["params"]["timeout"] > p2_first]
+            assert late == [], f"p1 polled while p2 did: {late}"
+            assert p2_first - stalled_at <= LEASE_TTL + 1, f"p2 polled {p2_first - stalled_at:.1f} s later"
+            assert conflicts(tg) == 0, "two instances polled getUpdates at once"
+            assert intake(port1).startswith("not receiving (lease"), intake(port1)
+            assert intake(port2) == "receiving"
+            assert (component_up(port1, "channel:telegram"), component_up(port2, "channel:telegram")) == (
+                0,
+                1,
+            )
+
+            db_proxy.resume()
+            until(lambda: intake(port1) == "not receiving (standby: lease held by instance p2)", seconds=15)
+            tg.user_message(702, "after", user_id=702)
+            until(lambda: tg.bot_texts(702) == ["echo: after"], seconds=30)
+            time.sleep(1)  # a second answer, if any, would land now
+            assert conflicts(tg) == 0
+        finally:
+            db_proxy.resume()
+            for (_port, proc), name in zip(running, ("p1", "p2"), strict=False):
+                outputs[name] = stop(proc)
+        assert [tg.bot_texts(chat) for chat in (700, 701, 702)] == [
+            ["echo: before"],
+            ["echo: during the stall"],
+            ["echo: after"],
+        ]
+    assert "lease channel:telegram could not be renewed in time" in outputs["p1"]
+    assert "lease channel:telegram acquired (token 2)" in outputs["p2"]
+    print(f"database stall: p2 polled {p2_first - stalled_at:.1f} s after it began, without a 409")
 
 
 # --- /stop across instances, Telegram in webhook mode --------------------------------------------------

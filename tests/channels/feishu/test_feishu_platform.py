@@ -105,7 +105,11 @@ async def test_the_long_connection_pings_and_shows_as_connected_then_closes_on_s
     async with running_bot(tmp_path, llm, lark) as bot:
         await lark.wait_for(lambda f: f.pings >= 1)
         health = await bot.service.health()
-        assert health["channels"]["feishu"] == {"state": "connected", "detail": lark.bot_name}
+        assert health["channels"]["feishu"] == {
+            "state": "connected",
+            "detail": lark.bot_name,
+            "intake": "receiving",
+        }
         channel = bot.channel
     await lark.wait_for(lambda f: not f.connected)
     assert channel.status.state == "stopped"

@@ -22,6 +22,7 @@ async def test_the_channel_connects_and_reports_its_bot_in_health(tg: FakeTelegr
     assert health["channels"]["telegram"] == {
         "state": "connected",
         "detail": f"@{BOT_USERNAME}, long polling",
+        "intake": "receiving",
     }
     assert [c["method"] for c in tg.calls()][:2] == ["getMe", "deleteWebhook"]
 
@@ -82,6 +83,46 @@ async def test_when_the_service_is_full_updates_wait_and_are_all_answered(tg: Fa
         await harness.idle()
         assert harness.service.bus.refused >= 1, "the service pushed back at least once"
     assert len(llm.completions) == 3
+
+
+def component_up(metrics_text: str, component: str) -> float | None:
+    for line in metrics_text.splitlines():
+        if line.startswith(f'switchboard_component_up{{component="{component}"}}'):
+            return float(line.split()[-1])
+    return None
+
+
+async def test_health_and_metrics_say_not_receiving_while_polls_fail_and_receiving_once_they_succeed(
+    tg: FakeTelegram, tmp_path, llm
+):
+    """A Bot API that answers getUpdates with 502 for a while: the channel stays "connected" for replies
+    but /health's intake and switchboard_component_up say it receives nothing, with Telegram's answer as
+    the reason; once polls succeed again both say so, and what was sent meanwhile is answered."""
+    settings = make_settings(tmp_path, llm, channels={"telegram": telegram_config(tg).model_dump()})
+    channel = TelegramChannel(settings.channels.telegram, settings=settings)
+    async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
+        app = create_app(settings, service=harness.service)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sb") as client:
+
+            async def intake() -> str:
+                return str((await client.get("/health")).json()["channels"]["telegram"]["intake"])
+
+            async def up() -> float | None:
+                return component_up((await client.get("/metrics")).text, "channel:telegram")
+
+            assert await intake() == "receiving"
+            assert await up() == 1
+            tg.fail_next("getUpdates", 502, description="Bad Gateway", times=3)
+            failing = ""
+            while not failing.startswith("not receiving"):
+                failing = await intake()
+                await asyncio.sleep(0.05)
+            assert failing == "not receiving (polls failing: getUpdates failed: Bad Gateway)", failing
+            assert await up() == 0
+            tg.user_message(61, "sent while polls fail")
+            await tg.wait_for_bot_text(61, "echo: sent while polls fail", timeout=30)
+            assert await intake() == "receiving"
+            assert await up() == 1
 
 
 async def test_start_with_a_connect_code_binds_the_telegram_account(tg: FakeTelegram, tmp_path, llm):
