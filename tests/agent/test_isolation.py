@@ -48,6 +48,9 @@ def model() -> Iterator[FakeOpenAI]:
 
 
 def sandbox_settings(tmp_path: Path, model: FakeOpenAI, **sandbox: Any):  # type: ignore[no-untyped-def]
+    # These tests probe the sandbox itself, the boundary under the approval guard rail, with commands an
+    # attacker would write (curl to loopback, unshare, inline code): nothing waits for a person here.
+    sandbox.setdefault("approval", "never")
     settings = agent_settings(tmp_path, model, sandbox=sandbox)
     settings.models[0].api_key = CONFIGURED_KEY
     return settings
