@@ -463,7 +463,7 @@ class DiscordChannel(Channel):
                 id=str(message.author.id),
                 name=message.author.display_name,
                 is_bot=message.author.bot,
-                member=self.vouches_for_guild(workspace if guild_id is not None else None),
+                member=self.vouches_for(workspace if guild_id is not None else None, message.author),
             ),
             text=text,
             platform_message_id=str(message.id),
@@ -559,10 +559,19 @@ class DiscordChannel(Channel):
     def _guild_allowed(self, workspace: str) -> bool:
         return not self.config.allowed_guilds or workspace in self.config.allowed_guilds
 
-    def vouches_for_guild(self, guild: str | None) -> bool:
+    def vouches_for(self, guild: str | None, author: discord.User | discord.Member) -> bool:
         """A member of a server the operator listed in ``allowed_guilds`` counts as a workspace member;
-        with no list (any server may add the bot, many are public) nobody does, and DMs never."""
-        return guild is not None and guild in self.config.allowed_guilds
+        with no list (any server may add the bot, many are public) nobody does, and DMs never. In any
+        server the bot is allowed in, so does a holder of one of ``member_roles``: discord.py builds the
+        author as a ``Member`` from the event's ``member`` field and resolves its role ids against the
+        roles GUILD_CREATE cached (role ids are unique across servers, so a role cannot be borrowed)."""
+        if guild is None or not self._guild_allowed(guild):
+            return False
+        if guild in self.config.allowed_guilds:
+            return True
+        if not self.config.member_roles or not isinstance(author, discord.Member):
+            return False
+        return any(str(role.id) in self.config.member_roles for role in author.roles)
 
     def is_allowed(self, message: InboundMessage) -> bool:
         """DMs always; server messages only from ``allowed_guilds`` (empty = every server)."""

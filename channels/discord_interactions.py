@@ -461,8 +461,8 @@ class Interactions:
                 id=str(user.id),
                 name=user.display_name,
                 is_bot=user.bot,
-                member=self.channel.vouches_for_guild(
-                    workspace if interaction.guild_id is not None else None
+                member=self.channel.vouches_for(
+                    workspace if interaction.guild_id is not None else None, user
                 ),
             ),
             text=text,

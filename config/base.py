@@ -81,8 +81,8 @@ class TrustSection(Section):
     #: Platform user ids who are members here (``"*"``: everyone who can reach the bot).
     members: list[str] = []
     #: Whether a sender the platform reports as a member of the bot's workspace (a Slack team member,
-    #: a Feishu tenant or DingTalk organisation user, a member of a Discord server in ``allowed_guilds``)
-    #: is a member here, or only a guest.
+    #: a Feishu tenant or DingTalk organisation user, a member of a Discord server in ``allowed_guilds``
+    #: or a holder of one of Discord's ``member_roles``) is a member here, or only a guest.
     workspace_members: Literal["member", "guest"] = "member"
     #: What a guest gets in a private chat: ``pair`` (a pairing code an admin approves with
     #: ``/pair CODE``), ``chat_only`` (answers, no tools that act, no credentials) or ``ignore`` (nothing).

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from config.base import ChatChannelSection, from_env
 
@@ -14,6 +14,9 @@ class DiscordConfig(ChatChannelSection):
     gateway_url: str | None = None
     mention_only: bool = True
     allowed_guilds: list[str] = []
+    #: Role ids (Developer Mode → Server Settings → Roles → *Copy Role ID*) whose holders are workspace
+    #: members in any server the bot is allowed in: a role is how a public server says who is staff.
+    member_roles: list[str] = []
     #: Largest file the bot attaches to a reply (Discord's default upload cap is 25 MiB).
     max_file_bytes: int = Field(25 * 1024 * 1024, gt=0)
     #: Spacing of reply calls (send/edit) per channel. Discord allows about 5 messages per 5 s per
@@ -33,6 +36,15 @@ class DiscordConfig(ChatChannelSection):
     #: A slash command not answered this many seconds after it arrived is deferred ("thinking…");
     #: Discord needs the first callback within 3 s, so at most 2 (a margin for a loaded event loop).
     defer_after_seconds: float = Field(default=1.0, ge=0, le=2.0)
+
+    @field_validator("member_roles")
+    @classmethod
+    def _role_ids(cls, roles: list[str]) -> list[str]:
+        """A role name would silently match nobody; Discord identifies roles only by id."""
+        for role in roles:
+            if not (role.isascii() and role.isdigit()):
+                raise ValueError(f"{role!r} is not a role id (Server Settings → Roles → Copy Role ID)")
+        return roles
 
     def required_secrets(self) -> dict[str, str | None]:
         return {"bot_token": self.bot_token}

@@ -234,6 +234,8 @@ class FakeDiscord(ThreadedServer):
         if guilds is None:
             guilds = {self.new_id(): [self.new_id()]}
         self.guilds = guilds
+        #: guild id → roles a test added with :meth:`add_role` (@everyone is implicit).
+        self.roles: dict[str, list[dict[str, Any]]] = {}
         self.messages: dict[str, FakeMessage] = {}
         self.threads: dict[str, dict[str, Any]] = {}  # thread id → channel object
         self.typing: list[str] = []  # channel ids, one entry per typing trigger
@@ -312,6 +314,35 @@ class FakeDiscord(ThreadedServer):
             "last_message_id": None,
         }
 
+    @staticmethod
+    def _role_object(role_id: str, name: str, position: int) -> dict[str, Any]:
+        return {
+            "id": role_id,
+            "name": name,
+            "color": 0,
+            "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+            "hoist": False,
+            "icon": None,
+            "unicode_emoji": None,
+            "position": position,
+            "permissions": "1071698660929" if position == 0 else "0",
+            "managed": False,
+            "mentionable": False,
+            "flags": 0,
+        }
+
+    def add_role(self, name: str, guild_id: str | None = None) -> str:
+        """Create a role in a guild (the first one by default) before the bot connects; returns its id."""
+        guild_id = guild_id or self.guild_id
+        roles = self.roles.setdefault(guild_id, [])
+        role_id = self.new_id()
+        roles.append(self._role_object(role_id, name, len(roles) + 1))
+        return role_id
+
+    def _guild_roles(self, guild_id: str) -> list[dict[str, Any]]:
+        """Every role, as GUILD_CREATE carries them: @everyone's id is the guild's own id."""
+        return [self._role_object(guild_id, "@everyone", 0), *self.roles.get(guild_id, [])]
+
     def _guild_object(self, guild_id: str) -> dict[str, Any]:
         return {
             "id": guild_id,
@@ -321,7 +352,7 @@ class FakeDiscord(ThreadedServer):
             "member_count": 2,
             "owner_id": self.new_id(),
             "joined_at": _now(),
-            "roles": [],
+            "roles": self._guild_roles(guild_id),
             "emojis": [],
             "stickers": [],
             "features": [],
@@ -396,12 +427,14 @@ class FakeDiscord(ThreadedServer):
         attachments: list[dict[str, Any] | tuple[str, bytes]] | None = None,
         message_id: str | None = None,
         author_is_bot: bool = False,
+        roles: list[str] | None = None,
     ) -> dict[str, Any]:
         """Deliver a MESSAGE_CREATE dispatch to every identified gateway connection; returns its payload.
 
         ``author`` is a user id (or a full user object). ``mentions`` are user ids (put ``<@id>`` in
         ``content`` yourself, as the Discord client does). ``attachments`` are attachment objects from
         :meth:`add_attachment` or ``(name, bytes)`` pairs. Pass the same ``message_id`` to redeliver.
+        ``roles`` are the author's role ids (from :meth:`add_role`) in a guild message's ``member``.
         """
         user = author if isinstance(author, dict) else self.user(author, bot=author_is_bot)
         files = []
@@ -428,6 +461,9 @@ class FakeDiscord(ThreadedServer):
         guild_id = guild_id or self._guild_of(channel_id)
         if guild_id:
             payload["guild_id"] = guild_id
+        unknown = set(roles or []) - {role["id"] for role in self.roles.get(guild_id or "", [])}
+        if unknown:  # Discord only ever names the guild's own roles (and a DM has no member at all)
+            raise ValueError(f"roles {sorted(unknown)} do not exist in guild {guild_id}")
         with self._state_lock:
             if guild_id is None:
                 self.dms.setdefault(channel_id, user["id"])
@@ -436,6 +472,20 @@ class FakeDiscord(ThreadedServer):
                 payload["id"],
                 FakeMessage(payload["id"], channel_id, user["id"], [content], payload=dict(payload)),
             )
+        if guild_id:
+            # Guild messages carry the author's partial member (no ``user``); the REST history does not.
+            payload["member"] = {
+                "roles": list(roles or []),
+                "joined_at": _now(),
+                "nick": None,
+                "avatar": None,
+                "premium_since": None,
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "pending": False,
+                "communication_disabled_until": None,
+            }
         self.call(lambda: self._dispatch("MESSAGE_CREATE", payload))
         return payload
 

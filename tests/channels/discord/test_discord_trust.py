@@ -1,5 +1,6 @@
 """Issue 28 on Discord (docs/security.md): a stranger's DM gets a pairing code an admin approves; a server
-member is a member only in a server the operator listed in ``allowed_guilds`` (servers are often public)."""
+member is a member only in a server the operator listed in ``allowed_guilds`` (servers are often public)
+or, in any server the bot is allowed in, when they hold one of ``member_roles``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from channels.discord import DiscordChannel
+from config.channels.discord import DiscordConfig
 from config.schema import Settings
 from tests.agent.helpers import tool_results
 from tests.channels.discord.conftest import USER_ID, discord_config, final_reply
@@ -61,3 +64,32 @@ async def test_a_server_member_is_a_member_only_in_a_listed_server(
         assert result == "[exit code 0]\nran"
     else:
         assert result.startswith("Refused: `bash` is not available in this conversation")
+
+
+@pytest.mark.parametrize(("has_role", "member"), [(True, True), (False, False)])
+async def test_a_listed_role_makes_a_server_member_a_member(
+    settings: Settings, discord_fake: FakeDiscord, llm: FakeOpenAI, has_role: bool, member: bool
+) -> None:
+    llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo ran"})]), Reply(text="Done."))
+    staff, other = discord_fake.add_role("staff"), discord_fake.add_role("visitors")
+    async with running(settings, discord_fake, member_roles=[staff]) as h:  # no allowed_guilds
+        bot = discord_fake.bot_id
+        asked = discord_fake.message_create(
+            discord_fake.channel_id,
+            USER_ID,
+            f"<@{bot}> run it",
+            mentions=[bot],
+            roles=[other, staff] if has_role else [other],
+        )
+        await final_reply(discord_fake, asked["id"], "Done.")
+        await h.idle()
+    [result] = tool_results(llm.completions[1])
+    if member:
+        assert result == "[exit code 0]\nran"
+    else:
+        assert result.startswith("Refused: `bash` is not available in this conversation")
+
+
+def test_a_role_must_be_given_by_its_id() -> None:
+    with pytest.raises(ValidationError, match="member_roles"):
+        DiscordConfig(member_roles=["staff"])
