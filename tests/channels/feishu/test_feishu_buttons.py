@@ -221,9 +221,10 @@ async def test_a_typed_stop_stops_every_time_at_once(tmp_path: Path, llm: FakeOp
             lark.send_message_event(P2P, "p2p", ALICE, f"story {round_}")
             await lark.wait_for(lambda f, r=round_: any(f"w{r}x10 " in m.text for m in f.chat(P2P)), 30)
             lark.send_message_event(P2P, "p2p", ALICE, "/stop")
+            # The kept text is right-stripped: a stop that lands just after "w{r}x10 " ends it "w{r}x10".
             await lark.wait_for(
                 lambda f, r=round_: any(
-                    f"w{r}x10 " in m.text and m.text.endswith("⏹ Stopped.") for m in f.chat(P2P)
+                    f"w{r}x10" in m.text and m.text.endswith("⏹ Stopped.") for m in f.chat(P2P)
                 ),
                 8,
             )
