@@ -53,7 +53,14 @@ async def test_a_dropped_socket_reconnects_with_backoff_and_health_shows_the_sta
 
     bot.slack.fail_next("apps.connections.open", "internal_error")  # the first reconnect attempt fails
     assert bot.slack.drop_socket() == 1
-    await bot.slack.wait_for(lambda: bot.channel.status.state == "reconnecting", what="reconnecting")
+    # First "the connection dropped", then the failed reconnect's reason: /health shows the latter.
+    await bot.slack.wait_for(
+        lambda: (
+            bot.channel.status.state == "reconnecting"
+            and "internal_error" in (bot.channel.status.detail or "")
+        ),
+        what="reconnecting after a failed attempt",
+    )
     health = await bot.service.health()
     assert health["channels"]["slack"]["state"] == "reconnecting"
     assert "internal_error" in (health["channels"]["slack"]["detail"] or "")
