@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from bench.settings import scratch_overrides
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from config.loader import load_settings
 from tests.fakes.discord import FakeDiscord, FakeInteraction
 from tests.fakes.openai_server import FakeOpenAI

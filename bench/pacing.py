@@ -33,8 +33,8 @@ from bench.settings import scratch_overrides
 from bench.stream_slack import answer_text
 from bench.stream_telegram import StampedOpenAI, make_answer
 from channels.reply import CallKind, RateBudget
-from channels.slack import SlackChannel
-from channels.telegram import TelegramChannel
+from channels.slack.channel import SlackChannel
+from channels.telegram.channel import TelegramChannel
 from channels.types import InboundMessage
 from config.channels.telegram import TelegramConfig
 from config.loader import load_settings

@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from bench.settings import scratch_overrides
-from channels.dingtalk import DingTalkChannel
+from channels.dingtalk.channel import DingTalkChannel
 from config.loader import load_settings
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from bench.settings import scratch_overrides
-from channels.feishu import TEXT_LIMIT, FeishuChannel
+from channels.feishu.channel import TEXT_LIMIT, FeishuChannel
 from config.channels.feishu import FeishuConfig
 from config.loader import load_settings
 from tests.fakes.feishu import FakeLark, render

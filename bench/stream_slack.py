@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from bench.settings import scratch_overrides
-from channels.slack import EDIT_INTERVAL, TEXT_LIMIT, SlackChannel
+from channels.slack.channel import EDIT_INTERVAL, TEXT_LIMIT, SlackChannel
 from config.loader import load_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack import FakeSlack

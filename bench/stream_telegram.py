@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from bench.settings import scratch_overrides
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from config.channels.telegram import TelegramConfig
 from config.loader import load_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply

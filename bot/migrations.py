@@ -27,7 +27,8 @@ Step = Callable[[AsyncConnection], Awaitable[None]]
 
 async def _discord_cursors(conn: AsyncConnection) -> None:
     """The Discord channel's backfill cursors (it owns the table; the channel also creates it itself)."""
-    from channels import discord_backfill  # SQLAlchemy only: no discord.py import for other platforms
+    # SQLAlchemy only: no discord.py import for other platforms
+    from channels.discord import backfill as discord_backfill
 
     await conn.run_sync(discord_backfill.metadata.create_all)
 

@@ -165,7 +165,7 @@ def _routes() -> str:
 def _tables() -> str:
     from bot import cluster
     from bot.service import Service
-    from channels import discord_backfill
+    from channels.discord import backfill as discord_backfill
 
     service = Service(Settings())
     # Cluster tables exist on PostgreSQL only; Discord's cursors are created by a migration step.

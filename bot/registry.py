@@ -9,11 +9,11 @@ import importlib
 from typing import Any
 
 CHANNEL_CLASSES: dict[str, str] = {
-    "telegram": "channels.telegram:TelegramChannel",
-    "slack": "channels.slack:SlackChannel",
-    "discord": "channels.discord:DiscordChannel",
-    "feishu": "channels.feishu:FeishuChannel",
-    "dingtalk": "channels.dingtalk:DingTalkChannel",
+    "telegram": "channels.telegram.channel:TelegramChannel",
+    "slack": "channels.slack.channel:SlackChannel",
+    "discord": "channels.discord.channel:DiscordChannel",
+    "feishu": "channels.feishu.channel:FeishuChannel",
+    "dingtalk": "channels.dingtalk.channel:DingTalkChannel",
     "github": "webhooks.channel:GitHubChannel",
 }
 

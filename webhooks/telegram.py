@@ -3,7 +3,7 @@
 Telegram does not sign webhook bodies; it repeats the ``secret_token`` given to ``setWebhook`` in the
 ``X-Telegram-Bot-Api-Secret-Token`` header. The header is compared (in constant time) before the body is
 read, so a caller without the secret makes us do nothing but answer 401, and nothing is stored.
-Everything after that is the channel's (:class:`channels.telegram_webhook.WebhookIntake`): parse with
+Everything after that is the channel's (:class:`channels.telegram.webhook.WebhookIntake`): parse with
 python-telegram-bot, store in the inbox, and only then answer 200 (Telegram repeats anything else).
 """
 
@@ -16,8 +16,8 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from channels.telegram import TelegramChannel
-from channels.telegram_webhook import RETRY_AFTER_SECONDS, SECRET_HEADER, WEBHOOK_PATH, WebhookOutcome
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.webhook import RETRY_AFTER_SECONDS, SECRET_HEADER, WEBHOOK_PATH, WebhookOutcome
 from config.channels.telegram import TelegramConfig
 from webhooks.route import read_capped
 

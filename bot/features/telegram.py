@@ -45,7 +45,7 @@ class TelegramWebhookFeature:
         channel = running.channels.get("telegram")
         if self.receiver is None or channel is None:
             return
-        from channels.telegram import TelegramChannel
+        from channels.telegram.channel import TelegramChannel
 
         if not isinstance(channel, TelegramChannel):
             log.error(

@@ -10,7 +10,7 @@ class DingTalkConfig(ChatChannelSection):
 
     ``card_template_id`` switches replies from final-only markdown (via the message's session webhook)
     to an AI card that is streamed in place. ``edit_interval_seconds`` overrides the per-conversation
-    spacing of outbound calls kept in ``channels/dingtalk.py`` (1 s for card updates, 3 s for markdown
+    spacing of outbound calls kept in ``channels/dingtalk/channel.py`` (1 s for card updates, 3 s for markdown
     messages); leave it unset unless DingTalk's limits change. Without a template, a reply still running
     after ``progress_notice_after_seconds`` gets one "working on it" message (``null``: final text only).
 

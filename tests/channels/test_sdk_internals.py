@@ -24,7 +24,7 @@ def test_discord_py_internals_used_by_channels_discord():
     assert str(DiscordWebSocket.DEFAULT_GATEWAY).startswith(("wss://", "ws://127.0.0.1"))
     # The voice extras are not installed on purpose; these class flags silence discord.py's warnings.
     assert isinstance(discord.VoiceClient.warn_nacl, bool) and isinstance(discord.VoiceClient.warn_dave, bool)
-    # channels/discord_commands.py registers commands over the client's HTTP layer (no CommandTree).
+    # channels/discord/commands.py registers commands over the client's HTTP layer (no CommandTree).
     assert list(inspect.signature(discord.http.HTTPClient.get_global_commands).parameters) == [
         "self",
         "application_id",
@@ -37,7 +37,7 @@ def test_discord_py_internals_used_by_channels_discord():
 
 
 async def test_discord_py_sends_a_stopped_view_without_storing_it_for_dispatch():
-    """channels/discord_buttons.py renders buttons with a View stopped before it is sent: every send/edit
+    """channels/discord/buttons.py renders buttons with a View stopped before it is sent: every send/edit
     path serialises it but stores only a view that is not finished (so nothing is kept per message and
     no view callback sees a press). If a path stopped checking ``is_finished()``, views would pile up."""
     import discord

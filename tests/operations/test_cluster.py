@@ -277,7 +277,7 @@ async def test_a_lease_is_held_once_moves_when_it_lapses_and_fences_the_former_h
 def telegram_instance(  # type: ignore[no-untyped-def]
     tmp_path, llm, url: str, tg: Any, name: str, telegram: dict[str, Any] | None = None, **cluster: Any
 ) -> Harness:
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
     from tests.channels.telegram.conftest import telegram_config
 
     settings = make_settings(
@@ -353,7 +353,7 @@ async def test_only_the_telegram_lease_holder_polls_and_one_whose_lease_moved_st
 
 
 def discord_instance(tmp_path, llm, url: str, fake: Any, name: str, **cluster: Any) -> Harness:  # type: ignore[no-untyped-def]
-    from channels.discord import DiscordChannel
+    from channels.discord.channel import DiscordChannel
     from tests.channels.discord.conftest import discord_config
 
     settings = make_settings(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from channels.dingtalk import DingTalkChannel
+from channels.dingtalk.channel import DingTalkChannel
 from config.channels.dingtalk import DingTalkConfig
 from tests.conftest import make_settings
 from tests.fakes.dingtalk import Bubble, FakeDingTalk

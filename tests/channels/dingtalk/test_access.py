@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from channels.dingtalk import DingTalkChannel
+from channels.dingtalk.channel import DingTalkChannel
 from tests.channels.dingtalk.conftest import dingtalk_config
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from channels.dingtalk import DingTalkChannel
+from channels.dingtalk.channel import DingTalkChannel
 from tests.agent.helpers import all_tool_results, tool_results
 from tests.channels.dingtalk.conftest import Rig, _rig, dingtalk_config
 from tests.fakes.dingtalk import Bubble

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from dingtalk_stream import AckMessage
 
-from channels.dingtalk import DingTalkChannel
+from channels.dingtalk.channel import DingTalkChannel
 from tests.channels.dingtalk.conftest import dingtalk_config
 from tests.conftest import make_settings
 from tests.connections.conftest import LOCAL_URL

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.dingtalk_reply import PROGRESS_TEXT
+from channels.dingtalk.reply import PROGRESS_TEXT
 from tests.fakes.openai_server import Reply
 
 pytestmark = pytest.mark.slow  # a whole service + fake DingTalk per test

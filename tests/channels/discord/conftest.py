@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from config.channels.discord import DiscordConfig
 from config.schema import Settings
 from tests.conftest import TEST_TRUST

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from config.schema import Settings
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
 from tests.conftest import make_settings

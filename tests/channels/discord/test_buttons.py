@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from tests.agent.helpers import agent_settings, all_tool_results, tool_results
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
 from tests.conftest import make_settings

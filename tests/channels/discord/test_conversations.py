@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
 from tests.conftest import make_settings
 from tests.fakes.openai_server import Reply, last_user_text

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from config.channels.discord import DiscordConfig
 from config.schema import Settings
 from tests.agent.helpers import tool_results

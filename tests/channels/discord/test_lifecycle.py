@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from channels.errors import ChannelError
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
 from tests.fakes.discord import FakeDiscord

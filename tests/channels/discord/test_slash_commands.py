@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from config.schema import Settings
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually
 from tests.conftest import make_settings

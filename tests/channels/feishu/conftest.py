@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from channels.feishu import FeishuChannel
+from channels.feishu.channel import FeishuChannel
 from tests.conftest import make_settings
 from tests.fakes.feishu import FakeLark
 from tests.fakes.openai_server import FakeOpenAI

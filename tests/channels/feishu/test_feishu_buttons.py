@@ -193,7 +193,7 @@ async def test_deny_keeps_the_files_and_the_model_is_told(tmp_path: Path, llm: F
 async def test_the_fake_refuses_malformed_buttons_like_feishu(lark: FakeLark):
     """A button without a label, or of a type Feishu does not list, makes the whole card unusable."""
     from channels.errors import ChannelError
-    from channels.feishu_api import LarkApi
+    from channels.feishu.api import LarkApi
 
     api = LarkApi(lark.app_id, lark.app_secret, lark.url)
     lark.user_messages["om_user1"] = P2P

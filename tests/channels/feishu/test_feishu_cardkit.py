@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from channels.errors import ChannelError
-from channels.feishu_api import LarkApi
+from channels.feishu.api import LarkApi
 from tests.channels.feishu.conftest import ALICE, running_bot
 from tests.fakes.feishu import FakeLark
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from channels.feishu import FeishuChannel
+from channels.feishu.channel import FeishuChannel
 from channels.memory import MemoryChannel
 from config.channels.feishu import FeishuConfig
 from tests.channels.feishu.conftest import ALICE, feishu_section, running_bot

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from channels.slack import SlackChannel
+from channels.slack.channel import SlackChannel
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack import FakeSlack

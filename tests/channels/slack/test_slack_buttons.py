@@ -17,7 +17,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.manager import STOPPED_NOTE
-from channels.slack_api import BUTTON_TEXT_LIMIT, SlackTransport
+from channels.slack.api import BUTTON_TEXT_LIMIT, SlackTransport
 from channels.types import Action
 from tests.agent.helpers import all_tool_results, tool_results
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall

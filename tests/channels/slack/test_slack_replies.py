@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.slack import TEXT_LIMIT
+from channels.slack.channel import TEXT_LIMIT
 from tests.fakes.openai_server import Reply
 
 

@@ -14,8 +14,8 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.errors import EditFailed
-from channels.slack_api import SlackTransport
-from channels.slack_respond import ResponseUrls, SlackResponseTransport
+from channels.slack.api import SlackTransport
+from channels.slack.respond import ResponseUrls, SlackResponseTransport
 from channels.types import InboundMessage, Sender
 from tests.channels.slack.conftest import running_bot
 from tests.fakes.openai_server import Reply
@@ -83,7 +83,7 @@ async def test_status_asked_with_a_mention_is_an_ephemeral_in_the_channel(tmp_pa
 async def test_where_slack_refuses_the_ephemeral_the_answer_goes_to_the_thread(tmp_path, llm, slack, caplog):
     slack.members["C1"] = {"U2"}  # the asker is not a member: chat.postEphemeral → user_not_in_channel
     async with running_bot(tmp_path, llm, slack) as bot:
-        with caplog.at_level(logging.WARNING, logger="channels.slack_respond"):
+        with caplog.at_level(logging.WARNING, logger="channels.slack.respond"):
             mention = slack.mention("C1", "U1", "/status")
             answer = await slack.wait_for_text("Thread:", "C1")
             await bot.harness.idle(timeout=30)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from config.channels.telegram import TelegramConfig
 from config.schema import Settings
 from tests.conftest import TEST_TRUST, make_settings

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from channels.types import Action, InboundMessage, Sender
 from tests.agent.helpers import agent_settings, all_tool_results, tool_results
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
@@ -275,7 +275,7 @@ async def test_a_command_too_long_for_callback_data_is_left_off_and_the_rest_is_
         )  # fmt: skip
         transport = tg_channel.reply_transport(message)
         too_long = Action("/approve " + "é" * 28, "Long")  # 9 + 56 = 65 bytes
-        with caplog.at_level(logging.WARNING, logger="channels.telegram_transport"):
+        with caplog.at_level(logging.WARNING, logger="channels.telegram.transport"):
             ref = await transport.send("pick one", actions=[too_long, Action("/stop ab12", STOP, "danger")])
         [sent] = tg.bot_messages(42)
         assert str(sent.message_id) == ref and sent.buttons == [STOP]

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from bot.app import create_app
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.conftest import make_settings
 from tests.connections.conftest import LOCAL_URL
 from tests.fakes.telegram import FakeTelegram

@@ -163,7 +163,7 @@ async def test_start_with_a_code_reaches_the_connect_command_unchanged(tg: FakeT
 async def test_only_allowed_users_are_answered_but_everyone_can_send_start(
     tg: FakeTelegram, tg_settings, llm
 ):
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
     from tests.harness import Harness
 
     from .conftest import telegram_config

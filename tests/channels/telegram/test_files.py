@@ -35,7 +35,7 @@ async def test_a_document_sent_to_the_bot_lands_in_the_owners_uploads(tg: FakeTe
 
 
 async def test_a_file_over_the_configured_limit_is_skipped_with_a_notice(tg: FakeTelegram, tg_settings, llm):
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
     from tests.harness import Harness
 
     from .conftest import telegram_config

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from config.schema import Settings
 from tests.fakes.openai_server import Reply
 from tests.fakes.telegram import FakeTelegram

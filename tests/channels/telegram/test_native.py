@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from channels.telegram import TelegramChannel
-from channels.telegram_markup import markdown_to_html
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.markup import markdown_to_html
 from tests.fakes.openai_server import Reply
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness

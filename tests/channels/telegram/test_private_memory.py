@@ -17,7 +17,7 @@ GROUP = -1009876
 async def test_memory_in_a_telegram_group_posts_no_fact_and_a_dm_still_shows_it(
     tmp_path, llm, tg: FakeTelegram
 ):
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
 
     llm.default_reply = kiwi_memory
     settings = make_settings(tmp_path, llm, memory={"enabled": True, "debounce_seconds": 0})

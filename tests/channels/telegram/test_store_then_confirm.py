@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.inbox import inbox_table
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.fakes.telegram import FakeTelegram

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 
 from bot.inbox import inbox_table
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from config.schema import Settings
 from tests.agent.helpers import all_tool_results
 from tests.channels.telegram.conftest import telegram_config

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from bot.app import create_app
 from bot.inbox import inbox_table
 from bot.service import Service
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from config.loader import ConfigError
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from channels.errors import ChannelError, Forbidden, RetryAfter
-from channels.feishu_api import LarkApi, StreamingClosed
-from channels.feishu_content import (
+from channels.feishu.api import LarkApi, StreamingClosed
+from channels.feishu.content import (
     ANSWER_ELEMENT,
     ButtonScope,
     button_ids,
@@ -40,7 +40,7 @@ from channels.reply import NativeStream
 from channels.types import Action
 
 if TYPE_CHECKING:
-    from channels.feishu import FeishuTransport
+    from channels.feishu.channel import FeishuTransport
 
 log = logging.getLogger(__name__)
 

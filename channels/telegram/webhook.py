@@ -25,8 +25,8 @@ import telegram.error as tg_errors
 from telegram import Bot, Update, WebhookInfo
 
 from channels.errors import Backpressure, ChannelError
-from channels.telegram_polling import ALLOWED_UPDATES, StoreUpdate
-from channels.telegram_transport import map_error
+from channels.telegram.polling import ALLOWED_UPDATES, StoreUpdate
+from channels.telegram.transport import map_error
 from config.channels.telegram import TelegramConfig
 from config.schema import Settings
 

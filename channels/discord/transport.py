@@ -1,6 +1,6 @@
 """Replies on Discord: send, then ``message.edit``; files as ``discord.File``; the one error mapping.
 
-A reply's actions ride along as buttons (:mod:`channels.discord_buttons`) on sends and edits; an edit
+A reply's actions ride along as buttons (:mod:`channels.discord.buttons`) on sends and edits; an edit
 always says which buttons the message keeps, so one without actions sends ``components: []`` (Discord
 keeps a message's components when an edit leaves the field out).
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import discord
 
-from channels.discord_buttons import action_view, send_kwargs
+from channels.discord.buttons import action_view, send_kwargs
 from channels.errors import (
     BadRequest,
     ChannelError,
@@ -33,7 +33,7 @@ from channels.reply import ReplyTransport
 from channels.types import Action, InboundMessage
 
 if TYPE_CHECKING:
-    from channels.discord import DiscordChannel
+    from channels.discord.channel import DiscordChannel
 
 log = logging.getLogger(__name__)
 

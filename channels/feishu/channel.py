@@ -1,6 +1,6 @@
 """Feishu / Lark: events over lark-oapi's websocket long connection, replies as cards that fill in.
 
-A reply streams into a CardKit card entity (:mod:`channels.feishu_stream`) where the app may use CardKit
+A reply streams into a CardKit card entity (:mod:`channels.feishu.stream`) where the app may use CardKit
 (``native_streaming``, on by default), and otherwise is a card patched in place.
 
 Two event loops meet here. ``lark.ws.Client.start()`` blocks forever and drives the connection through a
@@ -13,7 +13,7 @@ of 200, and Feishu pushes the event again later; the inbox dedupes on the messag
 message that was stored after all runs once. Card button presses (``card.action.trigger``) take the same
 path and are answered with an empty callback response once stored (:meth:`FeishuChannel.normalise_press`).
 Everything else (API calls, downloads, reactions) runs on the service's loop through
-:class:`channels.feishu_api.LarkApi`, which never blocks it.
+:class:`channels.feishu.api.LarkApi`, which never blocks it.
 
 Only one long connection per process: the SDK keeps its loop in a module global.
 """
@@ -33,9 +33,9 @@ from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTr
 
 from channels.base import Channel, InboundSink
 from channels.errors import BadRequest, ChannelError, FileTooLarge, RetryAfter
-from channels.feishu_api import LarkApi, is_image
-from channels.feishu_content import ButtonScope, Mention, card_content, parse_content, text_content
-from channels.feishu_stream import CardKitStream
+from channels.feishu.api import LarkApi, is_image
+from channels.feishu.content import ButtonScope, Mention, card_content, parse_content, text_content
+from channels.feishu.stream import CardKitStream
 from channels.reply import NativeStream, ReplyTransport
 from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.feishu import FeishuConfig

@@ -38,8 +38,8 @@ from typing import Any
 from dingtalk_stream.card_replier import AICardStatus
 
 from channels import observe
-from channels.dingtalk_api import DingTalkApi, as_edit_failure
-from channels.dingtalk_markdown import title_for, to_dingtalk_markdown
+from channels.dingtalk.api import DingTalkApi, as_edit_failure
+from channels.dingtalk.markdown import title_for, to_dingtalk_markdown
 from channels.errors import ChannelError, EditFailed, RetryAfter
 from channels.reply import ReplyTransport
 from channels.types import Action

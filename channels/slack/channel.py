@@ -6,9 +6,9 @@ later replies in that thread need no new mention when ``message.channels`` is su
 Slash commands that reach the app (``/switchboard status``, or ``/connect CODE`` from an older manifest)
 are treated as the same text typed in chat, because Slack's client swallows a message starting with
 ``/`` before the bot can see it; they are answered through their ``response_url``
-(:mod:`channels.slack_respond`), which works where the bot is not a member.
+(:mod:`channels.slack.respond`), which works where the bot is not a member.
 
-Buttons (Block Kit ``actions`` on the bot's messages, :mod:`channels.slack_api`) come back as
+Buttons (Block Kit ``actions`` on the bot's messages, :mod:`channels.slack.api`) come back as
 ``interactive`` envelopes with a ``block_actions`` payload; each press becomes an inbound message in the
 conversation of the message it was pressed on (:meth:`SlackChannel._on_button`), acknowledged like an
 event only after it is stored.
@@ -45,8 +45,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.base import Channel, InboundSink
 from channels.errors import Backpressure, BadRequest, Forbidden, NetworkError
 from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyTransport
-from channels.slack_api import ACTION_ID_PREFIX, SlackTransport, calling, slack_error
-from channels.slack_respond import (
+from channels.slack.api import ACTION_ID_PREFIX, SlackTransport, calling, slack_error
+from channels.slack.respond import (
     REDACT_RESPONSE_URLS,
     ResponseUrls,
     SlackEphemeralTransport,

@@ -27,11 +27,11 @@ from telegram.constants import ChatAction, InlineKeyboardButtonLimit, ParseMode
 
 from channels import errors
 from channels.reply import Budget, NativeStream, ReplyTransport
-from channels.telegram_markup import markdown_to_html
+from channels.telegram.markup import markdown_to_html
 from channels.types import Action, InboundMessage
 
 if TYPE_CHECKING:
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
 
 log = logging.getLogger(__name__)
 

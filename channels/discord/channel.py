@@ -5,14 +5,14 @@ Conversations: a DM is one conversation. In a server channel the bot answers onl
 the conversation from then on — the reply goes there, and later messages in the thread need no mention.
 
 Nothing lost while away: the gateway never redelivers, so the channel remembers (durably, in
-:mod:`channels.discord_backfill`) every channel, thread and DM where it stored a message and the id it
+:mod:`channels.discord.backfill`) every channel, thread and DM where it stored a message and the id it
 handled up to, and on each fresh gateway session (READY: start-up, or a reconnect Discord would not
 resume) reads those channels' history after that id — at most ``backfill_minutes`` back — through the
 same path as live messages. The inbox dedupes what it already holds, so each message is answered once.
 A resumed session needs none of this: Discord replays the missed events itself.
 
 Slash commands: the service's commands are registered as global application commands
-(:mod:`channels.discord_commands`) and answered as interactions (:mod:`channels.discord_interactions`),
+(:mod:`channels.discord.commands`) and answered as interactions (:mod:`channels.discord.interactions`),
 inside Discord's 3-second window and, where the manager asks for a private answer, ephemeral.
 
 discord.py keeps its REST base (``discord.http.Route.BASE``) and gateway URL
@@ -36,10 +36,10 @@ import yarl
 from discord.gateway import DiscordWebSocket
 
 from channels.base import Channel, InboundSink
-from channels.discord_backfill import Cursors, CursorStore
-from channels.discord_commands import sync_commands
-from channels.discord_interactions import Interactions, InteractionTransport
-from channels.discord_transport import DiscordTransport, discord_errors, map_discord_error
+from channels.discord.backfill import Cursors, CursorStore
+from channels.discord.commands import sync_commands
+from channels.discord.interactions import Interactions, InteractionTransport
+from channels.discord.transport import DiscordTransport, discord_errors, map_discord_error
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
@@ -340,7 +340,7 @@ class DiscordChannel(Channel):
             self._backfill_task = asyncio.create_task(self._backfill(), name="discord-backfill")
 
     async def _sync_commands(self) -> None:
-        """Once per start: the service's commands as slash commands (see channels.discord_commands)."""
+        """Once per start: the service's commands as slash commands (see channels.discord.commands)."""
         await sync_commands(self.client, self.commands)
         self.commands_synced = True
 

@@ -3,7 +3,7 @@
 Why a press is an ordinary inbound message: it goes through the same durable inbox (store before the
 update is confirmed) and the same dedupe as a typed message, so a press Telegram delivers twice acts
 once. The message carries the button's ``callback_data`` as its text (it *is* the command, see
-:func:`channels.telegram_transport.inline_keyboard`), ``pressed`` = the id of the message the button is
+:func:`channels.telegram.transport.inline_keyboard`), ``pressed`` = the id of the message the button is
 on (what the transport's ``send`` returned), and the same conversation key as the messages of that chat,
 forum topic or reply chain — a press normalised into another conversation would find no turn to stop.
 
@@ -21,11 +21,11 @@ from telegram import CallbackQuery, MaybeInaccessibleMessage, Message
 from telegram.constants import ChatType
 
 from channels.errors import ChannelError
-from channels.telegram_transport import map_error
+from channels.telegram.transport import map_error
 from channels.types import InboundMessage, Sender
 
 if TYPE_CHECKING:
-    from channels.telegram import TelegramChannel
+    from channels.telegram.channel import TelegramChannel
 
 log = logging.getLogger(__name__)
 

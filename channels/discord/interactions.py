@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import discord
 
-from channels.discord_buttons import (
+from channels.discord.buttons import (
     BUTTON_COMPONENT,
     FOLLOWUP_PREFIX,
     ORIGINAL,
@@ -46,8 +46,8 @@ from channels.discord_buttons import (
     pressed_ref,
     send_kwargs,
 )
-from channels.discord_commands import ARGS_OPTION
-from channels.discord_transport import (
+from channels.discord.commands import ARGS_OPTION
+from channels.discord.transport import (
     MAX_FILES_PER_MESSAGE,
     NO_MENTIONS,
     DiscordTransport,
@@ -59,7 +59,7 @@ from channels.reply import ReplyTransport
 from channels.types import Action, InboundMessage, Sender
 
 if TYPE_CHECKING:
-    from channels.discord import DiscordChannel
+    from channels.discord.channel import DiscordChannel
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from channels.errors import ChannelError, EditFailed, Forbidden
 from channels.reply import NativeStream, ReplyTransport
-from channels.slack_api import calling
-from channels.slack_format import to_mrkdwn
+from channels.slack.api import calling
+from channels.slack.format import to_mrkdwn
 from channels.types import Action, InboundMessage
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Any
 
 import discord
 
-from channels.discord_transport import map_discord_error
+from channels.discord.transport import map_discord_error
 from channels.types import ChatCommand
 
 log = logging.getLogger(__name__)

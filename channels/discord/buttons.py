@@ -10,7 +10,7 @@ Discord's limits: 5 rows of 5, ``custom_id`` ≤ 100 characters, label ≤ 80. A
 not fit a ``custom_id`` gets no button; it can still be typed.
 
 Presses: ``INTERACTION_CREATE`` type 3 (``MESSAGE_COMPONENT``) arrives through the same interaction path
-as slash commands (:mod:`channels.discord_interactions`), which stores it and then acknowledges it with
+as slash commands (:mod:`channels.discord.interactions`), which stores it and then acknowledges it with
 type 6 (``DEFERRED_UPDATE_MESSAGE``: the pressed message stays as it is, the manager edits it later).
 """
 
@@ -26,7 +26,7 @@ from channels.types import Action
 
 log = logging.getLogger(__name__)
 
-#: References of messages sent through an interaction (channels.discord_interactions returns them):
+#: References of messages sent through an interaction (channels.discord.interactions returns them):
 #: its original response, and followups as ``i:<message id>``.
 ORIGINAL = "@original"
 FOLLOWUP_PREFIX = "i:"
@@ -77,9 +77,9 @@ def send_kwargs(actions: Sequence[Action]) -> dict[str, Any]:
 def pressed_ref(message: discord.Message) -> str:
     """The reference our transports returned for ``message`` when they sent it (docs/channels.md, "Buttons").
 
-    An ordinary bot message is its id (:class:`~channels.discord_transport.DiscordTransport`); a
+    An ordinary bot message is its id (:class:`~channels.discord.transport.DiscordTransport`); a
     message sent through an interaction is that interaction's ``@original`` or ``i:<id>`` followup
-    (:class:`~channels.discord_interactions.InteractionTransport`), which Discord tells apart by the
+    (:class:`~channels.discord.interactions.InteractionTransport`), which Discord tells apart by the
     ``original_response_message_id`` it puts on followups only.
     """
     metadata = message.interaction_metadata

@@ -26,7 +26,7 @@ from channels.errors import (
     RetryAfter,
 )
 from channels.reply import NativeStream, ReplyTransport
-from channels.slack_format import to_mrkdwn
+from channels.slack.format import to_mrkdwn
 from channels.types import Action
 
 #: The message can no longer be edited: the stream falls back to posting a new one.

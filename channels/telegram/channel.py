@@ -10,15 +10,15 @@ What users get:
   the shared :class:`~channels.reply.ReplyStream`'s job; this module only sets the per-chat budget);
 * documents, photos, audio and video up to ``max_file_bytes`` (Bot API cap: 20 MB) reach the agent;
 * buttons (Stop while an answer streams, Approve / Deny on approval requests) are inline keyboards, and a
-  press comes back as a ``callback_query`` (:mod:`channels.telegram_presses`) stored like a message.
+  press comes back as a ``callback_query`` (:mod:`channels.telegram.presses`) stored like a message.
 
 Operational choices, and why:
 
-* Store, then confirm. Polling is our own loop over ``Bot.get_updates`` (:mod:`channels.telegram_polling`):
+* Store, then confirm. Polling is our own loop over ``Bot.get_updates`` (:mod:`channels.telegram.polling`):
   the next ``offset`` — Telegram's only confirmation — is sent only after every update below it is in the
   durable inbox. When the service pushes back (inbox full) the loop retries the same update and does not
   fetch more, so Telegram keeps holding the rest, unconfirmed, instead of us holding them in memory.
-* Webhook mode (:mod:`channels.telegram_webhook`) registers ``setWebhook`` with a secret at start and
+* Webhook mode (:mod:`channels.telegram.webhook`) registers ``setWebhook`` with a secret at start and
   stores what the route hands it before the request is answered 200; it never polls, and it leaves the
   webhook in place at stop for the other instances. Polling mode deletes any webhook at start, since
   Telegram refuses ``getUpdates`` while one is set.
@@ -45,16 +45,16 @@ from telegram.request import HTTPXRequest
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream
-from channels.telegram_polling import (
+from channels.telegram.polling import (
     CONFLICT_RETRY_SECONDS,
     LEASED_CONFLICT_RETRY_SECONDS,
     READ_TIMEOUT_MARGIN,
     UpdatePoller,
 )
-from channels.telegram_presses import answer as answer_press
-from channels.telegram_presses import press_message
-from channels.telegram_transport import TelegramTransport, map_error
-from channels.telegram_webhook import WebhookIntake, registered_url, webhook_problem
+from channels.telegram.presses import answer as answer_press
+from channels.telegram.presses import press_message
+from channels.telegram.transport import TelegramTransport, map_error
+from channels.telegram.webhook import WebhookIntake, registered_url, webhook_problem
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.telegram import TelegramConfig
 

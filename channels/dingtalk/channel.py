@@ -16,19 +16,19 @@ How the pieces fit:
   failed for DingTalk's retry, so nothing is acked-then-dropped. A callback that is never ACKed (the
   service was stopped or killed) is redelivered by DingTalk as well; the inbox dedupes on the msgId.
 * **Button presses.** With ``card_actions_key`` the AI cards carry the reply's actions as buttons (see
-  ``channels.dingtalk_reply``), the client also subscribes to card callbacks
+  ``channels.dingtalk.reply``), the client also subscribes to card callbacks
   (``/v1.0/card/instances/callback``), and :class:`_CardHandler` turns a press into an inbound message
   (:meth:`DingTalkChannel.press_to_inbound`) that goes through the same store-then-ACK path. Without a
   template nothing can carry a button that calls back (ActionCard buttons only open URLs): commands
   are typed.
-* **Outbound.** Replies are HTTP calls on the service loop (``channels.dingtalk_api``). The reply mode is
+* **Outbound.** Replies are HTTP calls on the service loop (``channels.dingtalk.api``). The reply mode is
   chosen once, at construction: an AI card streamed in place (with its flowStatus) when
   ``card_template_id`` is set, otherwise markdown through the session webhook with a progress notice for
-  long turns (see ``channels.dingtalk_reply``).
+  long turns (see ``channels.dingtalk.reply``).
 
 Platform figures: pacing and sizes here (about 5000 characters per markdown message, about 20 messages a
 minute per group robot so webhook sends are spaced 3 s apart); error codes and token lifetime in
-``channels.dingtalk_api``; file sizes in ``channels.dingtalk_reply``.
+``channels.dingtalk.api``; file sizes in ``channels.dingtalk.reply``.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dingtalk_stream import AckMessage, ChatbotMessage
 from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 
 from channels.base import Channel, InboundSink
-from channels.dingtalk_api import DingTalkApi
-from channels.dingtalk_reply import CARD_PREFIX, CardBook, CardTransport, ReplyTarget, WebhookTransport
+from channels.dingtalk.api import DingTalkApi
+from channels.dingtalk.reply import CARD_PREFIX, CardBook, CardTransport, ReplyTarget, WebhookTransport
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
 from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
@@ -106,8 +106,8 @@ class _StreamClient(dingtalk_stream.DingTalkStreamClient):
     * ``keepalive`` — ``start()`` launches it the moment the websocket is open, which makes it the only
       point where the SDK tells us the stream is connected; it also watches the socket close.
 
-    Tokens, cards, webhooks and files go through ``channels.dingtalk_api`` instead (see there and
-    ``channels.dingtalk_reply`` for why the SDK's helpers cannot carry them).
+    Tokens, cards, webhooks and files go through ``channels.dingtalk.api`` instead (see there and
+    ``channels.dingtalk.reply`` for why the SDK's helpers cannot carry them).
     """
 
     def __init__(

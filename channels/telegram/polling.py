@@ -33,7 +33,7 @@ from telegram import Bot, Update
 
 from channels.errors import Backpressure
 from channels.intake import IntakeWindow
-from channels.telegram_transport import map_error, retry_seconds
+from channels.telegram.transport import map_error, retry_seconds
 from channels.types import ChannelStatus
 
 log = logging.getLogger(__name__)
