@@ -121,7 +121,9 @@ class Service:
         # The chat commands, known before the manager so channels can list them when they connect.
         self.commands = CommandRegistry.discover()
         # Features that take input without the agent, in the order they start (reverse: stop).
-        self.connections = ConnectionsFeature(base, live_providers=lambda: list(self.channels))
+        self.connections = ConnectionsFeature(
+            base, live_providers=lambda: list(self.channels), handle=self._channel_handle
+        )
         self.github = GitHubFeature(base)
         self.schedules = SchedulesFeature(base, publish=self.bus.publish, clock=clock)
         self.telegram = TelegramWebhookFeature(base)  # webhook mode's route → the Telegram channel
@@ -172,6 +174,11 @@ class Service:
         """SQLite keeps agent checkpoints in a file beside the main database (separate write lock)."""
         path = self.db.sqlite_path
         return path.with_name(path.stem + "-checkpoints.db") if path is not None else None
+
+    def _channel_handle(self, provider: str) -> str | None:
+        """The bot's name on ``provider`` as its running channel learnt it (the connect page's deep link)."""
+        channel = self.channels.get(provider)
+        return channel.handle() if channel is not None else None
 
     def build_channels(self) -> dict[str, Channel]:
         sections = dict(self.settings.channels.items())

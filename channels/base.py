@@ -170,6 +170,12 @@ class Channel(ABC):
         member. Default: the channel has none."""
         return False
 
+    def handle(self) -> str | None:
+        """The name people address the bot by on this platform, learnt from the platform once connected
+        (Telegram: the @username getMe returned), so pages can link to the bot without configuring it.
+        None when the platform has no such name or it is not known yet."""
+        return None
+
     def system_prompt(self, message: InboundMessage) -> str | None:
         """An extra system prompt for this message's agent (e.g. a GitHub agent's); None for the default."""
         return None

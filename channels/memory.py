@@ -95,8 +95,10 @@ class MemoryChannel(Channel):
         admins: Sequence[str] = (),
         trust: TrustSection | None = None,
         approvers: Literal["requester", "admins"] | None = None,
+        handle: str | None = None,
     ) -> None:
         self.provider = provider  # type: ignore[misc]
+        self._handle = handle
         if limits is not None:
             self.limits = limits  # type: ignore[misc]
         super().__init__()
@@ -116,6 +118,9 @@ class MemoryChannel(Channel):
         self._msg_ids = itertools.count(1)
         self._change = asyncio.Condition()
         self._watchers = 0
+
+    def handle(self) -> str | None:
+        return self._handle
 
     async def start(self, sink: InboundSink) -> None:
         self._sink = sink

@@ -33,6 +33,8 @@ class ConnectionsApi:
     settings: Settings
     #: Providers the service runs a channel for right now.
     live_providers: Callable[[], Iterable[str]]
+    #: The name people address the bot by on a provider, from its running channel (None: not known).
+    handle: Callable[[str], str | None] = lambda _provider: None
     _known_users: set[str] = field(default_factory=set)
 
     async def ensure_user(self, user: str) -> None:
@@ -74,9 +76,7 @@ class ConnectionOut(BaseModel):
 class ConnectCodeOut(BaseModel):
     provider: str
     code: str = Field(description="one-time code (≥ 128 random bits); send it to the bot")
-    url: str | None = Field(
-        description="deep link that sends the code (Telegram with bot_username), else null"
-    )
+    url: str | None = Field(description="deep link that sends the code (Telegram), else null")
     instruction: str = Field(description="what to do with the code, in words")
     expires_in: int = Field(description="seconds until the code expires")
 
@@ -217,8 +217,8 @@ def build_router(api: ConnectionsApi) -> APIRouter:
         return ConnectCodeOut(
             provider=provider,
             code=issued.code,
-            url=deep_link(api.settings, provider, issued.code),
-            instruction=instruction(api.settings, provider, issued.code),
+            url=deep_link(api.settings, provider, issued.code, api.handle(provider)),
+            instruction=instruction(api.settings, provider, issued.code, api.handle(provider)),
             expires_in=max(0, int(issued.expires_at - time.time())),
         )
 

@@ -61,20 +61,36 @@ def provider_info(settings: Settings, name: str, live: Iterable[str]) -> Provide
     )
 
 
-def deep_link(settings: Settings, provider: str, code: str) -> str | None:
+def telegram_username(settings: Settings, handle: str | None) -> str:
+    """The bot's Telegram username: what getMe said (``handle``, from the running channel), else config."""
+    return (handle or settings.channels.telegram.bot_username or "").lstrip("@").strip()
+
+
+def deep_link(settings: Settings, provider: str, code: str, handle: str | None = None) -> str | None:
     """A link that opens the chat with the bot and sends the code (Telegram ``?start=`` only)."""
     if provider == "telegram":
-        username = (settings.channels.telegram.bot_username or "").lstrip("@").strip()
+        username = telegram_username(settings, handle)
         if username:
             return f"https://t.me/{username}?start={code}"
     return None
 
 
-def instruction(settings: Settings, provider: str, code: str) -> str:
+def instruction(settings: Settings, provider: str, code: str, handle: str | None = None) -> str:
+    """What to do with the code, true for that platform: each one takes commands differently.
+
+    Slack keeps ``/…`` typed in a message box for its own slash commands, so a person uses the app's one
+    slash command (``/switchboard connect CODE``); Discord offers its registered ``/connect`` command in
+    its picker; Telegram's deep link sends ``/start CODE`` by itself.
+    """
     title = TITLES.get(provider, provider)
     if provider == "telegram":
-        username = (settings.channels.telegram.bot_username or "").lstrip("@").strip()
-        who = f"@{username}" if username else "the bot"
-        link = " (or open the link)" if username else ""
-        return f"Send /start {code} to {who} in Telegram{link}. /connect {code} works too."
+        username = telegram_username(settings, handle)
+        if username:
+            return f"Open the link, or send /start {code} to @{username} in Telegram."
+        return f"Send /start {code} to the bot in Telegram."
+    if provider == "slack":
+        command = settings.channels.slack.slash_command
+        return f"In Slack, send {command} connect {code} (in a direct message with the app, or any channel)."
+    if provider == "discord" and settings.channels.discord.slash_commands:
+        return f"In Discord, type /connect, pick the bot's command and paste {code} (a direct message works best)."
     return f"Send /connect {code} to the bot in {title} (a direct message works best)."

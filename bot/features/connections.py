@@ -46,7 +46,12 @@ class ConnectionIdentity:
 class ConnectionsFeature:
     name = "connections"
 
-    def __init__(self, base: Foundation, live_providers: Callable[[], list[str]]) -> None:
+    def __init__(
+        self,
+        base: Foundation,
+        live_providers: Callable[[], list[str]],
+        handle: Callable[[str], str | None],
+    ) -> None:
         self.settings: Settings = base.settings
         config = base.settings.connections
         self.store = ConnectionStore(
@@ -57,6 +62,7 @@ class ConnectionsFeature:
         )
         self.identity = ConnectionIdentity(OwnerResolver(self.store), base.threads)
         self._live_providers = live_providers
+        self._handle = handle
 
     def tables(self) -> list[MetaData]:
         return [connections_metadata]
@@ -64,7 +70,9 @@ class ConnectionsFeature:
     def routers(self) -> list[APIRouter]:
         from connections.api import ConnectionsApi, build_router  # FastAPI: only when serving HTTP
 
-        api = ConnectionsApi(store=self.store, settings=self.settings, live_providers=self._live_providers)
+        api = ConnectionsApi(
+            store=self.store, settings=self.settings, live_providers=self._live_providers, handle=self._handle
+        )
         return [build_router(api)]
 
     async def start(self, running: Running) -> None:

@@ -520,6 +520,10 @@ class TelegramChannel(Channel):
         transport.budget = pacing.of_kind("files")
         return ReplyStream(transport, pacing, self.limits, resume_ref=resume_ref, provider=self.provider)
 
+    def handle(self) -> str | None:
+        """@username as getMe reported it once connected (config ``bot_username`` until then)."""
+        return self.bot_username
+
     def is_allowed(self, message: InboundMessage) -> bool:
         return not self._allowed or self.allow_listed(message)
 

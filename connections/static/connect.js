@@ -82,27 +82,27 @@
 
   // --- providers -----------------------------------------------------------------------------------
   function renderProviders(providers) {
+    // A person sees only the platforms they can connect here: a platform that is off (or, like GitHub,
+    // connected by an operator) needs an operator, not them, so it is not offered at all.
     const list = $("providers");
     list.replaceChildren();
-    for (const p of providers) {
+    const offered = providers.filter((p) => p.enabled && p.connectable);
+    for (const p of offered) {
       titles[p.name] = p.title;
       const badge = el("span", {
         className: "badge" + (p.connected ? " on" : ""),
-        textContent: p.connected ? "connected" : p.connectable ? (p.enabled ? "not connected" : "off") : "n/a",
+        textContent: p.connected ? "connected" : "not connected",
       });
-      const label = el("span", { className: "name", textContent: p.title }, badge,
-        p.reason ? el("span", { className: "sub", textContent: p.reason }) : null);
-      let button = null;
-      if (p.connectable) {
-        button = el("button", { type: "button", textContent: "Get code" });
-        button.dataset.provider = p.name;
-        button.disabled = !p.enabled;
-        button.addEventListener("click", () => getCode(p.name).catch(handle));
-      }
+      const label = el("span", { className: "name", textContent: p.title }, badge);
+      const button = el("button", { type: "button", textContent: "Get code" });
+      button.dataset.provider = p.name;
+      button.addEventListener("click", () => getCode(p.name).catch(handle));
       const item = el("li", {}, label, button);
       item.dataset.provider = p.name;
       list.append(item);
     }
+    for (const p of providers) titles[p.name] = p.title;
+    $("no-providers").hidden = offered.length > 0;
   }
 
   // --- codes ---------------------------------------------------------------------------------------
@@ -130,6 +130,10 @@
     }
     $("copy").textContent = "Copy";
     $("code-panel").hidden = false;
+    // On a phone the panel is below the fold: bring the code to the person and move focus to it, so
+    // "Get code" visibly does something (and a screen reader reads the code out).
+    $("code-panel").scrollIntoView({ block: "center", behavior: "instant" });
+    $("code-panel").focus({ preventScroll: true });
     tick();
     clearInterval(countdownTimer);
     countdownTimer = setInterval(tick, 1000);

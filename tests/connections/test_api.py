@@ -52,8 +52,25 @@ async def test_other_providers_get_the_connect_instruction_and_no_link(tmp_path,
     async with running_app(_settings(tmp_path, llm), channels) as app:
         body = await app.new_code("slack")
     assert body["url"] is None
-    assert f"/connect {body['code']}" in body["instruction"]
+    # Slack keeps "/…" in a message box for its own slash commands: the app's one command carries it.
+    assert f"/switchboard connect {body['code']}" in body["instruction"]
     assert "Slack" in body["instruction"]
+
+
+async def test_feishu_and_dingtalk_codes_are_sent_as_typed_connect_commands(tmp_path, llm):
+    channels = {name: MemoryChannel(name) for name in ("telegram", "feishu", "dingtalk")}
+    async with running_app(_settings(tmp_path, llm), channels) as app:
+        feishu, dingtalk = await app.new_code("feishu"), await app.new_code("dingtalk")
+    assert f"Send /connect {feishu['code']} to the bot in Feishu" in feishu["instruction"]
+    assert f"Send /connect {dingtalk['code']} to the bot in DingTalk" in dingtalk["instruction"]
+
+
+async def test_the_telegram_deep_link_uses_the_name_the_running_channel_learnt(tmp_path, llm):
+    channels = {"telegram": MemoryChannel("telegram", handle="learnt_bot")}
+    async with running_app(make_settings(tmp_path, llm), channels) as app:
+        body = await app.new_code("telegram")
+    assert body["url"] == f"https://t.me/learnt_bot?start={body['code']}"
+    assert f"/start {body['code']} to @learnt_bot" in body["instruction"]
 
 
 async def test_telegram_without_a_bot_username_has_no_deep_link(tmp_path, llm):

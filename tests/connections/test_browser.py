@@ -114,3 +114,104 @@ async def test_in_jwt_mode_the_page_asks_for_a_token_once_and_keeps_it_for_the_t
             await expect(page.locator("#signin")).to_be_hidden()
         finally:
             await browser.close()
+
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1366, "height": 900}
+
+
+async def _in_view(page, selector: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The element's box in viewport coordinates, and the viewport itself."""
+    return await page.evaluate(  # type: ignore[no-any-return]
+        """(sel) => {
+            const r = document.querySelector(sel).getBoundingClientRect();
+            return {top: r.top, bottom: r.bottom, left: r.left, right: r.right,
+                    width: window.innerWidth, height: window.innerHeight,
+                    scrollWidth: document.documentElement.scrollWidth};
+        }""",
+        selector,
+    )
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone-390x844", "desktop-1366x900"])
+async def test_the_code_is_on_screen_with_instructions_true_for_each_platform(tmp_path, llm, viewport):
+    from playwright.async_api import async_playwright, expect
+
+    # Every chat platform runs here, so the list is as long as it gets (the code panel starts below a
+    # phone's fold); Telegram's username is only what the running channel learnt (getMe), not configured.
+    # GitHub (connected per repository by an operator) is never offered to a person.
+    live = {name: MemoryChannel(name) for name in ("slack", "discord", "feishu", "dingtalk")}
+    live["telegram"] = MemoryChannel("telegram", handle="switchboard_bot")
+    settings = make_settings(tmp_path, llm)
+    app = create_app(settings, channels=live)
+
+    async with serving(app) as base_url, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport=viewport)
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/connect")
+            rows = page.locator("#providers li")
+            await expect(rows).to_have_count(5)
+            await expect(page.locator('#providers li[data-provider="github"]')).to_have_count(0)
+            assert "channels." not in (await page.locator("body").inner_text())  # no operator instructions
+
+            await (
+                page.locator('#providers li[data-provider="dingtalk"]')
+                .get_by_role("button", name="Get code")
+                .click()
+            )
+            await expect(page.locator("#code")).to_have_text(re.compile(r"^[A-Za-z0-9_-]{22,}$"))
+            box = await _in_view(page, "#code")
+            assert box["top"] >= 0 and box["bottom"] <= box["height"], (
+                box
+            )  # the code is on screen, no scrolling
+            assert box["scrollWidth"] <= box["width"], box  # nothing runs off the side
+            await expect(page.locator("#code-panel")).to_be_focused()
+
+            await (
+                page.locator('#providers li[data-provider="slack"]')
+                .get_by_role("button", name="Get code")
+                .click()
+            )
+            await expect(page.locator("#instruction")).to_contain_text("In Slack")  # the new code has arrived
+            code = (await page.locator("#code").text_content() or "").strip()
+            await expect(page.locator("#instruction")).to_contain_text(f"/switchboard connect {code}")
+            await expect(page.locator("#deeplink")).to_be_hidden()
+
+            await (
+                page.locator('#providers li[data-provider="telegram"]')
+                .get_by_role("button", name="Get code")
+                .click()
+            )
+            await expect(page.locator("#instruction")).to_contain_text("in Telegram")
+            code = (await page.locator("#code").text_content() or "").strip()
+            await expect(page.locator("#deeplink")).to_have_attribute(
+                "href", f"https://t.me/switchboard_bot?start={code}"
+            )
+            link = await _in_view(page, "#deeplink")
+            assert link["top"] >= 0 and link["bottom"] <= link["height"], link
+            shot = tmp_path / f"connect-{viewport['width']}x{viewport['height']}.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 1000
+        finally:
+            await browser.close()
+
+
+async def test_a_server_with_no_connectable_platform_says_so_in_words_a_person_understands(tmp_path, llm):
+    from playwright.async_api import async_playwright, expect
+
+    settings = make_settings(tmp_path, llm)
+    app = create_app(settings, channels={})
+
+    async with serving(app) as base_url, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport=PHONE)
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/connect")
+            await expect(page.locator("#no-providers")).to_be_visible()
+            await expect(page.locator("#providers li")).to_have_count(0)
+            assert "enabled: true" not in (await page.locator("body").inner_text())
+        finally:
+            await browser.close()

@@ -45,3 +45,16 @@ async def test_connect_sent_as_a_slack_slash_command_is_routed_like_typed_text(t
         envelope = bot.slack.slash_command("/connect", code, user="U2", channel="DU2")
         await bot.slack.wait_for_text("Connected", "DU2")  # before the allow-list, as specified
         assert bot.slack.acked(envelope)
+
+
+async def test_the_connect_page_instruction_works_as_written_in_slack(tmp_path, llm, slack):
+    """The page tells Slack users to send ``/switchboard connect CODE``: that exact slash command binds."""
+    async with running_bot(tmp_path, llm, slack, allowed_users=["USOMEONE_ELSE"]) as bot:
+        app = create_app(bot.harness.settings, service=bot.service)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL_URL) as http:
+            issued = (await http.post("/api/channels/slack/connect")).json()
+        command, text = issued["instruction"].split("send ", 1)[1].split(" (", 1)[0].split(" ", 1)
+        assert (command, text) == ("/switchboard", f"connect {issued['code']}")
+        envelope = bot.slack.slash_command(command, text, user="U3", channel="DU3")
+        await bot.slack.wait_for_text("Connected", "DU3")
+        assert bot.slack.acked(envelope)

@@ -126,7 +126,10 @@ async def test_health_and_metrics_say_not_receiving_while_polls_fail_and_receivi
 
 
 async def test_start_with_a_connect_code_binds_the_telegram_account(tg: FakeTelegram, tmp_path, llm):
-    settings = make_settings(tmp_path, llm, channels={"telegram": telegram_config(tg).model_dump()})
+    # No bot_username in the config: the deep link carries the name getMe answered.
+    config = telegram_config(tg).model_dump()
+    config["bot_username"] = None
+    settings = make_settings(tmp_path, llm, channels={"telegram": config})
     channel = TelegramChannel(settings.channels.telegram, settings=settings)
     async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
         app = create_app(settings, service=harness.service)
