@@ -5,6 +5,7 @@ scratch copy of the tree, then the tests that should notice are run. A mutant th
     python bench/mutants.py                 # every mutant
     python bench/mutants.py fifo-lane ...   # just these
     python bench/mutants.py --list
+    python bench/mutants.py --check         # only: does every mutant still apply? (a test runs this)
 
 mutmut is not installed here and generates every mutation it can, each run against the suite; this
 script never touches the working tree (it copies it to a temporary directory) and runs only the few
@@ -37,6 +38,8 @@ class Mutant:
     mutated: str
     tests: tuple[str, ...]
     why: str
+    #: Why this mutant cannot change behaviour (an *equivalent* mutant): its survival is expected.
+    equivalent: str | None = None
 
 
 F = "tests/foundation"
@@ -73,6 +76,8 @@ MUTANTS: tuple[Mutant, ...] = (
         'entry.duplicate = row["id"] != op.args["id"]',
         (f"{F}/test_restart_order.py", f"{F}/test_bus_and_inbox.py"),
         "the same message twice in one group commit runs twice",
+        equivalent="every accept op has its own uuid, so a twin in one batch is already a duplicate "
+        "without the claimed set (kept as a guard should ids ever be assigned per dedupe key)",
     ),
     Mutant(
         "resume-newest-first",
@@ -102,8 +107,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no-arrival-lock",
         "bot/manager.py",
-        "            async with lock:\n                await self._route(entry)",
-        "            if lock:\n                await self._route(entry)",
+        "            async with lock, self._route_slots:",
+        "            async with self._route_slots:",
         (f"{F}/test_order_and_delivery.py",),
         "a burst in one conversation reaches its lane in lookup-finish order, not arrival order",
     ),
@@ -144,8 +149,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "signature-prefix-compare",
         "webhooks/signature.py",
-        "hmac.compare_digest(sign(secret, body).encode(), header.encode())",
-        "hmac.compare_digest(sign(secret, body)[:-1].encode(), header[:-1].encode())",
+        "hmac.compare_digest(_hex_digest(secret, body).encode(), header[len(PREFIX) :].encode())",
+        "hmac.compare_digest(_hex_digest(secret, body)[:-1].encode(), header[len(PREFIX) : -1].encode())",
         ("tests/github/test_verification.py",),
         "a signature wrong only in its last hex digit is accepted",
     ),
@@ -177,10 +182,60 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "stale-update-sent",
         "channels/reply.py",
-        "                if shown == chunk:\n                    continue",
-        "                if shown == chunk and False:\n                    continue",
+        "                if shown == chunk and on == want:\n                    continue",
+        "                if shown == chunk and on == want and False:\n                    continue",
         (f"{F}/test_reply_budget.py", f"{F}/test_streaming.py"),
         "unchanged chunks are edited again (wasting the chat's rate budget)",
+    ),
+    # --- channels/telegram/polling.py ---------------------------------------------------------------
+    Mutant(
+        "poller-confirms-abandoned",
+        "channels/telegram/polling.py",
+        "                    update.update_id,\n                )\n                return False",
+        "                    update.update_id,\n                )\n                return True",
+        (
+            "tests/channels/telegram/test_store_then_confirm.py::"
+            "test_an_update_the_stopping_service_could_not_store_stays_with_telegram",
+        ),
+        "at stop, an update the service refused is confirmed anyway: Telegram forgets a message never stored",
+    ),
+    # --- webhooks/store.py --------------------------------------------------------------------------
+    Mutant(
+        "stuck-at-once",
+        "webhooks/store.py",
+        "time.time() - self.updated_at > STUCK_AFTER_SECONDS",
+        "time.time() - self.updated_at < STUCK_AFTER_SECONDS",
+        ("tests/github/test_stuck_deliveries.py",),
+        "a redelivery of a delivery that may still be running runs it a second time",
+    ),
+    Mutant(
+        "retry-while-running",
+        "webhooks/store.py",
+        "(c.updated_at < stuck_before)",
+        "(c.updated_at > stuck_before)",
+        ("tests/github/test_stuck_deliveries.py",),
+        "an operator's retry queues a delivery that may still be running (and not one that is stuck)",
+    ),
+    # --- bot/approvals.py ---------------------------------------------------------------------------
+    Mutant(
+        "approval-from-anywhere",
+        "bot/approvals.py",
+        "if asked_in.conversation_key != message.conversation_key and not admin:",
+        "if False:",
+        (
+            "tests/agent/test_approvals.py::test_the_requesters_yes_from_another_conversation_is_refused_an_admins_is_not",
+        ),
+        "the requester approves a command from a conversation that never showed the request",
+    ),
+    Mutant(
+        "admin-bound-to-conversation",
+        "bot/approvals.py",
+        "if asked_in.conversation_key != message.conversation_key and not admin:",
+        "if asked_in.conversation_key != message.conversation_key:",
+        (
+            "tests/agent/test_approvals.py::test_the_requesters_yes_from_another_conversation_is_refused_an_admins_is_not",
+        ),
+        "an admin cannot decide a request from the admin's own DM",
     ),
     # --- connections/store.py -----------------------------------------------------------------------
     Mutant(
@@ -252,12 +307,21 @@ def main() -> int:
     )
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that every mutant still applies (no tests run)"
+    )
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
     if args.list:
         for m in chosen:
             print(f"{m.name:28} {m.path:24} {m.why}")
         return 0
+    if args.check:
+        stale = [m for m in chosen if (ROOT / m.path).read_text().count(m.original) != 1]
+        for mutant in stale:
+            print(f"STALE: {mutant.name}: its code is no longer found once in {mutant.path}")
+        print(f"{len(chosen) - len(stale)}/{len(chosen)} mutants apply")
+        return 1 if stale else 0
     unknown = set(args.names) - {m.name for m in MUTANTS}
     if unknown:
         print(f"unknown mutant(s): {', '.join(sorted(unknown))}", file=sys.stderr)
@@ -270,16 +334,22 @@ def main() -> int:
                 shutil.copytree(source, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy2(source, scratch / name)
-        survivors = []
+        outcomes: dict[str, list[Mutant]] = {"killed": [], "survived": [], "stale": []}
         for mutant in chosen:
             outcome, seconds = run(mutant, scratch)
             print(f"{outcome:8} {seconds:6.1f}s  {mutant.name:28} {mutant.why}", flush=True)
-            if outcome != "killed":
-                survivors.append(mutant)
-    print(f"\n{len(chosen) - len(survivors)}/{len(chosen)} killed")
+            outcomes[outcome].append(mutant)
+    equivalent = [m for m in outcomes["survived"] if m.equivalent]
+    survivors = [m for m in outcomes["survived"] if not m.equivalent]
+    print(f"\n{len(outcomes['killed'])}/{len(chosen)} killed, {len(equivalent)} equivalent")
+    for mutant in equivalent:
+        print(f"  equivalent: {mutant.name}: {mutant.equivalent}")
     for mutant in survivors:
-        print(f"  not killed: {mutant.name} ({mutant.path}): {mutant.why}")
-    return 1 if survivors else 0
+        print(f"  NOT KILLED: {mutant.name} ({mutant.path}): {mutant.why}")
+    for mutant in outcomes["stale"]:
+        print(f"  STALE: {mutant.name}: its code is no longer found once in {mutant.path}; update the mutant")
+    # CI fails on a mutant nobody notices and on one that no longer applies (its guarantee went unchecked).
+    return 1 if survivors or outcomes["stale"] else 0
 
 
 if __name__ == "__main__":

@@ -353,3 +353,23 @@ async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(t
         assert (await waiting).approved
     finally:
         await db.close()
+
+
+async def test_the_requesters_yes_from_another_conversation_is_refused_an_admins_is_not(tmp_path, llm):
+    """An approval is decided where it was asked: a person who may approve in the group (``approvers:
+    requester``) cannot approve it from a direct message — whoever reads that DM (a shared phone, a
+    forwarded chat) never saw the request in the group. An admin may decide for any conversation."""
+    chat = MemoryChannel("memory", approvers="requester", admins=["lead"])
+    async with Harness.running(settings_for(tmp_path, llm), channels={"memory": chat}) as h:
+        approval_id, workspace = await start_risky_turn(h, llm, **GROUP)
+        await h.chat.say(f"/approve {approval_id}", chat="dm-user-1", private=True)
+        refusal = await h.chat.wait_for_text("belongs to another conversation", chat="dm-user-1")
+        assert approval_id in refusal.text
+        assert (workspace / "build" / "out").exists(), "a yes from another conversation ran the command"
+
+        await h.chat.say(
+            f"/approve {approval_id}", sender="lead", sender_name="Lee", chat="dm-lead", private=True
+        )
+        await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
+        await h.idle()
+        assert not (workspace / "build").exists()

@@ -91,3 +91,43 @@ async def test_a_graceful_stop_with_a_full_bus_loses_nothing_and_answers_everyth
     for chat in chats:
         expected = sorted(f"echo: {t}" for i, t in enumerate(texts) if chats[i % len(chats)] == chat)
         assert sorted(tg.bot_texts(chat)) == expected, f"chat {chat}: every message answered exactly once"
+
+
+async def test_an_update_the_stopping_service_could_not_store_stays_with_telegram(
+    tg: FakeTelegram, tmp_path: Path
+):
+    """At stop the poller gives up on an update the full service keeps refusing. Confirming it then (an
+    offset past it) would make Telegram forget a message nobody stored: it must stay unconfirmed, and
+    the next start answers it, once."""
+    chats = (91, 92, 93, 94)
+    with FakeOpenAI(default_reply=slow_echo) as llm:
+        settings = make_settings(tmp_path, llm, bus={"queue_size": 1, "drain_seconds": 0.2})  # type: ignore[arg-type]
+        first = Harness(
+            settings, channels={"telegram": TelegramChannel(telegram_config(tg), settings=settings)}
+        )  # type: ignore[dict-item]
+        await first.start()
+        sent = {chat: tg.user_message(chat, f"held {chat}", user_id=chat) for chat in chats}
+        update_of = {
+            str(m["message_id"]): u["update_id"] for u, m in zip(tg.updates, sent.values(), strict=True)
+        }
+        async with asyncio.timeout(30):
+            while first.service.bus.refused < 1:  # until the poller holds an update the service refuses
+                await asyncio.sleep(0.02)
+        await first.stop(grace=0.3)  # the refusal lasts past the grace: the poller gives up on it
+        not_stored = {m for m in update_of if m not in await stored_ids(first)}
+        assert not_stored, "the full service could not take every message before it stopped"
+        held = set(tg.pending_updates())
+        assert {update_of[m] for m in not_stored} <= held, "what was never stored was never confirmed"
+
+        second = Harness(
+            settings, channels={"telegram": TelegramChannel(telegram_config(tg), settings=settings)}
+        )  # type: ignore[dict-item]
+        await second.start()
+        try:
+            for chat in chats:
+                await tg.wait_for_bot_text(chat, f"echo: held {chat}", timeout=60)
+            await second.idle(timeout=30)
+        finally:
+            await second.stop()
+    for chat in chats:
+        assert tg.bot_texts(chat) == [f"echo: held {chat}"], f"chat {chat}: answered exactly once"
