@@ -185,6 +185,13 @@ class Database:
         """The database file, for SQLite (the agent's checkpointer keeps its own file beside it)."""
         return sqlite_file(self.url)
 
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """SQLite keeps the agent's checkpoints in a file beside the database (its own write lock);
+        None on PostgreSQL, where they are tables in the same database."""
+        path = self.sqlite_path
+        return path.with_name(path.stem + "-checkpoints.db") if path is not None else None
+
     async def create_schema(self, metadatas: Iterable[MetaData]) -> None:
         from bot.migrations import upgrade
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from sqlalchemy import Table
 
 from config.schema import Settings
 
@@ -162,7 +163,8 @@ def _routes() -> str:
     return "## HTTP routes\n\n" + _table(("route", "handler"), sorted(rows.items()))
 
 
-def _tables() -> str:
+def all_tables() -> list[Table]:
+    """Every table the service may create (``bot.people`` checks each one is searched for a person)."""
     from bot import cluster
     from bot.service import Service
     from channels.discord import backfill as discord_backfill
@@ -170,10 +172,15 @@ def _tables() -> str:
     service = Service(Settings())
     # Cluster tables exist on PostgreSQL only; Discord's cursors are created by a migration step.
     metadatas = [*service.tables(), cluster.metadata, discord_backfill.metadata]
-    rows = set()
-    for metadata in metadatas:
-        for table in metadata.sorted_tables:
-            rows.add((f"`{table.name}`", ", ".join(c.name for c in table.columns)))
+    return [table for metadata in metadatas for table in metadata.sorted_tables]
+
+
+def table_names() -> list[str]:
+    return sorted({table.name for table in all_tables()})
+
+
+def _tables() -> str:
+    rows = {(f"`{table.name}`", ", ".join(c.name for c in table.columns)) for table in all_tables()}
     return "## Database tables\n\n" + _table(("table", "columns"), sorted(rows))
 
 

@@ -172,8 +172,7 @@ class Service:
 
     def checkpoint_path(self) -> Path | None:
         """SQLite keeps agent checkpoints in a file beside the main database (separate write lock)."""
-        path = self.db.sqlite_path
-        return path.with_name(path.stem + "-checkpoints.db") if path is not None else None
+        return self.db.checkpoint_path
 
     def _channel_handle(self, provider: str) -> str | None:
         """The bot's name on ``provider`` as its running channel learnt it (the connect page's deep link)."""
