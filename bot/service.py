@@ -59,6 +59,7 @@ from bot.manager import ROUTE_CONNECTIONS, ChannelManager
 from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
+from bot.thread_retention import AbandonedThreads
 from bot.threads import ThreadStore
 from bot.version import VERSION
 from channels.base import Channel
@@ -130,8 +131,12 @@ class Service:
         self.features: list[Feature] = [self.connections, self.github, self.telegram, self.schedules]
         # The agent's memory and goals, wired into the manager once the agent is ready.
         self.agent_feature = AgentFeature()
-        # Finished inbox entries and GitHub deliveries older than database.retention_days are deleted.
-        self.retention = Retention(settings.database.retention_days, [self.inbox, self.github.store])
+        # Finished inbox entries and GitHub deliveries older than database.retention_days are deleted,
+        # and threads no conversation uses any more (after /new) once idle that long.
+        abandoned = AbandonedThreads(self.db, Path(settings.data_dir), self._forget_histories)
+        self.retention = Retention(
+            settings.database.retention_days, [self.inbox, self.github.store, abandoned]
+        )
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, self.connections.identity])
 
@@ -173,6 +178,12 @@ class Service:
     def checkpoint_path(self) -> Path | None:
         """SQLite keeps agent checkpoints in a file beside the main database (separate write lock)."""
         return self.db.checkpoint_path
+
+    async def _forget_histories(self, thread_ids: list[str]) -> None:
+        """The agent's stored history of these threads (checkpoints), deleted where it is kept."""
+        from agent.thread_history import delete_histories
+
+        await delete_histories(self.settings.database.url, self.db.checkpoint_path, thread_ids)
 
     def _channel_handle(self, provider: str) -> str | None:
         """The bot's name on ``provider`` as its running channel learnt it (the connect page's deep link)."""
