@@ -148,8 +148,10 @@ async def test_work_left_at_the_end_of_the_grace_period_stays_unfinished_for_the
     await h.start()
     await chat.say("long job")
     await chat.say("queued job", chat="other")
-    # A cold service's first model call can take a while on a loaded machine: wait for it generously.
+    # A cold service's first model call can take a while on a loaded machine: wait for it generously,
+    # and for the other chat's quick answer, so only the long job is left running at the stop.
     await chat.wait_for(lambda ch: any(m.text.startswith("x") for m in ch.messages.values()), timeout=60)
+    await chat.wait_for_text("echo: queued job", chat="other", timeout=60)
     await h.stop(grace=0.2)
     counts = await _counts_after_stop(settings)
     assert counts.get("pending") == 1 and counts.get("done") == 1

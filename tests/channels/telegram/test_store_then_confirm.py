@@ -9,7 +9,7 @@ from typing import Any
 from bot.inbox import inbox_table
 from channels.telegram.channel import TelegramChannel
 from tests.conftest import make_settings
-from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
+from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
 
@@ -100,7 +100,12 @@ async def test_an_update_the_stopping_service_could_not_store_stays_with_telegra
     offset past it) would make Telegram forget a message nobody stored: it must stay unconfirmed, and
     the next start answers it, once."""
     chats = (91, 92, 93, 94)
-    with FakeOpenAI(default_reply=slow_echo) as llm:
+
+    def very_slow_echo(request: dict[str, Any]) -> Reply:
+        """The first turn holds the only slot for seconds: well past the stop's grace, however busy."""
+        return Reply(text=f"echo: {last_user_text(request)}", chunk_size=2, delay=1.0)
+
+    with FakeOpenAI(default_reply=very_slow_echo) as llm:
         settings = make_settings(tmp_path, llm, bus={"queue_size": 1, "drain_seconds": 0.2})  # type: ignore[arg-type]
         first = Harness(
             settings, channels={"telegram": TelegramChannel(telegram_config(tg), settings=settings)}
@@ -119,6 +124,7 @@ async def test_an_update_the_stopping_service_could_not_store_stays_with_telegra
         held = set(tg.pending_updates())
         assert {update_of[m] for m in not_stored} <= held, "what was never stored was never confirmed"
 
+        llm.default_reply = echo_reply
         second = Harness(
             settings, channels={"telegram": TelegramChannel(telegram_config(tg), settings=settings)}
         )  # type: ignore[dict-item]
