@@ -20,6 +20,39 @@ for _var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_prox
     os.environ.pop(_var, None)
 
 
+#: Test files whose tests run for tens of seconds each (several real processes, kill -9 loops, a database
+#: outage), slowest first, from ``pytest --durations``. They are handed to the workers before everything
+#: else: started last, one of them alone would keep a worker busy for minutes after the other finished
+#: (docs/testing.md, "Suite time").
+HEAVY_FIRST = (
+    "tests/operations/test_cluster_processes.py",
+    "tests/operations/test_postgres_outage.py",
+    "tests/foundation/test_bursts.py",
+    "tests/channels/telegram/test_crash_recovery.py",
+    "tests/operations/test_terminal_chat.py",
+    "tests/operations/test_instances.py",
+    "tests/foundation/test_cli.py",
+    "tests/operations/test_startup.py",
+    "tests/schedules/test_schedule_restart.py",
+    "tests/agent/test_memory_durability.py",
+    "tests/agent/test_goal_durability.py",
+    "tests/operations/test_extras.py",
+    "tests/operations/test_nonroot.py",
+    "tests/operations/test_cluster.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy files first, in :data:`HEAVY_FIRST` order; everything else keeps its order after them."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    root = Path(str(config.rootpath))
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
+
+    items.sort(key=key)
+
+
 @pytest.fixture
 def llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
