@@ -38,7 +38,7 @@ from typing import Any
 from dingtalk_stream.card_replier import AICardStatus
 
 from channels import observe
-from channels.dingtalk.api import DingTalkApi, as_edit_failure
+from channels.dingtalk.api import CardNotDelivered, DingTalkApi, as_edit_failure
 from channels.dingtalk.markdown import title_for, to_dingtalk_markdown
 from channels.errors import ChannelError, EditFailed, RetryAfter
 from channels.reply import ReplyTransport
@@ -305,6 +305,7 @@ class CardTransport(WebhookTransport):
         self.book = book if book is not None else CardBook()
         self.origin = origin or {}
         self._mine: list[str] = []  # the cards this reply created or edited (finished() settles them)
+        self._undelivered: str | None = None  # why this reply's last card reached nobody
 
     def _buttons(self, actions: tuple[Action, ...]) -> dict[str, str]:
         return {self.actions_key: buttons_param(actions)} if self.actions_key else {}
@@ -312,6 +313,10 @@ class CardTransport(WebhookTransport):
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self.post_markdown(text)
+        if self._undelivered is not None:
+            # Another card would be created only to reach nobody again: fail at once, so the final
+            # text goes out as markdown (``fallback``) without a card per intermediate update.
+            raise EditFailed(self._undelivered)
         content = to_dingtalk_markdown(text)
         buttons = tuple(actions) if self.supports_actions else ()
         try:
@@ -320,6 +325,12 @@ class CardTransport(WebhookTransport):
                 {self.content_key: content, "flowStatus": PROCESSING, **self._buttons(buttons)},
                 self.target.card_delivery(),
             )
+        except CardNotDelivered as exc:
+            # Created but shown nowhere (HTTP 200, failure per space): say so, and let the reply fall
+            # back to markdown through the robot message path instead of streaming into nothing.
+            log.warning("%s; the answer goes as a markdown message instead", exc)
+            self._undelivered = str(exc)
+            raise
         except ChannelError as exc:
             raise as_edit_failure(exc) from None
         self.book.add(out_track_id, CardState(content, dict(self.origin), buttons=buttons))

@@ -174,6 +174,8 @@ class FakeDingTalk(ThreadedServer):
         self.files: dict[str, tuple[str, bytes]] = {}
         self.media: dict[str, tuple[str, bytes]] = {}  # uploaded by the bot: media_id → (name, bytes)
         self.cards: dict[str, Bubble] = {}
+        self.groups_without_robot: set[str] = set()  # group conversation ids the robot was removed from
+        self._delivery_failures: dict[str, str] = {}  # space id → errorMsg for its next delivery
         self._bubbles: list[Bubble] = []
         self._sessions: dict[str, str] = {}  # session id → conversation
         self._p2p: dict[str, str] = {}  # sender staff id → its one-to-one conversation id
@@ -340,6 +342,11 @@ class FakeDingTalk(ThreadedServer):
         return web.json_response({"success": True, "result": body["outTrackId"]})
 
     async def _card_deliver(self, request: web.Request) -> web.Response:
+        """``POST /v1.0/card/instances/deliver``: HTTP 200 with ``success`` and one ``result`` entry per
+        space (``spaceId``, ``spaceType``, ``success``, ``errorMsg``), as DingTalk's card API answers. A
+        space fails when its deliver model is missing (``imGroupOpenDeliverModel.robotCode`` for a group,
+        ``imRobotOpenDeliverModel`` for a robot chat), when the robot is not in that group
+        (``groups_without_robot``) or when a test said so (``fail_delivery``)."""
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
             return failed
@@ -350,11 +357,26 @@ class FakeDingTalk(ThreadedServer):
         space_type, _, space_id = space[len("dtv1.card//") :].partition(".")
         card.conversation = space_id if space_type == "IM_GROUP" else self._p2p.get(space_id, space_id)
         card.space = (space_type, space_id)
+        if space_type == "IM_GROUP":
+            model = body.get("imGroupOpenDeliverModel")
+            error = None if isinstance(model, dict) and model.get("robotCode") else "robotCode is required"
+            if error is None and space_id in self.groups_without_robot:
+                error = "the robot is not a member of this group"
+        elif space_type == "IM_ROBOT":
+            error = None if isinstance(body.get("imRobotOpenDeliverModel"), dict) else "deliver model missing"
+        else:
+            error = f"unsupported space type {space_type}"
+        with self._lock:
+            error = self._delivery_failures.pop(space_id, error)
+        result = {"spaceType": space_type, "spaceId": space_id, "success": error is None}
+        if error is not None:
+            result["errorMsg"] = error
+            return web.json_response({"success": True, "result": [result]})
         if body.get("userIdType") is None:
-            return web.json_response({"success": True})  # accepted, but the card never appears
+            return web.json_response({"success": True, "result": [result]})  # but the card never appears
         with self._lock:
             self._bubbles.append(card)
-        return web.json_response({"success": True})
+        return web.json_response({"success": True, "result": [result]})
 
     async def _card_update(self, request: web.Request) -> web.Response:
         body = await self._body(request)
@@ -720,6 +742,12 @@ class FakeDingTalk(ThreadedServer):
                 await ws.close(code=code)
 
         self.call(close)
+
+    def fail_delivery(self, space_id: str, error_msg: str = "the user cannot receive this card") -> None:
+        """The next card delivered to ``space_id`` (a group's conversation id or a staff id) fails for
+        that space: HTTP 200, ``result[0].success`` false with ``errorMsg`` — the card shows nowhere."""
+        with self._lock:
+            self._delivery_failures[space_id] = error_msg
 
     def fail_next(
         self,
