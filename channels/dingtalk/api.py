@@ -270,13 +270,17 @@ class DingTalkApi:
         require_success(body, "card streaming")
 
     # --- outbound files --------------------------------------------------------------------------
-    async def upload_file(self, name: str, data: bytes) -> str:
-        """Upload bytes as robot media (old ``oapi`` host, token in the query); returns the media id."""
+    async def upload_file(self, name: str, data: bytes, media_type: str = "file") -> str:
+        """Upload bytes as robot media (old ``oapi`` host, token in the query); returns the media id.
+
+        ``media_type`` is the upload ``type`` (image/voice/video/file); DingTalk checks the file's
+        extension and size against it (``channels.dingtalk.media`` picks one that fits).
+        """
         token = await self.access_token()
         try:
             response = await self.http.post(
                 self.oapi_base_url + "/media/upload",
-                params={"access_token": token, "type": "file"},
+                params={"access_token": token, "type": media_type},
                 files={"media": (name, data, "application/octet-stream")},
             )
         except httpx.HTTPError as exc:
@@ -292,6 +296,10 @@ class DingTalkApi:
         if not media_id:
             raise BadRequest("DingTalk media upload: no media_id in the answer")
         return str(media_id)
+
+    async def send_image_message(self, target: dict[str, Any], media_id: str) -> None:
+        """Send an uploaded image as a picture (``sampleImageMsg``: ``photoURL`` takes a media id)."""
+        await self.send_robot_message(target, "sampleImageMsg", {"photoURL": media_id})
 
     async def send_file_message(self, target: dict[str, Any], media_id: str, name: str) -> None:
         """Send an uploaded file as a robot message (``sampleFile``)."""

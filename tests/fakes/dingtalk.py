@@ -76,6 +76,16 @@ STATUS_OK = 200
 #: The AI card's flowStatus values (dingtalk-stream ``AICardStatus``), as the strings cardParamMap carries.
 FLOW_STATUSES = {"1": "processing", "2": "inputing", "3": "finished", "4": "executing", "5": "failed"}
 TERMINAL_FLOW = ("3", "5")
+MB = 1024 * 1024
+#: Media upload type → (largest size, extensions), as DingTalk's "upload media files" page lists them.
+MEDIA_RULES: dict[str, tuple[int, frozenset[str]]] = {
+    "image": (20 * MB, frozenset({"jpg", "gif", "png", "bmp"})),
+    "voice": (2 * MB, frozenset({"amr", "mp3", "wav"})),
+    "video": (20 * MB, frozenset({"mp4"})),
+    "file": (20 * MB, frozenset({"doc", "docx", "xls", "xlsx", "ppt", "pptx", "zip", "pdf", "rar"})),
+}
+#: groupMessages/send documents msgParam as at most 15,000 bytes.
+MAX_MSG_PARAM = 15_000
 STREAMING_FIELDS = ("outTrackId", "guid", "key", "content", "isFull", "isFinalize", "isError")
 
 
@@ -96,7 +106,7 @@ def _button_list(raw: str) -> bool:
 class Bubble:
     """One thing visible in a conversation: a markdown/text message or an AI card."""
 
-    kind: str  # "markdown" | "text" | "card" | "file"
+    kind: str  # "markdown" | "text" | "card" | "file" | "image"
     conversation: str
     history: list[str] = field(default_factory=list)
     title: str | None = None
@@ -173,6 +183,7 @@ class FakeDingTalk(ThreadedServer):
         self.connections_opened = 0
         self.files: dict[str, tuple[str, bytes]] = {}
         self.media: dict[str, tuple[str, bytes]] = {}  # uploaded by the bot: media_id → (name, bytes)
+        self.media_types: dict[str, str] = {}  # media_id → the upload type it was accepted as
         self.cards: dict[str, Bubble] = {}
         self.groups_without_robot: set[str] = set()  # group conversation ids the robot was removed from
         self._delivery_failures: dict[str, str] = {}  # space id → errorMsg for its next delivery
@@ -455,15 +466,23 @@ class FakeDingTalk(ThreadedServer):
         return web.Response(body=entry[1], content_type="application/octet-stream")
 
     async def _media_upload(self, request: web.Request) -> web.Response:
-        """The old ``oapi`` host: token in the query, multipart body, errcode-style answers."""
+        """The old ``oapi`` host: token in the query, multipart body, errcode-style answers.
+
+        As DingTalk's "upload media files" page says: ``type`` is image/voice/video/file, each with its
+        extensions and largest size (``MEDIA_RULES``); a wrong type is errcode 40004, an extension the
+        type does not take 40005, a file over the type's size (or empty) 40006 (the global codes'
+        numbers; which of them DingTalk gives for which case is our reading, not verified live).
+        """
         form = await request.post()
         media = form.get("media")
+        media_type = request.query.get("type") or str(form.get("type") or "")
         self.record(
             {
                 "method": "POST",
                 "path": request.path,
-                "query": {"type": request.query.get("type")},
+                "query": {"type": media_type},
                 "token": request.query.get("access_token"),
+                "name": getattr(media, "filename", None),
                 "at": time.time(),
             }
         )
@@ -471,23 +490,64 @@ class FakeDingTalk(ThreadedServer):
             return failed
         expires = self.tokens.get(request.query.get("access_token", ""))
         if expires is None or time.monotonic() >= expires:
-            return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
         if media is None or not hasattr(media, "file"):
-            return web.json_response({"errcode": 40004, "errmsg": "no media"})
+            return web.json_response({"errcode": 41005, "errmsg": "缺少多媒体文件数据"})
+        if media_type not in MEDIA_RULES:
+            return web.json_response({"errcode": 40004, "errmsg": "不合法的媒体文件类型"})
+        limit, extensions = MEDIA_RULES[media_type]
+        name = str(media.filename or "")
+        if name.rsplit(".", 1)[-1].lower() not in extensions or "." not in name:
+            return web.json_response({"errcode": 40005, "errmsg": "不合法的文件类型"})
+        data = media.file.read()
+        if not 0 < len(data) <= limit:
+            return web.json_response({"errcode": 40006, "errmsg": "不合法的文件大小"})
         media_id = f"@media-{next(self._ids)}"
-        self.media[media_id] = (media.filename, media.file.read())
-        return web.json_response({"errcode": 0, "errmsg": "ok", "media_id": media_id, "type": "file"})
+        self.media[media_id] = (name, data)
+        self.media_types[media_id] = media_type
+        return web.json_response(
+            {
+                "errcode": 0,
+                "errmsg": "ok",
+                "media_id": media_id,
+                "type": media_type,
+                "created_at": int(time.time()),
+            }
+        )
+
+    def _robot_param_error(self, key: Any, param: dict[str, Any]) -> str | None:
+        """What is wrong with a robot message's msgKey/msgParam (None: nothing). Files need a ``file``
+        media id, pictures an ``image`` media id (or a URL) in ``photoURL``."""
+        if key == "sampleMarkdown":
+            return None if param.get("title") and param.get("text") else "title and text are required"
+        if key == "sampleFile":
+            media_id = param.get("mediaId")
+            if self.media_types.get(media_id) != "file":
+                return "mediaId is not an uploaded file"
+            return (
+                None
+                if param.get("fileName") and param.get("fileType")
+                else "fileName and fileType are required"
+            )
+        if key == "sampleImageMsg":
+            photo = str(param.get("photoURL") or "")
+            return (
+                None if self.media_types.get(photo) == "image" or photo.startswith("http") else "bad photoURL"
+            )
+        return f"msgKey {key!r} is not supported here"
 
     async def _robot_send(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
             return failed
-        param = json.loads(body.get("msgParam") or "{}")
+        raw_param = str(body.get("msgParam") or "{}")
+        if len(raw_param.encode()) > MAX_MSG_PARAM:
+            return web.json_response({"code": "param.invalid", "message": "msgParam is too long"}, status=400)
+        param = json.loads(raw_param)
         key = body.get("msgKey")
-        if key not in ("sampleFile", "sampleMarkdown") or (
-            key == "sampleFile" and param.get("mediaId") not in self.media
-        ):
-            return web.json_response({"code": "param.invalid", "message": "bad msgKey/msgParam"}, status=400)
+        if not body.get("robotCode") or (error := self._robot_param_error(key, param)) is not None:
+            why = "robotCode is required" if not body.get("robotCode") else error
+            return web.json_response({"code": "param.invalid", "message": why}, status=400)
         if "openConversationId" in body:
             conversation = str(body["openConversationId"])
         else:
@@ -495,12 +555,18 @@ class FakeDingTalk(ThreadedServer):
             conversation = self._p2p.get(user, user)
         if key == "sampleMarkdown":
             bubble = Bubble("markdown", conversation, [str(param.get("text", ""))], title=param.get("title"))
+        elif key == "sampleImageMsg":
+            name, data = self.media.get(param["photoURL"], (param["photoURL"], b""))
+            bubble = Bubble("image", conversation, [name], data=data)
         else:
             name, data = self.media[param["mediaId"]]
             bubble = Bubble("file", conversation, [param.get("fileName") or name], data=data)
         with self._lock:
             self._bubbles.append(bubble)
-        return web.json_response({"processQueryKey": uuid.uuid4().hex})
+        answer: dict[str, Any] = {"processQueryKey": uuid.uuid4().hex}
+        if "openConversationId" not in body:
+            answer |= {"invalidStaffIdList": [], "flowControlledStaffIdList": []}
+        return web.json_response(answer)
 
     # --- injection API -------------------------------------------------------------------------
     def p2p_conversation(self, sender_id: str) -> str:
