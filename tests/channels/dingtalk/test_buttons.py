@@ -35,8 +35,8 @@ def slow_answer(llm: FakeOpenAI, words: int = 200) -> None:
     llm.script(Reply(text=" ".join(f"word{i}" for i in range(words)), chunk_size=8, delay=0.05))
 
 
-async def buttons_rig(start_rig, **settings: object) -> Rig:  # type: ignore[no-untyped-def]
-    return await start_rig("card", dict(settings), card_actions_key="actions")  # type: ignore[no-any-return]
+async def buttons_rig(start_rig, cfg: dict[str, object] | None = None, **settings: object) -> Rig:  # type: ignore[no-untyped-def]
+    return await start_rig("card", dict(settings), card_actions_key="actions", **(cfg or {}))  # type: ignore[no-any-return]
 
 
 async def live_card(rig: Rig, conversation: str) -> Bubble:
@@ -267,3 +267,26 @@ async def test_a_press_on_a_card_the_process_never_sent_is_in_that_chats_convers
     assert press.conversation_key == message.conversation_key
     assert press.is_private == message.is_private == (kind == "1")
     assert (press.text, press.pressed, press.sender.id) == ("/approve K7PX2M", "card:sb-old", "bob")
+
+
+async def test_an_answer_that_spills_into_a_second_card_keeps_stop_on_the_newest_card(start_rig, llm):
+    rig = await buttons_rig(start_rig, {"edit_interval_seconds": None})  # DingTalk's own card pacing
+    # About 6,000 characters, streamed slowly: past the 4,000-character card limit the answer goes on
+    # in a second card, and Stop must move there (the first card is settled text now).
+    llm.script(Reply(text=" ".join(f"word{i:04d}" for i in range(700)), chunk_size=40, delay=0.05))
+    rig.fake.send_bot_message("1", "tell me a very long story", sender_id="alice")
+    conversation = rig.p2p("alice")
+
+    def second_card_live() -> list[Bubble] | None:
+        cards = rig.fake.card_bubbles(conversation)
+        return cards if len(cards) == 2 and "word05" in cards[1].text else None
+
+    first, second = await rig.fake.wait_for(second_card_live, timeout=30)
+    assert STOP in second.button_labels, second.params
+    assert STOP not in first.button_labels
+
+    press = rig.fake.press_button(second, STOP, user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.harness.idle(timeout=20)
+    assert "word0699" not in second.params["content"] and second.params["content"].endswith("⏹ Stopped.")
+    assert first.buttons == [] and second.buttons == []
