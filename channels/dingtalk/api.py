@@ -269,6 +269,21 @@ class DingTalkApi:
         )
         require_success(body, "card streaming")
 
+    # --- people -------------------------------------------------------------------------------------
+    async def user_name(self, staff_id: str) -> str | None:
+        """A user's name from DingTalk's "query user details" (``POST /topapi/v2/user/get``, oapi host,
+        token in the query); needs the ``qyapi_get_member`` permission (else errcode 88 → Forbidden)."""
+        token = await self.access_token()
+        body = await self._request(
+            "POST",
+            f"{self.oapi_base_url}/topapi/v2/user/get?access_token={token}",
+            what="user details",
+            json_body={"userid": staff_id},
+        )
+        result = body.get("result")
+        name = result.get("name") if isinstance(result, dict) else None
+        return str(name) if name else None
+
     # --- outbound files --------------------------------------------------------------------------
     async def upload_file(self, name: str, data: bytes, media_type: str = "file") -> str:
         """Upload bytes as robot media (old ``oapi`` host, token in the query); returns the media id.

@@ -185,6 +185,8 @@ class FakeDingTalk(ThreadedServer):
         self.media: dict[str, tuple[str, bytes]] = {}  # uploaded by the bot: media_id → (name, bytes)
         self.media_types: dict[str, str] = {}  # media_id → the upload type it was accepted as
         self.cards: dict[str, Bubble] = {}
+        self.users: dict[str, str] = {}  # staff id → name, for "query user details"
+        self.contact_permission = True  # the app was granted qyapi_get_member (read user information)
         self.groups_without_robot: set[str] = set()  # group conversation ids the robot was removed from
         self._delivery_failures: dict[str, str] = {}  # space id → errorMsg for its next delivery
         self._bubbles: list[Bubble] = []
@@ -209,6 +211,7 @@ class FakeDingTalk(ThreadedServer):
         app.router.add_post("/v1.0/robot/messageFiles/download", self._file_download)
         app.router.add_get("/files/{code}", self._file_bytes)
         app.router.add_post("/media/upload", self._media_upload)
+        app.router.add_post("/topapi/v2/user/get", self._user_get)
         app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._robot_send)
         app.router.add_post("/v1.0/robot/groupMessages/send", self._robot_send)
 
@@ -515,6 +518,34 @@ class FakeDingTalk(ThreadedServer):
             }
         )
 
+    async def _user_get(self, request: web.Request) -> web.Response:
+        """ "Query user details" on the oapi host: token in the query, ``userid`` in the body, HTTP 200 with
+        errcode. Needs the ``qyapi_get_member`` permission: without it (``contact_permission = False``)
+        errcode 88, sub_code 60011 ("no permission to call this API"); an unknown user is 60121."""
+        body = await self._body(request)
+        if (failed := self._injected(request.path)) is not None:
+            return failed
+        expires = self.tokens.get(request.query.get("access_token", ""))
+        if expires is None or time.monotonic() >= expires:
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
+        if not self.contact_permission:
+            return web.json_response(
+                {
+                    "errcode": 88,
+                    "sub_code": "60011",
+                    "sub_msg": "没有调用该接口的权限",
+                    "errmsg": "ding talk error[subcode=60011,submsg=没有调用该接口的权限]",
+                }
+            )
+        userid = str(body.get("userid") or "")
+        if not userid:
+            return web.json_response({"errcode": 40035, "errmsg": "缺少参数 userid"})
+        if userid not in self.users:
+            return web.json_response({"errcode": 60121, "errmsg": "找不到该用户"})
+        return web.json_response(
+            {"errcode": 0, "errmsg": "ok", "result": {"userid": userid, "name": self.users[userid]}}
+        )
+
     def _robot_param_error(self, key: Any, param: dict[str, Any]) -> str | None:
         """What is wrong with a robot message's msgKey/msgParam (None: nothing). Files need a ``file``
         media id, pictures an ``image`` media id (or a URL) in ``photoURL``."""
@@ -600,6 +631,7 @@ class FakeDingTalk(ThreadedServer):
             conversation_id = conversation_id or "cid-group-1"
         session = uuid.uuid4().hex
         self._sessions[session] = conversation_id
+        self.users.setdefault(sender_id, sender_nick or sender_id.title())
         data: dict[str, Any] = {
             "conversationId": conversation_id,
             "chatbotCorpId": self.corp_id,
