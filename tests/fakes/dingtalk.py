@@ -187,6 +187,11 @@ class FakeDingTalk(ThreadedServer):
         self.cards: dict[str, Bubble] = {}
         self.users: dict[str, str] = {}  # staff id → name, for "query user details"
         self.contact_permission = True  # the app was granted qyapi_get_member (read user information)
+        #: A robot sends at most 20 messages a minute to one chat (DingTalk's robot docs); past that the
+        #: session webhook answers errcode 130101 "send too fast". (DingTalk then also blocks the robot
+        #: for 10 minutes; the fake does not.)
+        self.messages_per_minute = 20
+        self._session_sends: dict[str, list[float]] = {}  # conversation → monotonic times of its sends
         self.groups_without_robot: set[str] = set()  # group conversation ids the robot was removed from
         self._delivery_failures: dict[str, str] = {}  # space id → errorMsg for its next delivery
         self._bubbles: list[Bubble] = []
@@ -440,15 +445,27 @@ class FakeDingTalk(ThreadedServer):
         conversation = self._sessions.get(request.query.get("session", ""))
         if conversation is None:
             return web.json_response({"errcode": 300001, "errmsg": "session does not exist"})
+        now = time.monotonic()
+        with self._lock:
+            sent = [t for t in self._session_sends.get(conversation, []) if now - t < 60.0]
+            if len(sent) >= self.messages_per_minute:
+                return web.json_response(
+                    {"errcode": 130101, "errmsg": "send too fast, exceed 20 times per minute"}
+                )
         kind = body.get("msgtype")
         if kind == "markdown":
             md = body.get("markdown") or {}
+            if not md.get("title") or not md.get("text"):
+                return web.json_response(
+                    {"errcode": 40035, "errmsg": "缺少参数 markdown.title / markdown.text"}
+                )
             bubble = Bubble("markdown", conversation, [str(md.get("text", ""))], title=md.get("title"))
         elif kind == "text":
             bubble = Bubble("text", conversation, [str((body.get("text") or {}).get("content", ""))])
         else:
             return web.json_response({"errcode": 40035, "errmsg": "unsupported msgtype"})
         with self._lock:
+            self._session_sends[conversation] = [*sent, now]
             self._bubbles.append(bubble)
         return web.json_response({"errcode": 0, "errmsg": "ok"})
 
