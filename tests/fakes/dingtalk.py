@@ -47,8 +47,17 @@ a card not created with callbackType STREAM, and an app that did not subscribe t
 opened its connection (the gateway pushes only subscribed topics). ``push_again(message_id)`` repeats a
 frame unchanged (a gateway that missed the ACK). ``presses`` lists the pushed presses.
 
-``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
-AI cards (each card keeps every content it showed and whether it was finalised).
+Rules taken from DingTalk's documentation (issue 30; docs/testing.md lists each with its test): a card
+delivery answers ``result[]`` per space (a group without the robot, ``groups_without_robot``, or a
+missing deliver model fails that space and shows nothing; ``fail_delivery`` forces it); ``/media/upload``
+checks ``type`` (40004), the extension for that type (40005) and its size (40006) — ``MEDIA_RULES``;
+``sampleFile`` needs a ``file`` upload, ``sampleImageMsg`` an ``image`` one; a chat takes at most
+``messages_per_minute`` (20) session-webhook messages a minute (130101); a markdown message needs a title
+and a text (40035); ``/topapi/v2/user/get`` answers names from ``users`` (every sender of a built
+message is one), or errcode 88 / sub_code 60011 when ``contact_permission`` is False.
+
+``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages, AI
+cards (each card keeps every content it showed and whether it was finalised), files and images.
 """
 
 from __future__ import annotations
