@@ -15,6 +15,7 @@ Names are cached (the newest ``limit``) for ``ttl`` seconds so a name change sho
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 
@@ -30,26 +31,33 @@ REFUSED_PAUSE = 3600.0
 
 
 class NameBook:
-    """Staff id → display name, from messages seen and the user-details API."""
+    """Staff id → display name, from messages seen and the user-details API.
+
+    Read and filled from the stream thread (messages, presses) and the service loop (look-ups): the map
+    is guarded by a lock.
+    """
 
     def __init__(self, api: DingTalkApi, *, ttl: float = NAME_TTL, limit: int = NAME_MEMORY) -> None:
         self.api = api
         self.ttl = ttl
         self.limit = limit
         self._names: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._lock = threading.Lock()
         self._refused_until = 0.0
         self.lookups = 0
 
     def remember(self, staff_id: str, name: str | None) -> None:
         if not staff_id or not name:
             return
-        self._names[staff_id] = (name, time.monotonic() + self.ttl)
-        self._names.move_to_end(staff_id)
-        while len(self._names) > self.limit:
-            self._names.popitem(last=False)
+        with self._lock:
+            self._names[staff_id] = (name, time.monotonic() + self.ttl)
+            self._names.move_to_end(staff_id)
+            while len(self._names) > self.limit:
+                self._names.popitem(last=False)
 
     def known(self, staff_id: str) -> str | None:
-        entry = self._names.get(staff_id)
+        with self._lock:
+            entry = self._names.get(staff_id)
         if entry is None or time.monotonic() >= entry[1]:
             return None
         return entry[0]
