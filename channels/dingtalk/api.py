@@ -31,9 +31,13 @@ from channels.errors import (
 
 log = logging.getLogger(__name__)
 
-#: Business error codes DingTalk uses for "slow down" / "busy, try again": system busy (-1), flow control
-#: (88), and the robot send-rate limits (130101 "send too fast", 410100).
-RATE_LIMIT_ERRCODES = frozenset({-1, 88, 130101, 410100})
+#: Business error codes DingTalk uses for "slow down" / "busy, try again": system busy (-1), the API rate
+#: limits (90002 every organisation together, 90018 one app in one organisation, 90019 a third-party app),
+#: and the robot send-rate limits (130101 "send too fast", 410100).
+RATE_LIMIT_ERRCODES = frozenset({-1, 90002, 90018, 90019, 130101, 410100})
+#: errcode 88 means "see sub_code"; these sub_codes are the rate limits, anything else (60011 "no
+#: permission to call this API", …) is a refusal.
+RATE_LIMIT_SUBCODES = frozenset({"90002", "90018", "90019"})
 #: OpenAPI (v1.0) error ``code`` strings that mean throttling.
 RATE_LIMIT_CODES = ("Throttling", "QpsLimit", "qpsLimit", "RateLimit")
 #: Wait used when DingTalk rate-limits without saying for how long.
@@ -63,15 +67,19 @@ def classify(
         errcode_int = 0
     if 200 <= status < 300 and errcode_int == 0:
         return None
-    if status == 429 or errcode_int in RATE_LIMIT_ERRCODES or any(c in code for c in RATE_LIMIT_CODES):
+    sub_code = str(data.get("sub_code") or "")
+    if sub_code:
+        detail = f"{detail} (sub_code {sub_code})"[:200]
+    throttled = errcode_int in RATE_LIMIT_ERRCODES or (errcode_int == 88 and sub_code in RATE_LIMIT_SUBCODES)
+    if status == 429 or throttled or any(c in code for c in RATE_LIMIT_CODES):
         wait = DEFAULT_RETRY_AFTER
         raw = headers.get("Retry-After") if headers is not None else None
         if raw:
             with contextlib.suppress(ValueError):
                 wait = float(raw)
         return RetryAfter(wait, f"DingTalk {what}: {detail}")
-    if status in (401, 403):
-        return Forbidden(f"DingTalk {what} refused ({status}): {detail}")
+    if status in (401, 403) or errcode_int == 88:
+        return Forbidden(f"DingTalk {what} refused ({status}, errcode {errcode_int or '-'}): {detail}")
     if status == 404:
         return BadRequest(f"DingTalk {what}: not found: {detail}")
     if status >= 500:
@@ -193,9 +201,12 @@ class DingTalkApi:
 
         ``cardParamMap`` is a string-to-string map (the SDK sends its ``AICardStatus`` values as the
         strings "1"…"5"). ``callbackType`` STREAM is what lets the card take streaming updates later.
+        Both calls answer HTTP 200 even when they did not work: create says so in ``success``, deliver
+        per space in ``result[].success`` / ``errorMsg`` (the robot is not in the group, the user left…).
+        A card that reached no space raises :class:`CardNotDelivered`, so the answer goes as markdown.
         """
         out_track_id = f"sb-{uuid.uuid4().hex}"
-        await self._openapi(
+        created = await self._openapi(
             "POST",
             "/v1.0/card/instances",
             {
@@ -208,12 +219,16 @@ class DingTalkApi:
             },
             what="card create",
         )
-        await self._openapi(
+        require_success(created, "card create")
+        delivered = await self._openapi(
             "POST",
             "/v1.0/card/instances/deliver",
             {"outTrackId": out_track_id, "userIdType": 1, **target},
             what="card deliver",
         )
+        failures = undelivered(delivered)
+        if failures:
+            raise CardNotDelivered(out_track_id, failures)
         return out_track_id
 
     async def update_card(self, out_track_id: str, params: dict[str, str]) -> None:
@@ -222,7 +237,7 @@ class DingTalkApi:
         ``updateCardDataByKey`` keeps the variables not named here; without it DingTalk replaces the
         whole map and the streamed content would be wiped by a status change.
         """
-        await self._openapi(
+        body = await self._openapi(
             "PUT",
             "/v1.0/card/instances",
             {
@@ -232,12 +247,13 @@ class DingTalkApi:
             },
             what="card update",
         )
+        require_success(body, "card update")
 
     async def stream_card(
         self, out_track_id: str, key: str, text: str, *, finalize: bool, failed: bool = False
     ) -> None:
         """Replace the card's streamed variable (``isFull``); ``finalize`` ends its typing effect."""
-        await self._openapi(
+        body = await self._openapi(
             "PUT",
             "/v1.0/card/streaming",
             {
@@ -251,15 +267,35 @@ class DingTalkApi:
             },
             what="card streaming",
         )
+        require_success(body, "card streaming")
+
+    # --- people -------------------------------------------------------------------------------------
+    async def user_name(self, staff_id: str) -> str | None:
+        """A user's name from DingTalk's "query user details" (``POST /topapi/v2/user/get``, oapi host,
+        token in the query); needs the ``qyapi_get_member`` permission (else errcode 88 → Forbidden)."""
+        token = await self.access_token()
+        body = await self._request(
+            "POST",
+            f"{self.oapi_base_url}/topapi/v2/user/get?access_token={token}",
+            what="user details",
+            json_body={"userid": staff_id},
+        )
+        result = body.get("result")
+        name = result.get("name") if isinstance(result, dict) else None
+        return str(name) if name else None
 
     # --- outbound files --------------------------------------------------------------------------
-    async def upload_file(self, name: str, data: bytes) -> str:
-        """Upload bytes as robot media (old ``oapi`` host, token in the query); returns the media id."""
+    async def upload_file(self, name: str, data: bytes, media_type: str = "file") -> str:
+        """Upload bytes as robot media (old ``oapi`` host, token in the query); returns the media id.
+
+        ``media_type`` is the upload ``type`` (image/voice/video/file); DingTalk checks the file's
+        extension and size against it (``channels.dingtalk.media`` picks one that fits).
+        """
         token = await self.access_token()
         try:
             response = await self.http.post(
                 self.oapi_base_url + "/media/upload",
-                params={"access_token": token, "type": "file"},
+                params={"access_token": token, "type": media_type},
                 files={"media": (name, data, "application/octet-stream")},
             )
         except httpx.HTTPError as exc:
@@ -275,6 +311,10 @@ class DingTalkApi:
         if not media_id:
             raise BadRequest("DingTalk media upload: no media_id in the answer")
         return str(media_id)
+
+    async def send_image_message(self, target: dict[str, Any], media_id: str) -> None:
+        """Send an uploaded image as a picture (``sampleImageMsg``: ``photoURL`` takes a media id)."""
+        await self.send_robot_message(target, "sampleImageMsg", {"photoURL": media_id})
 
     async def send_file_message(self, target: dict[str, Any], media_id: str, name: str) -> None:
         """Send an uploaded file as a robot message (``sampleFile``)."""
@@ -296,9 +336,14 @@ class DingTalkApi:
         if target["group"]:
             body["openConversationId"] = target["conversation_id"]
             await self._openapi("POST", "/v1.0/robot/groupMessages/send", body, what="group robot message")
-        else:
-            body["userIds"] = [target["user_id"]]
-            await self._openapi("POST", "/v1.0/robot/oToMessages/batchSend", body, what="robot message")
+            return
+        body["userIds"] = [target["user_id"]]
+        sent = await self._openapi("POST", "/v1.0/robot/oToMessages/batchSend", body, what="robot message")
+        # HTTP 200 with the user in one of these lists means the message did not go to them.
+        if sent.get("flowControlledStaffIdList"):
+            raise RetryAfter(DEFAULT_RETRY_AFTER, "DingTalk robot message: the user is flow-controlled")
+        if sent.get("invalidStaffIdList"):
+            raise BadRequest("DingTalk robot message: the user id is not valid for this robot")
 
     def session_usable(self, webhook: str, expires_ms: int | None) -> bool:
         """Whether a session webhook can still be posted to (present and not past its expiry)."""
@@ -333,6 +378,38 @@ class DingTalkApi:
         except httpx.HTTPError as exc:
             raise NetworkError(f"DingTalk file fetch: {type(exc).__name__}") from None
         return b"".join(chunks)
+
+
+class CardNotDelivered(EditFailed):
+    """The card was created but DingTalk put it into no space: nobody can see it."""
+
+    def __init__(self, out_track_id: str, failures: list[str]) -> None:
+        super().__init__(f"AI card {out_track_id} was not delivered: {'; '.join(failures)}")
+        self.out_track_id = out_track_id
+        self.failures = failures
+
+
+def require_success(body: dict[str, Any], what: str) -> None:
+    """The card APIs answer HTTP 200 with ``success`` (and a boolean ``result`` for updates); false in
+    either is a refusal we would otherwise never notice."""
+    if body.get("success") is False or body.get("result") is False:
+        raise BadRequest(f"DingTalk {what}: the answer says it did not succeed")
+
+
+def undelivered(body: dict[str, Any]) -> list[str]:
+    """What went wrong per space in a deliver answer (``result[]``; ``deliverResults[]`` in
+    createAndDeliver's ``result``); empty when the card reached every space it was sent to."""
+    if body.get("success") is False:
+        return ["the deliver call says it did not succeed"]
+    results = body.get("result")
+    if isinstance(results, dict):  # createAndDeliver: {"outTrackId", "deliverResults": [...]}
+        results = results.get("deliverResults")
+    failures = []
+    for item in results if isinstance(results, list) else []:
+        if isinstance(item, dict) and item.get("success") is False:
+            space = f"{item.get('spaceType') or '?'} {item.get('spaceId') or '?'}"
+            failures.append(f"{space}: {str(item.get('errorMsg') or 'refused')[:200]}")
+    return failures
 
 
 def as_edit_failure(exc: ChannelError) -> ChannelError:

@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import threading
+from dataclasses import replace
 from typing import Any
 
 import dingtalk_stream
@@ -46,6 +47,7 @@ from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 
 from channels.base import Channel, InboundSink
 from channels.dingtalk.api import DingTalkApi
+from channels.dingtalk.names import NameBook
 from channels.dingtalk.reply import CARD_PREFIX, CardBook, CardTransport, ReplyTarget, WebhookTransport
 from channels.errors import Backpressure, ChannelError
 from channels.reply import ReplyTransport
@@ -70,6 +72,9 @@ SINK_TIMEOUT = 2.5
 P2P, GROUP = "1", "2"
 #: The longest button command accepted from a card callback (ours are a few dozen characters).
 MAX_COMMAND = 200
+#: How long a press's ACK may wait for the presser's name (a callback carries only the staff id); the
+#: rest of ``SINK_TIMEOUT`` is left for storing it. Past this the press goes on with the id.
+NAME_LOOKUP_TIMEOUT = 1.0
 
 
 class _QuietPings(logging.Filter):
@@ -220,6 +225,7 @@ class DingTalkChannel(Channel):
         #: Buttons exist only on AI cards whose template declares the button-list variable.
         self.buttons = self.card_mode and bool(config.card_actions_key)
         self.cards = CardBook()
+        self.names = NameBook(self.api)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
@@ -290,7 +296,22 @@ class DingTalkChannel(Channel):
         except Exception:
             log.exception("could not read a DingTalk card callback")
             return AckMessage.STATUS_BAD_REQUEST, "unreadable card callback"
+        if message is not None and message.sender.name is None:
+            message.sender = replace(message.sender, name=await self._name_of(message.sender.id))
         return await self._publish(message)
+
+    async def _name_of(self, staff_id: str) -> str | None:
+        """Runs on the stream thread: the person's name (cached, else looked up on the service loop, where
+        the HTTP client lives), or None within ``NAME_LOOKUP_TIMEOUT`` (the id is shown instead)."""
+        known = self.names.known(staff_id)
+        if known is not None or self._service_loop is None:
+            return known
+        future = asyncio.run_coroutine_threadsafe(self.names.lookup(staff_id), self._service_loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), NAME_LOOKUP_TIMEOUT)
+        except Exception as exc:  # a slow or failing lookup must not hold up the press
+            log.info("no name for DingTalk user %s in time: %s", staff_id, type(exc).__name__)
+            return None
 
     async def _publish(self, message: InboundMessage | None) -> tuple[int, str]:
         """Hand ``message`` to the service loop and wait for the store: the ACK code and text."""
@@ -361,7 +382,8 @@ class DingTalkChannel(Channel):
             provider=self.provider,
             workspace=workspace,
             chat=chat,
-            sender=Sender(id=user, member=True),  # a press on our card, inside our organisation
+            # A press on our card, inside our organisation; the callback has no name (see _name_of).
+            sender=Sender(id=user, name=self.names.known(user), member=True),
             text=command,
             platform_message_id=f"press-{frame_id}",
             is_private=private_chat,
@@ -384,6 +406,7 @@ class DingTalkChannel(Channel):
             return None
         if msg.chatbot_user_id and msg.sender_id == msg.chatbot_user_id:
             return None  # the robot's own message
+        self.names.remember(str(msg.sender_staff_id or ""), msg.sender_nick)
         text, files = self._content(msg, data)
         if not text and not files:
             return None

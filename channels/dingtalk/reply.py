@@ -38,17 +38,18 @@ from typing import Any
 from dingtalk_stream.card_replier import AICardStatus
 
 from channels import observe
-from channels.dingtalk.api import DingTalkApi, as_edit_failure
+from channels.dingtalk.api import CardNotDelivered, DingTalkApi, as_edit_failure
 from channels.dingtalk.markdown import title_for, to_dingtalk_markdown
-from channels.errors import ChannelError, EditFailed, RetryAfter
+from channels.dingtalk.media import Upload, prepare
+from channels.errors import ChannelError, EditFailed, FileTooLarge, RetryAfter
 from channels.reply import ReplyTransport
 from channels.types import Action
 
 log = logging.getLogger(__name__)
 
-#: DingTalk robot media uploads of type "file" are capped at about 20 MB.
-FILE_UPLOAD_LIMIT = 20 * 1024 * 1024
 MAX_FILE_RETRY_WAIT = 10.0
+#: Files over this are not read at all: even zipped they would hardly fit DingTalk's 20 MB.
+MAX_FILE_READ = 100 * 1024 * 1024
 CARD_PREFIX = "card:"
 MARKDOWN_PREFIX = "md:"
 PROVIDER = "dingtalk"
@@ -170,12 +171,19 @@ class WebhookTransport(ReplyTransport):
         self.target = target
         self.progress = None if progress_after is None else ProgressNotice(self, progress_after)
 
-    async def _send_one_file(self, name: str, data: bytes) -> None:
-        """Upload and send one file, waiting once if DingTalk says "too fast" (files are not re-paced)."""
+    async def _send_one_file(self, upload: Upload) -> None:
+        """Upload and send one file, waiting once if DingTalk says "too fast" (files are not re-paced).
+
+        A picture is shown as a picture; anything else is a file message (zipped when DingTalk would
+        refuse its type, see ``channels.dingtalk.media``).
+        """
         for attempt in (1, 2):
             try:
-                media_id = await self.api.upload_file(name, data)
-                await self.api.send_file_message(self.target.file_target(), media_id, name)
+                media_id = await self.api.upload_file(upload.name, upload.data, upload.media_type)
+                if upload.media_type == "image":
+                    await self.api.send_image_message(self.target.file_target(), media_id)
+                else:
+                    await self.api.send_file_message(self.target.file_target(), media_id, upload.name)
                 return
             except RetryAfter as exc:
                 if attempt == 2:
@@ -211,7 +219,8 @@ class WebhookTransport(ReplyTransport):
             await self.progress.cancel()
 
     async def send_files(self, files: Sequence[Path]) -> None:
-        """Upload each file and send it as a file message; what cannot be sent is listed in markdown.
+        """Upload each file and send it as a picture or file message; what cannot be sent is listed in
+        markdown.
 
         The session webhook cannot carry files, so this goes through the robot OpenAPI (one-to-one:
         ``oToMessages/batchSend``, group: ``groupMessages/send``).
@@ -220,11 +229,15 @@ class WebhookTransport(ReplyTransport):
         for path in files:
             try:
                 size = path.stat().st_size
-                if size > FILE_UPLOAD_LIMIT:
-                    unsent.append((path, f"{size // (1024 * 1024)} MiB is over DingTalk's file limit"))
-                    continue
+                if size > MAX_FILE_READ:  # not worth reading (and zipping) to find out
+                    raise FileTooLarge(path.name, size, MAX_FILE_READ)
                 data = await asyncio.to_thread(path.read_bytes)
-                await self._send_one_file(path.name, data)
+                upload = await asyncio.to_thread(prepare, path.name, data)
+                if upload.zipped:
+                    log.info("%s is not a type DingTalk accepts; sending it as %s", path.name, upload.name)
+                await self._send_one_file(upload)
+            except FileTooLarge as exc:
+                unsent.append((path, f"{exc.size // (1024 * 1024)} MiB is over DingTalk's 20 MB limit"))
             except (ChannelError, OSError) as exc:
                 log.info("sending %s to DingTalk failed: %s", path.name, exc)
                 unsent.append((path, "upload failed"))
@@ -305,6 +318,7 @@ class CardTransport(WebhookTransport):
         self.book = book if book is not None else CardBook()
         self.origin = origin or {}
         self._mine: list[str] = []  # the cards this reply created or edited (finished() settles them)
+        self._undelivered: str | None = None  # why this reply's last card reached nobody
 
     def _buttons(self, actions: tuple[Action, ...]) -> dict[str, str]:
         return {self.actions_key: buttons_param(actions)} if self.actions_key else {}
@@ -312,6 +326,10 @@ class CardTransport(WebhookTransport):
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
             return await self.post_markdown(text)
+        if self._undelivered is not None:
+            # Another card would be created only to reach nobody again: fail at once, so the final
+            # text goes out as markdown (``fallback``) without a card per intermediate update.
+            raise EditFailed(self._undelivered)
         content = to_dingtalk_markdown(text)
         buttons = tuple(actions) if self.supports_actions else ()
         try:
@@ -320,6 +338,12 @@ class CardTransport(WebhookTransport):
                 {self.content_key: content, "flowStatus": PROCESSING, **self._buttons(buttons)},
                 self.target.card_delivery(),
             )
+        except CardNotDelivered as exc:
+            # Created but shown nowhere (HTTP 200, failure per space): say so, and let the reply fall
+            # back to markdown through the robot message path instead of streaming into nothing.
+            log.warning("%s; the answer goes as a markdown message instead", exc)
+            self._undelivered = str(exc)
+            raise
         except ChannelError as exc:
             raise as_edit_failure(exc) from None
         self.book.add(out_track_id, CardState(content, dict(self.origin), buttons=buttons))

@@ -47,8 +47,17 @@ a card not created with callbackType STREAM, and an app that did not subscribe t
 opened its connection (the gateway pushes only subscribed topics). ``push_again(message_id)`` repeats a
 frame unchanged (a gateway that missed the ACK). ``presses`` lists the pushed presses.
 
-``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages and
-AI cards (each card keeps every content it showed and whether it was finalised).
+Rules taken from DingTalk's documentation (issue 30; docs/testing.md lists each with its test): a card
+delivery answers ``result[]`` per space (a group without the robot, ``groups_without_robot``, or a
+missing deliver model fails that space and shows nothing; ``fail_delivery`` forces it); ``/media/upload``
+checks ``type`` (40004), the extension for that type (40005) and its size (40006) — ``MEDIA_RULES``;
+``sampleFile`` needs a ``file`` upload, ``sampleImageMsg`` an ``image`` one; a chat takes at most
+``messages_per_minute`` (20) session-webhook messages a minute (130101); a markdown message needs a title
+and a text (40035); ``/topapi/v2/user/get`` answers names from ``users`` (every sender of a built
+message is one), or errcode 88 / sub_code 60011 when ``contact_permission`` is False.
+
+``bubbles(conversation)`` is what a user sees in that conversation, in order: markdown messages, AI
+cards (each card keeps every content it showed and whether it was finalised), files and images.
 """
 
 from __future__ import annotations
@@ -76,6 +85,16 @@ STATUS_OK = 200
 #: The AI card's flowStatus values (dingtalk-stream ``AICardStatus``), as the strings cardParamMap carries.
 FLOW_STATUSES = {"1": "processing", "2": "inputing", "3": "finished", "4": "executing", "5": "failed"}
 TERMINAL_FLOW = ("3", "5")
+MB = 1024 * 1024
+#: Media upload type → (largest size, extensions), as DingTalk's "upload media files" page lists them.
+MEDIA_RULES: dict[str, tuple[int, frozenset[str]]] = {
+    "image": (20 * MB, frozenset({"jpg", "gif", "png", "bmp"})),
+    "voice": (2 * MB, frozenset({"amr", "mp3", "wav"})),
+    "video": (20 * MB, frozenset({"mp4"})),
+    "file": (20 * MB, frozenset({"doc", "docx", "xls", "xlsx", "ppt", "pptx", "zip", "pdf", "rar"})),
+}
+#: groupMessages/send documents msgParam as at most 15,000 bytes.
+MAX_MSG_PARAM = 15_000
 STREAMING_FIELDS = ("outTrackId", "guid", "key", "content", "isFull", "isFinalize", "isError")
 
 
@@ -96,7 +115,7 @@ def _button_list(raw: str) -> bool:
 class Bubble:
     """One thing visible in a conversation: a markdown/text message or an AI card."""
 
-    kind: str  # "markdown" | "text" | "card" | "file"
+    kind: str  # "markdown" | "text" | "card" | "file" | "image"
     conversation: str
     history: list[str] = field(default_factory=list)
     title: str | None = None
@@ -173,7 +192,17 @@ class FakeDingTalk(ThreadedServer):
         self.connections_opened = 0
         self.files: dict[str, tuple[str, bytes]] = {}
         self.media: dict[str, tuple[str, bytes]] = {}  # uploaded by the bot: media_id → (name, bytes)
+        self.media_types: dict[str, str] = {}  # media_id → the upload type it was accepted as
         self.cards: dict[str, Bubble] = {}
+        self.users: dict[str, str] = {}  # staff id → name, for "query user details"
+        self.contact_permission = True  # the app was granted qyapi_get_member (read user information)
+        #: A robot sends at most 20 messages a minute to one chat (DingTalk's robot docs); past that the
+        #: session webhook answers errcode 130101 "send too fast". (DingTalk then also blocks the robot
+        #: for 10 minutes; the fake does not.)
+        self.messages_per_minute = 20
+        self._session_sends: dict[str, list[float]] = {}  # conversation → monotonic times of its sends
+        self.groups_without_robot: set[str] = set()  # group conversation ids the robot was removed from
+        self._delivery_failures: dict[str, str] = {}  # space id → errorMsg for its next delivery
         self._bubbles: list[Bubble] = []
         self._sessions: dict[str, str] = {}  # session id → conversation
         self._p2p: dict[str, str] = {}  # sender staff id → its one-to-one conversation id
@@ -196,6 +225,7 @@ class FakeDingTalk(ThreadedServer):
         app.router.add_post("/v1.0/robot/messageFiles/download", self._file_download)
         app.router.add_get("/files/{code}", self._file_bytes)
         app.router.add_post("/media/upload", self._media_upload)
+        app.router.add_post("/topapi/v2/user/get", self._user_get)
         app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._robot_send)
         app.router.add_post("/v1.0/robot/groupMessages/send", self._robot_send)
 
@@ -340,6 +370,11 @@ class FakeDingTalk(ThreadedServer):
         return web.json_response({"success": True, "result": body["outTrackId"]})
 
     async def _card_deliver(self, request: web.Request) -> web.Response:
+        """``POST /v1.0/card/instances/deliver``: HTTP 200 with ``success`` and one ``result`` entry per
+        space (``spaceId``, ``spaceType``, ``success``, ``errorMsg``), as DingTalk's card API answers. A
+        space fails when its deliver model is missing (``imGroupOpenDeliverModel.robotCode`` for a group,
+        ``imRobotOpenDeliverModel`` for a robot chat), when the robot is not in that group
+        (``groups_without_robot``) or when a test said so (``fail_delivery``)."""
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
             return failed
@@ -350,11 +385,26 @@ class FakeDingTalk(ThreadedServer):
         space_type, _, space_id = space[len("dtv1.card//") :].partition(".")
         card.conversation = space_id if space_type == "IM_GROUP" else self._p2p.get(space_id, space_id)
         card.space = (space_type, space_id)
+        if space_type == "IM_GROUP":
+            model = body.get("imGroupOpenDeliverModel")
+            error = None if isinstance(model, dict) and model.get("robotCode") else "robotCode is required"
+            if error is None and space_id in self.groups_without_robot:
+                error = "the robot is not a member of this group"
+        elif space_type == "IM_ROBOT":
+            error = None if isinstance(body.get("imRobotOpenDeliverModel"), dict) else "deliver model missing"
+        else:
+            error = f"unsupported space type {space_type}"
+        with self._lock:
+            error = self._delivery_failures.pop(space_id, error)
+        result = {"spaceType": space_type, "spaceId": space_id, "success": error is None}
+        if error is not None:
+            result["errorMsg"] = error
+            return web.json_response({"success": True, "result": [result]})
         if body.get("userIdType") is None:
-            return web.json_response({"success": True})  # accepted, but the card never appears
+            return web.json_response({"success": True, "result": [result]})  # but the card never appears
         with self._lock:
             self._bubbles.append(card)
-        return web.json_response({"success": True})
+        return web.json_response({"success": True, "result": [result]})
 
     async def _card_update(self, request: web.Request) -> web.Response:
         body = await self._body(request)
@@ -404,15 +454,27 @@ class FakeDingTalk(ThreadedServer):
         conversation = self._sessions.get(request.query.get("session", ""))
         if conversation is None:
             return web.json_response({"errcode": 300001, "errmsg": "session does not exist"})
+        now = time.monotonic()
+        with self._lock:
+            sent = [t for t in self._session_sends.get(conversation, []) if now - t < 60.0]
+            if len(sent) >= self.messages_per_minute:
+                return web.json_response(
+                    {"errcode": 130101, "errmsg": "send too fast, exceed 20 times per minute"}
+                )
         kind = body.get("msgtype")
         if kind == "markdown":
             md = body.get("markdown") or {}
+            if not md.get("title") or not md.get("text"):
+                return web.json_response(
+                    {"errcode": 40035, "errmsg": "缺少参数 markdown.title / markdown.text"}
+                )
             bubble = Bubble("markdown", conversation, [str(md.get("text", ""))], title=md.get("title"))
         elif kind == "text":
             bubble = Bubble("text", conversation, [str((body.get("text") or {}).get("content", ""))])
         else:
             return web.json_response({"errcode": 40035, "errmsg": "unsupported msgtype"})
         with self._lock:
+            self._session_sends[conversation] = [*sent, now]
             self._bubbles.append(bubble)
         return web.json_response({"errcode": 0, "errmsg": "ok"})
 
@@ -433,15 +495,23 @@ class FakeDingTalk(ThreadedServer):
         return web.Response(body=entry[1], content_type="application/octet-stream")
 
     async def _media_upload(self, request: web.Request) -> web.Response:
-        """The old ``oapi`` host: token in the query, multipart body, errcode-style answers."""
+        """The old ``oapi`` host: token in the query, multipart body, errcode-style answers.
+
+        As DingTalk's "upload media files" page says: ``type`` is image/voice/video/file, each with its
+        extensions and largest size (``MEDIA_RULES``); a wrong type is errcode 40004, an extension the
+        type does not take 40005, a file over the type's size (or empty) 40006 (the global codes'
+        numbers; which of them DingTalk gives for which case is our reading, not verified live).
+        """
         form = await request.post()
         media = form.get("media")
+        media_type = request.query.get("type") or str(form.get("type") or "")
         self.record(
             {
                 "method": "POST",
                 "path": request.path,
-                "query": {"type": request.query.get("type")},
+                "query": {"type": media_type},
                 "token": request.query.get("access_token"),
+                "name": getattr(media, "filename", None),
                 "at": time.time(),
             }
         )
@@ -449,23 +519,92 @@ class FakeDingTalk(ThreadedServer):
             return failed
         expires = self.tokens.get(request.query.get("access_token", ""))
         if expires is None or time.monotonic() >= expires:
-            return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
         if media is None or not hasattr(media, "file"):
-            return web.json_response({"errcode": 40004, "errmsg": "no media"})
+            return web.json_response({"errcode": 41005, "errmsg": "缺少多媒体文件数据"})
+        if media_type not in MEDIA_RULES:
+            return web.json_response({"errcode": 40004, "errmsg": "不合法的媒体文件类型"})
+        limit, extensions = MEDIA_RULES[media_type]
+        name = str(media.filename or "")
+        if name.rsplit(".", 1)[-1].lower() not in extensions or "." not in name:
+            return web.json_response({"errcode": 40005, "errmsg": "不合法的文件类型"})
+        data = media.file.read()
+        if not 0 < len(data) <= limit:
+            return web.json_response({"errcode": 40006, "errmsg": "不合法的文件大小"})
         media_id = f"@media-{next(self._ids)}"
-        self.media[media_id] = (media.filename, media.file.read())
-        return web.json_response({"errcode": 0, "errmsg": "ok", "media_id": media_id, "type": "file"})
+        self.media[media_id] = (name, data)
+        self.media_types[media_id] = media_type
+        return web.json_response(
+            {
+                "errcode": 0,
+                "errmsg": "ok",
+                "media_id": media_id,
+                "type": media_type,
+                "created_at": int(time.time()),
+            }
+        )
+
+    async def _user_get(self, request: web.Request) -> web.Response:
+        """ "Query user details" on the oapi host: token in the query, ``userid`` in the body, HTTP 200 with
+        errcode. Needs the ``qyapi_get_member`` permission: without it (``contact_permission = False``)
+        errcode 88, sub_code 60011 ("no permission to call this API"); an unknown user is 60121."""
+        body = await self._body(request)
+        if (failed := self._injected(request.path)) is not None:
+            return failed
+        expires = self.tokens.get(request.query.get("access_token", ""))
+        if expires is None or time.monotonic() >= expires:
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
+        if not self.contact_permission:
+            return web.json_response(
+                {
+                    "errcode": 88,
+                    "sub_code": "60011",
+                    "sub_msg": "没有调用该接口的权限",
+                    "errmsg": "ding talk error[subcode=60011,submsg=没有调用该接口的权限]",
+                }
+            )
+        userid = str(body.get("userid") or "")
+        if not userid:
+            return web.json_response({"errcode": 40035, "errmsg": "缺少参数 userid"})
+        if userid not in self.users:
+            return web.json_response({"errcode": 60121, "errmsg": "找不到该用户"})
+        return web.json_response(
+            {"errcode": 0, "errmsg": "ok", "result": {"userid": userid, "name": self.users[userid]}}
+        )
+
+    def _robot_param_error(self, key: Any, param: dict[str, Any]) -> str | None:
+        """What is wrong with a robot message's msgKey/msgParam (None: nothing). Files need a ``file``
+        media id, pictures an ``image`` media id (or a URL) in ``photoURL``."""
+        if key == "sampleMarkdown":
+            return None if param.get("title") and param.get("text") else "title and text are required"
+        if key == "sampleFile":
+            media_id = param.get("mediaId")
+            if self.media_types.get(media_id) != "file":
+                return "mediaId is not an uploaded file"
+            return (
+                None
+                if param.get("fileName") and param.get("fileType")
+                else "fileName and fileType are required"
+            )
+        if key == "sampleImageMsg":
+            photo = str(param.get("photoURL") or "")
+            return (
+                None if self.media_types.get(photo) == "image" or photo.startswith("http") else "bad photoURL"
+            )
+        return f"msgKey {key!r} is not supported here"
 
     async def _robot_send(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         if (failed := self._auth(request) or self._injected(request.path)) is not None:
             return failed
-        param = json.loads(body.get("msgParam") or "{}")
+        raw_param = str(body.get("msgParam") or "{}")
+        if len(raw_param.encode()) > MAX_MSG_PARAM:
+            return web.json_response({"code": "param.invalid", "message": "msgParam is too long"}, status=400)
+        param = json.loads(raw_param)
         key = body.get("msgKey")
-        if key not in ("sampleFile", "sampleMarkdown") or (
-            key == "sampleFile" and param.get("mediaId") not in self.media
-        ):
-            return web.json_response({"code": "param.invalid", "message": "bad msgKey/msgParam"}, status=400)
+        if not body.get("robotCode") or (error := self._robot_param_error(key, param)) is not None:
+            why = "robotCode is required" if not body.get("robotCode") else error
+            return web.json_response({"code": "param.invalid", "message": why}, status=400)
         if "openConversationId" in body:
             conversation = str(body["openConversationId"])
         else:
@@ -473,12 +612,18 @@ class FakeDingTalk(ThreadedServer):
             conversation = self._p2p.get(user, user)
         if key == "sampleMarkdown":
             bubble = Bubble("markdown", conversation, [str(param.get("text", ""))], title=param.get("title"))
+        elif key == "sampleImageMsg":
+            name, data = self.media.get(param["photoURL"], (param["photoURL"], b""))
+            bubble = Bubble("image", conversation, [name], data=data)
         else:
             name, data = self.media[param["mediaId"]]
             bubble = Bubble("file", conversation, [param.get("fileName") or name], data=data)
         with self._lock:
             self._bubbles.append(bubble)
-        return web.json_response({"processQueryKey": uuid.uuid4().hex})
+        answer: dict[str, Any] = {"processQueryKey": uuid.uuid4().hex}
+        if "openConversationId" not in body:
+            answer |= {"invalidStaffIdList": [], "flowControlledStaffIdList": []}
+        return web.json_response(answer)
 
     # --- injection API -------------------------------------------------------------------------
     def p2p_conversation(self, sender_id: str) -> str:
@@ -512,6 +657,7 @@ class FakeDingTalk(ThreadedServer):
             conversation_id = conversation_id or "cid-group-1"
         session = uuid.uuid4().hex
         self._sessions[session] = conversation_id
+        self.users.setdefault(sender_id, sender_nick or sender_id.title())
         data: dict[str, Any] = {
             "conversationId": conversation_id,
             "chatbotCorpId": self.corp_id,
@@ -720,6 +866,12 @@ class FakeDingTalk(ThreadedServer):
                 await ws.close(code=code)
 
         self.call(close)
+
+    def fail_delivery(self, space_id: str, error_msg: str = "the user cannot receive this card") -> None:
+        """The next card delivered to ``space_id`` (a group's conversation id or a staff id) fails for
+        that space: HTTP 200, ``result[0].success`` false with ``errorMsg`` — the card shows nowhere."""
+        with self._lock:
+            self._delivery_failures[space_id] = error_msg
 
     def fail_next(
         self,

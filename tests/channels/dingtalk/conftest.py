@@ -62,6 +62,10 @@ def dingtalk_config(fake: FakeDingTalk, mode: str, **overrides: Any) -> DingTalk
         "api_base_url": fake.url,
         "oapi_base_url": fake.url,
         "edit_interval_seconds": 0.05,
+        # Off unless a test sets its own threshold: at the default 5 s a slow machine adds a "working on
+        # it" message to any markdown test that counts messages (tests/channels/dingtalk/test_live_replies.py
+        # sets it where the notice is what is tested).
+        "progress_notice_after_seconds": None,
     }
     if mode == "card":
         values["card_template_id"] = TEMPLATE

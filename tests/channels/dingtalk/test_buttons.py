@@ -10,6 +10,7 @@ nothing can carry a button, and the typed ``/approve ID`` does the same job.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -35,8 +36,8 @@ def slow_answer(llm: FakeOpenAI, words: int = 200) -> None:
     llm.script(Reply(text=" ".join(f"word{i}" for i in range(words)), chunk_size=8, delay=0.05))
 
 
-async def buttons_rig(start_rig, **settings: object) -> Rig:  # type: ignore[no-untyped-def]
-    return await start_rig("card", dict(settings), card_actions_key="actions")  # type: ignore[no-any-return]
+async def buttons_rig(start_rig, cfg: dict[str, object] | None = None, **settings: object) -> Rig:  # type: ignore[no-untyped-def]
+    return await start_rig("card", dict(settings), card_actions_key="actions", **(cfg or {}))  # type: ignore[no-any-return]
 
 
 async def live_card(rig: Rig, conversation: str) -> Bubble:
@@ -146,7 +147,8 @@ async def test_approve_runs_the_command_and_the_request_card_says_so(start_rig, 
     await rig.harness.idle()
 
     assert not (workspace / "build").exists()
-    assert card.params["content"].endswith("✅ Approved by alice — running it."), card.params["content"]
+    # The card callback carries only alice's staff id; her name comes from her own message's senderNick.
+    assert card.params["content"].endswith("✅ Approved by Alice — running it."), card.params["content"]
     assert card.buttons == [], "the buttons outlived the decision"
     assert tool_results(llm.completions[-1])[-1].startswith("[exit code 0]")
 
@@ -162,7 +164,7 @@ async def test_deny_keeps_the_files_and_the_model_is_told(start_rig, llm):
 
     assert (workspace / "build" / "out").exists()
     assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
-    assert card.params["content"].endswith("🚫 Denied by alice; it did not run.")
+    assert card.params["content"].endswith("🚫 Denied by Alice; it did not run.")
     assert card.buttons == []
 
 
@@ -267,3 +269,50 @@ async def test_a_press_on_a_card_the_process_never_sent_is_in_that_chats_convers
     assert press.conversation_key == message.conversation_key
     assert press.is_private == message.is_private == (kind == "1")
     assert (press.text, press.pressed, press.sender.id) == ("/approve K7PX2M", "card:sb-old", "bob")
+
+
+async def test_an_answer_that_spills_into_a_second_card_keeps_stop_on_the_newest_card(start_rig, llm):
+    rig = await buttons_rig(start_rig, {"edit_interval_seconds": None})  # DingTalk's own card pacing
+    # About 6,000 characters, streamed slowly: past the 4,000-character card limit the answer goes on
+    # in a second card, and Stop must move there (the first card is settled text now).
+    llm.script(Reply(text=" ".join(f"word{i:04d}" for i in range(700)), chunk_size=40, delay=0.05))
+    rig.fake.send_bot_message("1", "tell me a very long story", sender_id="alice")
+    conversation = rig.p2p("alice")
+
+    def second_card_live() -> list[Bubble] | None:
+        cards = rig.fake.card_bubbles(conversation)
+        return cards if len(cards) == 2 and "word05" in cards[1].text else None
+
+    first, second = await rig.fake.wait_for(second_card_live, timeout=30)
+    assert STOP in second.button_labels, second.params
+    assert STOP not in first.button_labels
+
+    press = rig.fake.press_button(second, STOP, user_id="alice")
+    assert await rig.fake.wait_ack(press) == 200
+    await rig.harness.idle(timeout=20)
+    assert "word0699" not in second.params["content"] and second.params["content"].endswith("⏹ Stopped.")
+    assert first.buttons == [] and second.buttons == []
+
+
+@pytest.mark.parametrize("permitted", [True, False], ids=["name", "refused"])
+async def test_an_admin_who_never_wrote_is_named_on_the_decided_card(start_rig, llm, caplog, permitted):
+    # Carol is an admin who never wrote to the robot: the press carries only her staff id, so her name
+    # comes from DingTalk's "query user details" API (permission qyapi_get_member); without that
+    # permission the id is shown, and the log says which permission is missing.
+    rig = await buttons_rig(start_rig, {"admins": ["carol"]}, **HOST)
+    rig.fake.users["carol"] = "Carol Chen"
+    rig.fake.contact_permission = permitted
+    card, _, _ = await start_risky_turn(rig, llm)
+
+    with caplog.at_level(logging.INFO, logger="channels.dingtalk.names"):
+        press = rig.fake.press_button(card, "Approve", user_id="carol")
+        assert await rig.fake.wait_ack(press) == 200
+        await rig.wait_text(rig.p2p("alice"), "done with the build directory", timeout=30)
+        await rig.harness.idle()
+
+    who = "Carol Chen" if permitted else "carol"
+    assert card.params["content"].endswith(f"✅ Approved by {who} — running it."), card.params["content"]
+    [lookup] = rig.fake.calls("/topapi/v2/user/get")
+    assert lookup["body"] == {"userid": "carol"}
+    refusals = [r for r in caplog.records if "qyapi_get_member" in r.getMessage()]
+    assert len(refusals) == (0 if permitted else 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from dingtalk_stream import AckMessage
 
@@ -62,6 +64,26 @@ async def test_when_the_card_cannot_be_created_the_answer_arrives_as_markdown(ca
 
 def _fence_balanced(text: str) -> bool:
     return sum(1 for line in text.splitlines() if line.strip().startswith("```")) % 2 == 0
+
+
+async def test_a_card_that_reaches_nobody_falls_back_to_markdown_and_says_so_in_the_log(
+    card_rig, llm, caplog
+):
+    # The robot was removed from the group: DingTalk creates the card, answers the deliver call with
+    # HTTP 200 and reports the failure only in result[].success — the answer must not vanish with it.
+    card_rig.fake.groups_without_robot.add("cid-team")
+    llm.script(Reply(text="the whole answer", chunk_size=4, delay=0.05))
+    with caplog.at_level(logging.WARNING, logger="channels.dingtalk.reply"):
+        card_rig.fake.send_bot_message(
+            "2", "status?", sender_id="bob", conversation_id="cid-team", at_bot=True
+        )
+        await card_rig.wait_text("cid-team", "the whole answer")
+        await card_rig.harness.idle()
+
+    assert [(b.kind, b.text) for b in card_rig.visible("cid-team")] == [("markdown", "the whole answer")]
+    assert any("was not delivered" in r.getMessage() and "cid-team" in r.getMessage() for r in caplog.records)
+    # One card was tried; the streamed updates did not create a new unseen card each.
+    assert len(card_rig.fake.calls("/v1.0/card/instances/deliver")) == 1
 
 
 async def test_a_long_answer_is_split_into_several_messages_without_breaking_code(rig, llm):

@@ -113,10 +113,46 @@ async def test_a_card_delivered_without_user_id_type_never_shows_up(fake_dingtal
         await _card(client, "d")
         answer = await client.post(
             "/v1.0/card/instances/deliver",
-            json={"outTrackId": "d", "openSpaceId": "dtv1.card//IM_ROBOT.alice"},
+            json={
+                "outTrackId": "d",
+                "openSpaceId": "dtv1.card//IM_ROBOT.alice",
+                "imRobotOpenDeliverModel": {"spaceType": "IM_ROBOT"},
+            },
         )
     assert answer.status_code == 200
     assert fake_dingtalk.bubbles(conversation) == []
+
+
+async def test_a_delivery_reports_each_space_and_a_failed_space_shows_no_card(fake_dingtalk):
+    # DingTalk answers the deliver call with HTTP 200 and says per space whether the card got there;
+    # the old fake answered {"success": true} and showed the card whatever happened.
+    fake_dingtalk.groups_without_robot.add("cid-gone")
+    group = {"imGroupOpenDeliverModel": {"robotCode": fake_dingtalk.client_id}, "userIdType": 1}
+    async with _client(fake_dingtalk) as client:
+        await _card(client, "g1")
+        refused = await client.post(
+            "/v1.0/card/instances/deliver",
+            json={"outTrackId": "g1", "openSpaceId": "dtv1.card//IM_GROUP.cid-gone", **group},
+        )
+        await _card(client, "g2")
+        no_model = await client.post(
+            "/v1.0/card/instances/deliver",
+            json={"outTrackId": "g2", "openSpaceId": "dtv1.card//IM_GROUP.cid-team", "userIdType": 1},
+        )
+        await _card(client, "g3")
+        shown = await client.post(
+            "/v1.0/card/instances/deliver",
+            json={"outTrackId": "g3", "openSpaceId": "dtv1.card//IM_GROUP.cid-team", **group},
+        )
+    [gone] = refused.json()["result"]
+    assert refused.status_code == 200 and refused.json()["success"] is True
+    assert gone["success"] is False and "not a member" in gone["errorMsg"] and gone["spaceId"] == "cid-gone"
+    [missing] = no_model.json()["result"]
+    assert missing["success"] is False and "robotCode" in missing["errorMsg"]
+    [ok] = shown.json()["result"]
+    assert ok == {"spaceType": "IM_GROUP", "spaceId": "cid-team", "success": True}
+    assert fake_dingtalk.bubbles("cid-gone") == []
+    assert [b.ref for b in fake_dingtalk.bubbles("cid-team")] == ["g3"]
 
 
 BUTTONS = json.dumps([{"label": "Approve", "command": "/approve K7PX2M", "color": "blue"}])

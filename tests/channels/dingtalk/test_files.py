@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -104,8 +106,39 @@ async def test_files_in_a_group_reply_go_to_the_group(markdown_rig, tmp_path):
 
     await markdown_rig.channel.open_reply(message).finish("Chart attached.", [chart])
 
-    assert [b.kind for b in markdown_rig.visible("cid-team")] == ["markdown", "file"]
+    assert [b.kind for b in markdown_rig.visible("cid-team")] == ["markdown", "image"]
     assert markdown_rig.fake.calls("/v1.0/robot/groupMessages/send")
+
+
+async def test_a_picture_goes_as_a_picture_and_a_type_dingtalk_refuses_as_a_zip_all_delivered(rig, tmp_path):
+    # DingTalk's file upload takes only doc/docx/xls/xlsx/ppt/pptx/zip/pdf/rar: a .csv or .txt sent as
+    # "file" was refused ("could not be attached"), and so was a .png, which is an image upload.
+    chart, table, notes, report = (
+        tmp_path / n for n in ("chart.png", "table.csv", "notes.txt", "report.pdf")
+    )
+    chart.write_bytes(PNG)
+    table.write_text("region,total\nnorth,12\n")
+    notes.write_text("remember the milk\n")
+    report.write_bytes(b"%PDF-1.4" + b"0" * 300)
+    message = rig.channel.to_inbound(rig.fake.build_message("1", "the numbers?", sender_id="alice"))
+    assert message is not None
+
+    await rig.channel.open_reply(message).finish("Here you are.", [chart, table, notes, report])
+
+    shown = rig.visible(rig.p2p("alice"))
+    assert [(b.kind, b.text) for b in shown] == [
+        ("card" if rig.mode == "card" else "markdown", "Here you are."),
+        ("image", "chart.png"),
+        ("file", "table.csv.zip"),
+        ("file", "notes.txt.zip"),
+        ("file", "report.pdf"),
+    ]
+    assert shown[1].data == PNG and shown[4].data == report.read_bytes()
+    for bubble, original in ((shown[2], table), (shown[3], notes)):
+        with zipfile.ZipFile(io.BytesIO(bubble.data or b"")) as archive:
+            assert archive.namelist() == [original.name]
+            assert archive.read(original.name) == original.read_bytes()
+    assert [c["query"]["type"] for c in rig.fake.calls("/media/upload")] == ["image", "file", "file", "file"]
 
 
 async def test_a_file_that_cannot_be_uploaded_is_listed_by_name_instead(markdown_rig, tmp_path):

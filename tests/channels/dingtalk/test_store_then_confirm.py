@@ -27,7 +27,10 @@ async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answer
     fake = fake_dingtalk
     fake.retry_delays = (0.5, 1.0, 2.0, 4.0)  # DingTalk's retry pauses, shortened
     overrides = {"bus": {"queue_size": 1}}
-    rig = await _rig(tmp_path, llm, fake, "markdown", overrides)
+    # No "working on it" notice: this test counts the answers, and a turn held up by the full bus and
+    # the restart takes longer than the default 5 s on a slow machine.
+    quiet = {"progress_notice_after_seconds": None}
+    rig = await _rig(tmp_path, llm, fake, "markdown", overrides, **quiet)
     try:
         llm.script(Reply(text="the first answer", chunk_size=1, delay=0.1))
         fake.send_bot_message("1", "first", sender_id="alice")
@@ -38,7 +41,7 @@ async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answer
         await rig.harness.stop()
     assert rig.final_texts(rig.p2p("bob")) == []  # the service is gone; DingTalk still holds the callback
 
-    again = await _rig(tmp_path, llm, fake, "markdown", overrides)
+    again = await _rig(tmp_path, llm, fake, "markdown", overrides, **quiet)
     try:
         await again.wait_text(again.p2p("bob"), "echo: during the crunch", timeout=30)
         await again.wait_text(again.p2p("alice"), "the first answer", timeout=30)
