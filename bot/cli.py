@@ -106,13 +106,10 @@ def load_or_exit(path: str | None) -> Settings:
 
 
 def version() -> str:
-    """The installed package's version (the one ``pip`` knows), without importing the service."""
-    import importlib.metadata  # 30 ms: only when asked (the parser is built for every command)
+    """The package's version: ``bot/version.py`` is the one source (the wheel's metadata reads it too)."""
+    from bot.version import VERSION
 
-    try:
-        return importlib.metadata.version("switchboard")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
+    return VERSION
 
 
 class _VersionAction(argparse.Action):
