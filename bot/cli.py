@@ -123,6 +123,20 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def apply_listen_flags(settings: Settings, host: str | None, port: int | None) -> None:
+    """``--host``/``--port`` over ``server.*``; a ``public_url`` that was derived from them follows."""
+    from config.schema import local_public_url
+
+    server = settings.server
+    derived = server.public_url == local_public_url(server.host, server.port)
+    if host:
+        server.host = host
+    if port is not None:
+        server.port = port
+    if derived:
+        server.public_url = local_public_url(server.host, server.port)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Listen first, then build the service behind :class:`bot.boot.Booting` (docs/operations.md).
 
@@ -136,10 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.logs import configure_logging
 
     settings = load_or_exit(args.config)
-    if args.host:
-        settings.server.host = args.host
-    if args.port is not None:
-        settings.server.port = args.port
+    apply_listen_flags(settings, args.host, args.port)
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
     preflight_auth(settings)
     preflight_extras(settings)
