@@ -19,6 +19,7 @@ from config.loader import find_config_file
 from config.secrets import known_secrets
 
 if TYPE_CHECKING:
+    from bot.service import Service
     from channels.terminal import TerminalChannel
 
 log = logging.getLogger("switchboard")
@@ -156,6 +157,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     preflight_extras(settings)
     preflight_data_dir(settings)
     preflight_sandbox(settings)
+    # Until the service can apply a reload, a SIGHUP (a supervisor's "reload") must not end the process.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     source = find_config_file(args.config)
     failures: list[BaseException] = []
     exit_code: list[int] = []
@@ -192,6 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings, config_source=str(source) if source else None, on_agent_failed=agent_failed
         )
         await stack.enter_async_context(app.router.lifespan_context(app))  # Service.open()
+        reload_on_sighup(app.state.service, str(source) if source else args.config, args)
         return app
 
     booting = Booting(build, starting_health=starting_health(settings), on_failed=start_failed)
@@ -217,6 +221,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not server.started:
         return EXIT_STARTUP  # uvicorn logged why (port in use, the rest of start-up failed)
     return 0
+
+
+def reload_on_sighup(service: Service, path: str | None, args: argparse.Namespace) -> None:
+    """``kill -HUP``: read the config again and apply what can change safely (bot/reload.py).
+
+    One reload at a time, in order; ``--host``/``--port`` stay as the command line set them.
+    """
+    from bot.reload import reload_from
+
+    loop = asyncio.get_running_loop()
+    lock = asyncio.Lock()
+    running: set[asyncio.Task[Any]] = set()
+
+    async def reload() -> None:
+        async with lock:
+            await reload_from(service, path, lambda new: apply_listen_flags(new, args.host, args.port))
+
+    def on_hup() -> None:
+        log.info("reload: SIGHUP received, reading %s", path or "the built-in defaults")
+        task = loop.create_task(reload())
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
 
 
 def starting_health(settings: Settings) -> dict[str, Any]:
