@@ -37,16 +37,17 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("src")
+def build_wheel(workdir: Path) -> Path:
+    """The wheel of this tree, built from a copy (setuptools writes ``build/`` next to its sources)."""
+    src = workdir / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in SOURCES:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
         else:
+            src.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
-    out = tmp_path_factory.mktemp("dist")
+    out = workdir / "dist"
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
         capture_output=True,
@@ -57,6 +58,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.returncode == 0, result.stderr
     (built,) = out.glob("*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_the_wheel_is_named_ours_and_carries_the_starter_config_and_deploy_files(wheel: Path):
