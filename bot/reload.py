@@ -2,8 +2,9 @@
 
 What changes safely is what is read afresh for each message or turn: a channel's ``admins``, ``trust``
 and ``approvers`` (who may do what, looked up per message), the ``models`` (looked up per turn; a running
-turn keeps the model object it started with) and the approval rules (``sandbox.approval`` between
-``risky`` and ``always``, ``sandbox.risky_patterns``: judged per command of a new turn). Everything else
+turn keeps the model object it started with), the approval rules (``sandbox.approval`` between
+``risky`` and ``always``, ``sandbox.risky_patterns``: judged per command of a new turn) and the agent's
+``system_prompt``, ``timezone`` and ``recursion_limit`` (read as each turn starts). Everything else
 — connections, listeners, pools, the sandbox, MCP servers — was built from the config at start-up, so a
 change there is logged as needing a restart and left alone; the running values stay in effect.
 
@@ -31,6 +32,8 @@ log = logging.getLogger("switchboard.reload")
 CHANNEL_KEYS = ("admins", "trust", "approvers")
 #: Judged per command of each new turn, once the agent runs.
 SANDBOX_KEYS = ("approval", "risky_patterns")
+#: Read from the settings at the start of each turn (the system prompt, the date line's zone, the limit).
+AGENT_KEYS = ("agent.system_prompt", "agent.timezone", "agent.recursion_limit")
 
 
 @dataclass
@@ -83,6 +86,9 @@ async def apply(service: Service, new: Settings) -> ReloadReport:
             report.applied.append(key)
         elif key == "models" and runtime is not None:
             report.applied.append(key)
+        elif key in AGENT_KEYS:
+            _apply_agent_key(current, key, new)
+            report.applied.append(key)
         elif parts[0] == "sandbox" and len(parts) == 2 and parts[1] in SANDBOX_KEYS and runtime is not None:
             if key == "sandbox.approval" and "never" in (current.sandbox.approval, new.sandbox.approval):
                 report.restart.append(key)  # turning approvals on or off adds or removes the approval desk
@@ -113,6 +119,15 @@ def _apply_channel_key(service: Service, provider: str, key: str, new: Settings)
         mine.trust = section.trust
         if channel is not None:
             channel.trust = section.trust
+
+
+def _apply_agent_key(current: Settings, key: str, new: Settings) -> None:
+    if key == "agent.system_prompt":
+        current.agent.system_prompt = new.agent.system_prompt
+    elif key == "agent.timezone":
+        current.agent.timezone = new.agent.timezone
+    else:
+        current.agent.recursion_limit = new.agent.recursion_limit
 
 
 def _runtime(service: Service) -> Any:

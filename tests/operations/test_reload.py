@@ -132,13 +132,20 @@ async def test_a_reload_swaps_the_model_reports_what_needs_a_restart_and_a_bad_m
         assert await h.ask("hi") == "echo: hi"
         models = [m.model_dump() for m in settings.models]
 
-        renamed = make_settings(tmp_path, llm, models=[{**models[0], "model": "fake-renamed"}, models[1]])
+        renamed = make_settings(
+            tmp_path,
+            llm,
+            models=[{**models[0], "model": "fake-renamed"}, models[1]],
+            agent={"system_prompt": "You are the reloaded bot."},
+        )
         renamed.server.port = 9999
         report = await apply(h.service, renamed)
-        assert report.applied == ["models"]
+        assert report.applied == ["agent.system_prompt", "models"]
         assert report.restart == ["server.port"]
         await h.ask("again")
-        assert llm.completions[-1]["model"] == "fake-renamed"  # the next turn uses the new entry
+        request = llm.completions[-1]
+        assert request["model"] == "fake-renamed"  # the next turn uses the new entry
+        assert request["messages"][0]["content"] == "You are the reloaded bot."
 
         broken = make_settings(tmp_path, llm, models=[{**models[0], "use": "nowhere:Model"}])
         broken.channels.telegram.admins = ["1"]
