@@ -98,7 +98,9 @@ fi
 
 # --- the venv and the package ------------------------------------------------------------------------
 venv_args=() pip_args=(--quiet --disable-pip-version-check)
-((offline)) && venv_args+=(--system-site-packages) && pip_args+=(--no-deps --no-index)
+# --ignore-installed: a copy of the package among the system's site-packages (a developer's editable
+# install) must not count as this venv's.
+((offline)) && venv_args+=(--system-site-packages) && pip_args+=(--no-deps --no-index --ignore-installed)
 [[ -n $find_links ]] && pip_args+=(--find-links "$find_links")
 target=${wheel:-switchboard-chatops}
 [[ -n $extras ]] && target="$target[$extras]"

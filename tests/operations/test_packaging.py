@@ -82,7 +82,16 @@ def test_installed_wheel_runs_version_and_init_in_a_fresh_venv(wheel: Path, tmp_
     )
     env = _clean_env()
     pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--ignore-installed",
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

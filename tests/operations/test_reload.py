@@ -25,7 +25,7 @@ from tests.foundation.test_cli import cli_env, free_port
 pytestmark = pytest.mark.slow
 
 ADMIN, MEMBER = 42, 7
-STORY = " ".join(f"word{i}" for i in range(60))
+STORY = " ".join(f"word{i}" for i in range(90))  # about 15 s of streaming: still running at the reload
 
 
 def config(tmp_path: Path, port: int, llm: FakeOpenAI, tg: FakeTelegram, admins: list[Any]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ async def test_sighup_adds_an_admin_without_dropping_a_running_turn(tmp_path):
             tg.user_message(ADMIN, "/approval always", user_id=ADMIN)
             await tg.wait_for_bot_text(ADMIN, "Approval here is now always", timeout=30)
 
-            story = await tg.wait_for_bot_text(MEMBER, "word59", timeout=60)
+            story = await tg.wait_for_bot_text(MEMBER, "word89", timeout=90)
             assert story.text.strip() == STORY  # the running turn finished whole
             assert proc.poll() is None
         finally:
