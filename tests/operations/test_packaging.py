@@ -74,6 +74,7 @@ def test_the_wheel_is_named_ours_and_carries_the_starter_config_and_deploy_files
     assert shipped == (ROOT / "config.example.yaml").read_bytes()  # the symlink was followed, not stored
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_version_and_init_in_a_fresh_venv(wheel: Path, tmp_path: Path):
     venv = tmp_path / "venv"
     # System site-packages carry the dependencies, so the install needs no network (--no-deps).
@@ -125,6 +126,10 @@ def test_installed_wheel_runs_version_and_init_in_a_fresh_venv(wheel: Path, tmp_
     assert (work / "deploy" / "switchboard.service").read_bytes() == (
         ROOT / "deploy" / "switchboard.service"
     ).read_bytes()
+
+    checked = run("config", "check")  # the starter config is usable as written
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.strip() == "config.yaml: no problems found"
 
     (work / "config.yaml").write_text("server: {port: 9999}\n")
     again = run("init")
