@@ -207,7 +207,7 @@ class McpHub:
             import mcp  # noqa: F401 - the optional extra
         except ImportError:
             for connection in self._connections.values():
-                connection.error = "the MCP SDK is not installed: pip install 'switchboard[mcp]'"
+                connection.error = "the MCP SDK is not installed: pip install 'switchboard-chatops[mcp]'"
                 connection.ready.set()
                 log.error("MCP server %s is not available: %s", connection.config.name, connection.error)
             return

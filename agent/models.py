@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 from typing import Any
+
+from pydantic import BaseModel
 
 from config.schema import ModelConfig
 
@@ -57,9 +61,57 @@ def model_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     return data
 
 
+def accepted_keys(cls: type[Any]) -> set[str] | None:
+    """The keyword arguments ``cls`` takes (a pydantic model's fields and their aliases), or None when
+    it takes any (``**kwargs``), so nothing can be said about a key."""
+    if issubclass(cls, BaseModel):
+        names = set(cls.model_fields)
+        for field in cls.model_fields.values():
+            names.update(a for a in (field.alias, field.validation_alias) if isinstance(a, str))
+        return names
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def unknown_keys(cfg: ModelConfig, cls: type[Any]) -> list[str]:
+    """``KEY: not a setting of module:Class (did you mean NEAREST?)`` for each key ``cls`` does not take.
+
+    LangChain's chat models do not refuse an unknown argument: they pass it on to the provider's API
+    (``model_kwargs``) with a warning, so ``temprature: 0.2`` would fail at the first chat turn, as a
+    400 from the provider, instead of at start-up naming the typo.
+    """
+    accepted = accepted_keys(cls)
+    if accepted is None:
+        return []
+    public = sorted(k for k in accepted if not k.startswith("_"))
+    lines = []
+    for key in sorted(set(model_kwargs(cfg)) - accepted):
+        near = difflib.get_close_matches(key, public, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        lines.append(f"{key}: not a setting of {cfg.use}{hint}")
+    return lines
+
+
+def check_model(cfg: ModelConfig, where: str) -> list[str]:
+    """Offline problems with one ``models[]`` entry (``where`` is its key, ``models.0``), one line each."""
+    try:
+        cls = resolve_class(cfg.use)
+    except ModelLoadError as exc:
+        return [f"{where}.use: {exc}"]
+    return [f"{where}.{line}" for line in unknown_keys(cfg, cls)]
+
+
 def build_chat_model(cfg: ModelConfig) -> Any:
     """Instantiate the model; a missing package or bad argument becomes a :class:`ModelLoadError`."""
     cls = resolve_class(cfg.use)
+    unknown = unknown_keys(cfg, cls)
+    if unknown:
+        raise ModelLoadError("; ".join(unknown))
     kwargs = model_kwargs(cfg)
     if cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key") and kwargs.get("base_url"):
         # A local OpenAI-compatible server (Ollama, vLLM, llama.cpp) takes no key, but the client insists

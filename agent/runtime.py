@@ -45,7 +45,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import ValidationError
 
 from agent import context as ctxfit
-from agent.approval import RiskPolicy
+from agent.approval import Mode, RiskPolicy
 from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import (
     FULL_PROFILE,
@@ -382,6 +382,19 @@ class AgentRuntime:
     def skill_names(self) -> list[str]:
         """Skills a person can ask for with ``/skill-name`` (known once the runtime has started)."""
         return list(self.skills)
+
+    def replace_models(self, models: list[ModelConfig]) -> None:
+        """Swap in a new ``models`` list (``SIGHUP``): every model is built first, so a bad entry raises
+        :class:`ModelLoadError` and changes nothing. A running turn keeps the model object it holds."""
+        built = {cfg.name: build_chat_model(cfg) for cfg in models}
+        self.settings.models = models
+        self._models = built
+        self._bound = {}
+        self.known_secrets = known_secrets(self.settings, os.environ)
+
+    def replace_risk_rules(self, mode: Mode, patterns: list[str]) -> None:
+        """``sandbox.approval`` / ``risky_patterns`` for turns that start from now on (``SIGHUP``)."""
+        self.risk = RiskPolicy(mode, patterns)
 
     def chat_model(self, name: str | None) -> Any:
         cfg = self.settings.model_named(name if name in self.model_names() else None)

@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bot import metrics
+from bot import metrics, opsmetrics
 from bot.gc_tuning import tune_gc
 from bot.service import VERSION, Service
 from config.schema import Settings
@@ -230,6 +230,7 @@ def create_app(
         if service.started_at is not None:
             await service.readiness()  # switchboard_component_up for the database and agent (≤ 2 s old)
         components = {f"channel:{name}": channel.receiving()[0] for name, channel in service.channels.items()}
+        await opsmetrics.refresh(service)  # build info, inbox entries by status, channel states
         body = metrics.render(inbox_unfinished=service.bus.load, components=components)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 

@@ -19,6 +19,7 @@ from config.loader import find_config_file
 from config.secrets import known_secrets
 
 if TYPE_CHECKING:
+    from bot.service import Service
     from channels.terminal import TerminalChannel
 
 log = logging.getLogger("switchboard")
@@ -106,13 +107,10 @@ def load_or_exit(path: str | None) -> Settings:
 
 
 def version() -> str:
-    """The installed package's version (the one ``pip`` knows), without importing the service."""
-    import importlib.metadata  # 30 ms: only when asked (the parser is built for every command)
+    """The package's version: ``bot/version.py`` is the one source (the wheel's metadata reads it too)."""
+    from bot.version import VERSION
 
-    try:
-        return importlib.metadata.version("switchboard")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
+    return VERSION
 
 
 class _VersionAction(argparse.Action):
@@ -124,6 +122,20 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
         print(f"switchboard {version()}")
         parser.exit()
+
+
+def apply_listen_flags(settings: Settings, host: str | None, port: int | None) -> None:
+    """``--host``/``--port`` over ``server.*``; a ``public_url`` that was derived from them follows."""
+    from config.schema import local_public_url
+
+    server = settings.server
+    derived = server.public_url == local_public_url(server.host, server.port)
+    if host:
+        server.host = host
+    if port is not None:
+        server.port = port
+    if derived:
+        server.public_url = local_public_url(server.host, server.port)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -139,15 +151,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.logs import configure_logging
 
     settings = load_or_exit(args.config)
-    if args.host:
-        settings.server.host = args.host
-    if args.port is not None:
-        settings.server.port = args.port
+    apply_listen_flags(settings, args.host, args.port)
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
     preflight_auth(settings)
     preflight_extras(settings)
     preflight_data_dir(settings)
     preflight_sandbox(settings)
+    # Until the service can apply a reload, a SIGHUP (a supervisor's "reload") must not end the process.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     source = find_config_file(args.config)
     failures: list[BaseException] = []
     exit_code: list[int] = []
@@ -184,6 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings, config_source=str(source) if source else None, on_agent_failed=agent_failed
         )
         await stack.enter_async_context(app.router.lifespan_context(app))  # Service.open()
+        reload_on_sighup(app.state.service, str(source) if source else args.config, args)
         return app
 
     booting = Booting(build, starting_health=starting_health(settings), on_failed=start_failed)
@@ -209,6 +221,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not server.started:
         return EXIT_STARTUP  # uvicorn logged why (port in use, the rest of start-up failed)
     return 0
+
+
+def reload_on_sighup(service: Service, path: str | None, args: argparse.Namespace) -> None:
+    """``kill -HUP``: read the config again and apply what can change safely (bot/reload.py).
+
+    One reload at a time, in order; ``--host``/``--port`` stay as the command line set them.
+    """
+    from bot.reload import reload_from
+
+    loop = asyncio.get_running_loop()
+    lock = asyncio.Lock()
+    running: set[asyncio.Task[Any]] = set()
+
+    async def reload() -> None:
+        async with lock:
+            await reload_from(service, path, lambda new: apply_listen_flags(new, args.host, args.port))
+
+    def on_hup() -> None:
+        log.info("reload: SIGHUP received, reading %s", path or "the built-in defaults")
+        task = loop.create_task(reload())
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
 
 
 def starting_health(settings: Settings) -> dict[str, Any]:

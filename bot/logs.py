@@ -163,6 +163,11 @@ def configure_logging(
     return _masker
 
 
+def mask_also(secrets: Iterable[str]) -> None:
+    """Mask these too from now on (a reloaded config's new tokens and keys)."""
+    _masker.add(secrets)
+
+
 def add_file_handler(path: str, fmt: str = "json") -> logging.Handler:
     """Also write every log line (masked) to ``path``; ``switchboard chat --log-file`` uses it."""
     handler = logging.FileHandler(path, encoding="utf-8")

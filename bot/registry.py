@@ -27,7 +27,9 @@ class MissingExtra(Exception):
 
 
 def install_hint(extra: str, missing: str | None) -> str:
-    return f"pip install 'switchboard[{extra}]' (missing Python module {missing})"
+    from bot.version import DISTRIBUTION
+
+    return f"pip install '{DISTRIBUTION}[{extra}]' (missing Python module {missing})"
 
 
 def channel_class(provider: str) -> Any:

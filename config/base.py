@@ -22,6 +22,26 @@ def from_env(variable: str) -> Any:
     return Field(None, json_schema_extra={"env": variable})
 
 
+def _is_str(annotation: Any) -> bool:
+    """``str``, ``str | None`` or ``list[str]``: where a platform's numeric id may be written as a number."""
+    if annotation is str:
+        return True
+    if typing.get_origin(annotation) is list:
+        return typing.get_args(annotation) == (str,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_str(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return False
+
+
+def _id_text(value: Any) -> Any:
+    """``4242`` → ``"4242"`` (Telegram, Discord and GitHub ids are numbers); booleans stay errors."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, list):
+        return [_id_text(item) for item in value]
+    return value
+
+
 def _is_list(annotation: Any) -> bool:
     if typing.get_origin(annotation) is list or annotation is list:
         return True
@@ -38,13 +58,16 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _split_comma_lists(cls, data: Any) -> Any:
-        """``allowed_users: "a, b"`` (typically from ``$VAR``) means the list ``[a, b]``."""
+        """``allowed_users: "a, b"`` (typically from ``$VAR``) means the list ``[a, b]``; and where a key
+        holds text, a number is its digits (``admins: [4242]``: YAML reads an unquoted id as a number)."""
         if not isinstance(data, dict):
             return data
         for name, field in cls.model_fields.items():
             value = data.get(name)
             if isinstance(value, str) and _is_list(field.annotation):
                 data = {**data, name: [part.strip() for part in value.split(",") if part.strip()]}
+            elif isinstance(value, int | list) and _is_str(field.annotation):
+                data = {**data, name: _id_text(value)}
         return data
 
 

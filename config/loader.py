@@ -28,7 +28,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from config.schema import Settings
+from config.base import ChannelSection
+from config.schema import ChannelsConfig, Settings
 
 CONFIG_ENV_VAR = "SWITCHBOARD_CONFIG"
 DEFAULT_CONFIG_FILE = "config.yaml"
@@ -284,9 +285,9 @@ def _format_validation_error(error: ValidationError, res: _Resolution) -> list[s
     return lines
 
 
-def _missing_secrets(settings: Settings, res: _Resolution) -> list[str]:
+def _missing_secrets(channels: list[tuple[str, ChannelSection]], res: _Resolution) -> list[str]:
     problems = []
-    for name, section in settings.channels.items():
+    for name, section in channels:
         if not section.enabled:
             continue
         for key, value in section.required_secrets().items():
@@ -297,6 +298,28 @@ def _missing_secrets(settings: Settings, res: _Resolution) -> list[str]:
             reason = f"environment variable {var} is not set" if var else "is empty"
             problems.append(f"{dotted}: required because channels.{name}.enabled is true, but {reason}")
     return problems
+
+
+def _channels_alone(resolved: Mapping[str, Any]) -> list[tuple[str, ChannelSection]]:
+    """Each channel section that is valid by itself, so a missing secret is reported even when another
+    key (in that channel or elsewhere) is bad: ``config check`` shows every problem at once."""
+    given = resolved.get("channels")
+    if not isinstance(given, Mapping):
+        return []
+    valid: list[tuple[str, ChannelSection]] = []
+    for name, field in ChannelsConfig.model_fields.items():
+        model = field.annotation
+        if name not in given or not (isinstance(model, type) and issubclass(model, ChannelSection)):
+            continue
+        section = given[name]
+        if isinstance(section, Mapping):
+            # An unknown key stops validation; leave it out here, its own line is reported already.
+            section = {k: v for k, v in section.items() if k in model.model_fields}
+        try:
+            valid.append((name, model.model_validate(section)))
+        except ValidationError:
+            continue  # its own problems are among the Settings errors already
+    return valid
 
 
 def _read_file(source: Path) -> dict[str, Any]:
@@ -316,15 +339,16 @@ def _read_file(source: Path) -> dict[str, Any]:
     return raw
 
 
-def load_settings(
+def resolve(
     path: str | os.PathLike[str] | None = None,
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Load and validate settings; raise :class:`ConfigError` listing every problem found.
+) -> tuple[dict[str, Any], _Resolution, str | None]:
+    """The file with the environment applied and secret files read — the data the schema validates.
 
-    ``overrides`` (for tests and tools) are merged over the file before substitution, like file values.
+    Problems met on the way are collected in the returned resolution, not raised, so a caller can
+    report them together with what validation finds (``switchboard config check`` shows everything).
     """
     env = os.environ if env is None else env
     source = find_config_file(path)
@@ -338,14 +362,32 @@ def load_settings(
     defaults = substitute_env(env_defaults(Settings, resolved), env, res=res)
     resolved = _deep_merge(defaults, resolved)
     resolved = read_secret_files(resolved, "", res)
-    if res.problems:
-        raise ConfigError(res.problems, where)
+    return resolved, res, where
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Load and validate settings; raise :class:`ConfigError` listing every problem found, all at once.
+
+    ``overrides`` (for tests and tools) are merged over the file before substitution, like file values.
+    """
+    resolved, res, where = resolve(path, env=env, overrides=overrides)
+    problems = list(res.problems)
+    settings: Settings | None = None
     try:
         settings = Settings.model_validate(resolved)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, res), where) from None
-    problems = _missing_secrets(settings, res)
-    if problems:
+        reported = {line.split(":", 1)[0] for line in problems}
+        problems += [
+            line for line in _format_validation_error(exc, res) if line.split(":", 1)[0] not in reported
+        ]
+    channels = settings.channels.items() if settings is not None else _channels_alone(resolved)
+    problems += _missing_secrets(channels, res)
+    if problems or settings is None:
         raise ConfigError(problems, where)
     return settings
 

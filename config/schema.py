@@ -7,7 +7,7 @@ Defaults are the embedded, single-instance set-up (SQLite under ``./data``, no a
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,8 +18,20 @@ from config.channels.feishu import FeishuConfig
 from config.channels.github import GitHubConfig
 from config.channels.slack import SlackConfig
 from config.channels.telegram import TelegramConfig
+from config.dburl import database_url_problem
 
 DEFAULT_JWT_SECRETS = frozenset({"", "changethis", "change-me", "changeme", "secret"})
+
+
+#: Listening on these, the server is reached as ``localhost`` from this machine.
+_LOCAL_HOSTS = frozenset({"", "127.0.0.1", "::1", "localhost", "0.0.0.0", "::"})
+
+
+def local_public_url(host: object, port: object) -> str:
+    """``server.public_url`` when the file leaves it empty: where this machine reaches the server."""
+    name = str(host).strip()
+    name = "localhost" if name in _LOCAL_HOSTS else (f"[{name}]" if ":" in name else name)
+    return f"http://{name}:{port}"
 
 
 class ServerConfig(Section):
@@ -27,14 +39,34 @@ class ServerConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8001, ge=0, le=65535)
     #: Where people and platforms reach this server; with ``auth.mode: none`` its host is, besides the
-    #: loopback names, the one ``Host`` the API accepts.
-    public_url: str = "http://localhost:8001"
+    #: loopback names, the one ``Host`` the API accepts. Empty: ``http://<host>:<port>`` (``localhost``
+    #: for a loopback or wildcard host), so changing the port does not leave a stale link behind.
+    public_url: str = ""
     #: ``/metrics`` without a bearer token in ``auth.mode: jwt`` (say, a scraper on a private network).
     metrics_public: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _public_url_from_host_and_port(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("public_url"):
+            fields = cls.model_fields
+            host = data.get("host", fields["host"].default)
+            port = data.get("port", fields["port"].default)
+            data = {**data, "public_url": local_public_url(host, port)}
+        return data
 
 
 class DatabaseConfig(Section):
     url: str = "sqlite+aiosqlite:///./data/switchboard.db"
+
+    @field_validator("url")
+    @classmethod
+    def _a_url_we_run(cls, value: str) -> str:
+        problem = database_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     #: Finished inbox entries and GitHub deliveries older than this are deleted (bot/retention.py);
     #: 0 keeps them forever. At least a day, so a platform's redelivery still finds its duplicate.
     retention_days: float = 30

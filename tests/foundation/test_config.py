@@ -48,6 +48,11 @@ def test_every_problem_is_reported_on_its_own_line_naming_the_key(tmp_path):
         "sever: unknown key",
         "server.port: Input should be a valid integer, unable to parse string as an integer",
         "channels.slack.bot_tokn: unknown key",
+        # Reported with the rest, not after they are fixed: every problem at once.
+        "channels.slack.bot_token: required because channels.slack.enabled is true, but environment "
+        "variable SLACK_BOT_TOKEN is not set",
+        "channels.slack.app_token: required because channels.slack.enabled is true, but environment "
+        "variable SLACK_APP_TOKEN is not set",
     }
 
 

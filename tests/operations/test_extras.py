@@ -46,7 +46,7 @@ def test_an_enabled_channel_without_its_extra_names_the_extra(tmp_path: Path, se
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"switchboard: channels.{extra} is enabled but its SDK is not installed: "
-        f"pip install 'switchboard[{extra}]' (missing Python module {module})"
+        f"pip install 'switchboard-chatops[{extra}]' (missing Python module {module})"
     ]
 
 
@@ -56,7 +56,7 @@ def test_postgres_without_its_extra_names_it(tmp_path: Path):
     result = run_without(["asyncpg"], ["serve", "--config", str(config)])
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "switchboard: database.url is PostgreSQL but pip install 'switchboard[postgres]' "
+        "switchboard: database.url is PostgreSQL but pip install 'switchboard-chatops[postgres]' "
         "(missing Python module asyncpg)"
     )
 
