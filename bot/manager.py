@@ -34,6 +34,7 @@ from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.pairing import PairingStore
+from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook, is_occurrence
 from bot.threads import Conversation, ThreadStore
@@ -239,6 +240,8 @@ class ChannelManager:
         self._stopping = False
         #: Work that failed because storage was unreachable runs again, in place (bot/faults.py).
         self.storage = StorageRetry(inbox.save_reply_ref, bus.release)
+        #: A final reply that hits a rate limit or a 5xx is delivered later, from its saved answer.
+        self.delivery = FinalDelivery(inbox.save_answer, self.storage.call)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -664,7 +667,8 @@ class ChannelManager:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 try:
-                    await reply.finish(final, files)
+                    # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
+                    await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
