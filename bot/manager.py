@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Literal
 
 from agent.errors import describe_error
-from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TrustLevel, TurnFinished, TurnRequest
+from agent.events import (
+    Agent,
+    TextDelta,
+    TextWithdrawn,
+    ToolFinished,
+    ToolStarted,
+    TrustLevel,
+    TurnFinished,
+    TurnRequest,
+)
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics
 from bot.approvals import ApprovalDesk, ChatApproval
@@ -819,6 +828,11 @@ class ChannelManager:
                 metrics.observe_event(event)
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                elif isinstance(
+                    event, TextWithdrawn
+                ):  # a cut-off answer asked for again (agent/stream_end.py)
+                    shown = "".join(parts)
+                    parts[:] = [shown[: max(0, len(shown) - event.chars)]]
                 elif isinstance(event, ToolStarted):
                     progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
                 elif isinstance(event, ToolFinished):
