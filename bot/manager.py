@@ -338,7 +338,9 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling message failed")
-            status = await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
+            status = await self._fail(
+                entry.id, f"{type(exc).__name__}: {exc}", message=message, shown=entry.reply_ref
+            )
             if status == FAILED and not self._stopping:  # transient (a busy database): try again soon
                 delay = min(RETRY_MAX_DELAY_SECONDS, 2.0**entry.attempts)
                 entry.attempts += 1
@@ -702,7 +704,10 @@ class ChannelManager:
             log.exception("turn failed outside the agent")
             metrics.mark_outcome("error")
             if turn.entry_id:
-                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
+                shown = reply.ref if reply is not None else turn.reply_ref  # replaced by a dead-letter note
+                await self._fail(
+                    turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
+                )
             return None
         return final, stopped, failed
 
@@ -953,9 +958,18 @@ class ChannelManager:
         self.bus.release(entry_id)
 
     async def _fail(
-        self, entry_id: str, error: str, reply_text: str | None = None, *, message: InboundMessage
+        self,
+        entry_id: str,
+        error: str,
+        reply_text: str | None = None,
+        *,
+        message: InboundMessage,
+        shown: str | None = None,
     ) -> str:
-        """Count the failed attempt; return the entry's new status (``failed`` or ``dead``)."""
+        """Count the failed attempt; return the entry's new status (``failed`` or ``dead``).
+
+        ``shown``: the reply's message in the chat ("…" or "⏳ Queued"), which a dead-letter note
+        replaces instead of leaving it behind."""
         try:
             status = await self.inbox.mark_failed(entry_id, error, reply_text)
         finally:
@@ -967,7 +981,7 @@ class ChannelManager:
             )
             note = DEAD_LETTER_NOTE.format(attempts=self.inbox.max_attempts, trace=trace_id_var.get() or "-")
             try:
-                await self.send_notice(message, note)
+                await self.send_notice(message, note, resume_ref=shown)
             except Exception as exc:  # the platform may be what keeps failing
                 log.warning("could not tell the user their message was set aside: %s", exc)
         return status
