@@ -130,6 +130,14 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class TextWithdrawn:
+    """The last ``chars`` characters streamed so far are taken back: the model's answer was cut off and
+    it is being asked again (agent/stream_end.py). The live reply drops them; the final text never had them."""
+
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class ToolStarted:
     name: str
     summary: str = ""
@@ -152,7 +160,7 @@ class TurnFinished:
     output_tokens: int = 0
 
 
-AgentEvent = TextDelta | ToolStarted | ToolFinished | TurnFinished
+AgentEvent = TextDelta | TextWithdrawn | ToolStarted | ToolFinished | TurnFinished
 
 
 class Agent(Protocol):

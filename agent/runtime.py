@@ -51,6 +51,7 @@ from agent.events import (
     FULL_PROFILE,
     AgentEvent,
     TextDelta,
+    TextWithdrawn,
     ToolFinished,
     ToolProfile,
     ToolStarted,
@@ -71,6 +72,7 @@ from agent.sandbox import (
 )
 from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
+from agent.stream_end import CUT_NOTE, was_cut
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
 from agent.usage import UsageStore
 from agent.web import WebFetcher, WebSearcher
@@ -175,6 +177,13 @@ class _Run:
     texts: list[str] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    #: The model's last answer was cut off twice (agent/stream_end.py): the reply says so.
+    cut: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _AskedAgain:
+    """Written to the graph's stream when a cut-off answer is asked for again (see ``_invoke``)."""
 
 
 def _postgres_conninfo(url: str) -> str | None:
@@ -573,7 +582,7 @@ class AgentRuntime:
         for attempt in (1, 2):
             history = kept if run.vision else [without_images(m) for m in kept]
             try:
-                response = await run.model.ainvoke([*self._prompt(run, summary), *history], config)
+                response = await self._invoke(run, [*self._prompt(run, summary), *history], config)
                 return response, removed, summary
             except Exception as exc:
                 if not is_context_overflow(exc):
@@ -586,6 +595,23 @@ class AgentRuntime:
                     raise ContextOverflowError(run.model_name) from exc
                 removed = [*removed, *more]
         raise AssertionError("unreachable")
+
+    async def _invoke(self, run: _Run, messages: list[BaseMessage], config: RunnableConfig) -> BaseMessage:
+        """One model call; asked once more when its stream was cut off (agent/stream_end.py). The cut
+        attempt is dropped (its streamed text is withdrawn from the live reply); a second cut is kept
+        and marked."""
+        response: BaseMessage = await run.model.ainvoke(messages, config)
+        if was_cut(response):
+            log.warning(
+                "model %s: the answer's stream ended without a finish reason; asking once more",
+                run.model_name,
+            )
+            get_stream_writer()(_AskedAgain())
+            response = await run.model.ainvoke(messages, config)
+            if was_cut(response):
+                log.warning("model %s: the answer was cut off again; marking it incomplete", run.model_name)
+        run.cut = was_cut(response)
+        return response
 
     async def compact(self, thread_id: str, model: str | None) -> CompactResult:
         """``/compact``: fold everything before the latest user message into the thread's summary."""
@@ -806,6 +832,9 @@ class AgentRuntime:
         stream = StreamMasker(masker)
         last_id: str | None = None
         shown = False
+        # The current model message's visible characters, and whether text was shown before it: what a
+        # cut-off answer asked for again takes back (agent/stream_end.py).
+        current, shown_before = 0, False
         try:
             user = await self._user_message(request, sandbox)
             if request.hidden:  # a goal continuation: transcripts must not present it as the user's words
@@ -817,6 +846,10 @@ class AgentRuntime:
                 if mode == "custom":
                     if isinstance(payload, ToolStarted | ToolFinished):
                         yield payload
+                    elif isinstance(payload, _AskedAgain):
+                        if current:
+                            yield TextWithdrawn(current)
+                        stream, current, shown, last_id = StreamMasker(masker), 0, shown_before, None
                     continue
                 chunk, meta = payload
                 if meta.get("langgraph_node") != "model" or not isinstance(chunk, AIMessageChunk | AIMessage):
@@ -828,9 +861,11 @@ class AgentRuntime:
                     # A new model message after a tool call: keep the earlier text, start a new paragraph.
                     text = ("\n\n" + text) if shown else text
                     last_id = chunk.id
+                    current, shown_before = 0, shown
                 visible = stream.feed(text)
                 if visible:
                     shown = True
+                    current += len(visible)
                     yield TextDelta(visible)
         except Exception:
             # The model failed midway: what it already said (masked) is still the user's to see.
@@ -852,6 +887,8 @@ class AgentRuntime:
         final = masker("\n\n".join(t.strip() for t in run.texts))
         if not final:
             final = "📎 Here are the files." if files else NOTHING_TO_ADD
+        if run.cut:
+            final += f"\n\n{CUT_NOTE}"
         withheld = [path.name for path in run.tools.files if path not in files]
         if withheld:
             final += f"\n\n⚠️ Not sent: {', '.join(withheld)} changed after it was presented."

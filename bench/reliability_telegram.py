@@ -98,8 +98,9 @@ class ServeProcess:
     def __init__(self, config: Path, log: Path) -> None:
         env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
         self._log = log.open("ab")
+        self.port = free_port()  # its HTTP port: /health, /ready, /metrics
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve", "--config", str(config), "--port", str(free_port())],
+            [sys.executable, "-m", "bot", "serve", "--config", str(config), "--port", str(self.port)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

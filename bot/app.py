@@ -191,11 +191,13 @@ def create_app(
         # Under `serve` the agent is built after HTTP is up: ready also means it answers messages.
         # Database and agent are real round trips (cached 2 s): 503 while PostgreSQL is away.
         started = service.started_at is not None
-        db_problem, agent_problem = await service.readiness() if started else (None, None)
+        db_problem, agent_problem, disk_problem = await service.readiness() if started else (None, None, None)
         if not started:
             reason = "starting: channels not started yet"
         elif db_problem is not None:
             reason = f"database {db_problem}"
+        elif disk_problem is not None:
+            reason = f"disk {disk_problem}"
         elif service.agent_state == "starting":
             reason = "starting: the agent is not ready yet"
         elif service.agent_state == "failed":
@@ -228,7 +230,7 @@ def create_app(
                     {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )
         if service.started_at is not None:
-            await service.readiness()  # switchboard_component_up for the database and agent (≤ 2 s old)
+            await service.readiness()  # switchboard_component_up for the database, agent and disk (≤ 2 s old)
         components = {f"channel:{name}": channel.receiving()[0] for name, channel in service.channels.items()}
         await opsmetrics.refresh(service)  # build info, inbox entries by status, channel states
         body = metrics.render(inbox_unfinished=service.bus.load, components=components)

@@ -6,13 +6,15 @@ A storage fault is not the message's fault and not the model's, and it passes: s
 and runs the same work again, in place, until storage answers again.
 
 - :func:`is_storage_error` tells a storage fault from every other failure: a connection to PostgreSQL
-  refused, closed or shut down (asyncpg, psycopg and its pool, SQLAlchemy's wrappers), or SQLite out of
-  disk or failing I/O. A syntax error or a constraint violation is not one: retrying would not help.
+  refused, closed or shut down (asyncpg, psycopg and its pool, SQLAlchemy's wrappers), SQLite out of
+  disk or failing I/O, or any write refused for lack of space (``ENOSPC``/``EDQUOT``: an upload or a
+  thread's folder on a full disk). A syntax error or a constraint violation is not one: retrying
+  would not help.
 - :class:`StorageRetry` runs an operation again with back-off (1, 2, 4 … up to ``max_delay`` seconds,
   ended early once the service's health checks saw storage fail and answer again) while it fails that
-  way. For a turn the reply says so once — its live message is edited into the
-  partial answer plus :data:`RETRY_NOTE` — and the next attempt edits that same message into the
-  answer. Nothing counts as a failed attempt (no dead-lettering over an outage), the inbox row stays
+  way. For a turn the reply says so once — its live message is edited into the partial answer plus
+  :data:`RETRY_NOTE` (:data:`DISK_FULL_NOTE` when the disk is full) — and the next attempt edits that
+  same message into the answer. Nothing counts as a failed attempt (no dead-lettering over an outage), the inbox row stays
   pending, and the turn keeps its place in its thread's lane (and, in a cluster, its claim), so the
   thread's order holds. Waiting ends with the process: a stopping service cancels it after its drain
   time and the entry, still pending, resumes at the next start.
@@ -21,6 +23,7 @@ and runs the same work again, in place, until storage answers again.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import sqlite3
@@ -37,6 +40,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRY_NOTE = "⏳ I can't reach my database right now, so I'll retry this by myself as soon as it's back."
+#: The same line when the fault is a full disk: waiting for the database to come back would not help.
+DISK_FULL_NOTE = (
+    "⏳ My disk is full right now, so I can't save this; I'll retry it by myself once there is space."
+)
 FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 10.0
 #: How often a back-off asks the storage probe whether storage is back.
@@ -53,6 +60,10 @@ _SQLITE_FAULTS = (
     "disk full",
 )
 _CHAIN_LIMIT = 8
+#: Out of space (or quota), wherever it is raised: it passes when space is freed, and is never the
+#: message's fault — an upload or a thread's files failing to be written on a full disk is one too.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_FULL_PHRASES = ("database or disk is full", "disk full")
 
 
 @functools.cache
@@ -114,6 +125,8 @@ def _is_fault(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
         text = str(exc).lower()
         return any(phrase in text for phrase in _SQLITE_FAULTS)
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return True
     # Connecting: asyncpg raises the socket's own error (refused, reset, timed out) under SQLAlchemy's
     # pre-ping. Only when it was raised inside a driver: the model's client raises the same classes.
     if isinstance(exc, OSError | TimeoutError):
@@ -128,6 +141,20 @@ def is_storage_error(exc: BaseException) -> bool:
         if seen is None:
             return False
         if _is_fault(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether a storage fault is the disk being full (SQLite's SQLITE_FULL, or ENOSPC/EDQUOT)."""
+    seen: BaseException | None = exc
+    for _ in range(_CHAIN_LIMIT):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _NO_SPACE:
+            return True
+        if isinstance(seen, sqlite3.DatabaseError) and any(p in str(seen).lower() for p in _FULL_PHRASES):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -268,8 +295,9 @@ class StorageRetry:
         if reply is None:
             return None
         partial = fault.partial.rstrip()
+        note = DISK_FULL_NOTE if is_disk_full(fault) else RETRY_NOTE
         try:
-            await reply.finish(f"{partial}\n\n{RETRY_NOTE}" if partial else RETRY_NOTE)
+            await reply.finish(f"{partial}\n\n{note}" if partial else note)
         except Exception as exc:  # the platform may be failing too; the retry still runs
             log.info("could not show the retry note: %s", exc)
         return reply.ref

@@ -353,6 +353,16 @@ class Inbox:
         status: str = await self._submit("failed", id=entry_id, error=error[:2000], reply_text=reply_text)
         return status
 
+    async def save_answer(self, entry_id: str, text: str) -> None:
+        """Keep the agent's final answer with its entry while its delivery is retried (bot/redelivery.py):
+        a restart delivers it without asking the model again. Not an attempt: the status and the count
+        stay, so a platform rate-limiting for a while sets nothing aside. Direct (not through the
+        writer): rare, and it must be durable before the first wait."""
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(inbox_table).where(inbox_table.c.id == entry_id).values(reply_text=text)
+            )
+
     async def take_retries(self, limit: int = 50) -> list[InboxEntry]:
         """Claim entries an operator queued for retry (``retry`` → ``pending``), oldest first."""
         entries: list[InboxEntry] = await self._submit("take_retries", limit=limit)

@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Literal
 
 from agent.errors import describe_error
-from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TrustLevel, TurnFinished, TurnRequest
+from agent.events import (
+    Agent,
+    TextDelta,
+    TextWithdrawn,
+    ToolFinished,
+    ToolStarted,
+    TrustLevel,
+    TurnFinished,
+    TurnRequest,
+)
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics
 from bot.approvals import ApprovalDesk, ChatApproval
@@ -34,6 +43,7 @@ from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
 from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
 from bot.logs import trace_id_var
 from bot.pairing import PairingStore
+from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook, is_occurrence
 from bot.threads import Conversation, ThreadStore
@@ -239,6 +249,8 @@ class ChannelManager:
         self._stopping = False
         #: Work that failed because storage was unreachable runs again, in place (bot/faults.py).
         self.storage = StorageRetry(inbox.save_reply_ref, bus.release)
+        #: A final reply that hits a rate limit or a 5xx is delivered later, from its saved answer.
+        self.delivery = FinalDelivery(inbox.save_answer, self.storage.call)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -326,7 +338,9 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling message failed")
-            status = await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
+            status = await self._fail(
+                entry.id, f"{type(exc).__name__}: {exc}", message=message, shown=entry.reply_ref
+            )
             if status == FAILED and not self._stopping:  # transient (a busy database): try again soon
                 delay = min(RETRY_MAX_DELAY_SECONDS, 2.0**entry.attempts)
                 entry.attempts += 1
@@ -664,7 +678,8 @@ class ChannelManager:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 try:
-                    await reply.finish(final, files)
+                    # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
+                    await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
@@ -689,7 +704,10 @@ class ChannelManager:
             log.exception("turn failed outside the agent")
             metrics.mark_outcome("error")
             if turn.entry_id:
-                await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
+                shown = reply.ref if reply is not None else turn.reply_ref  # replaced by a dead-letter note
+                await self._fail(
+                    turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
+                )
             return None
         return final, stopped, failed
 
@@ -815,6 +833,11 @@ class ChannelManager:
                 metrics.observe_event(event)
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                elif isinstance(
+                    event, TextWithdrawn
+                ):  # a cut-off answer asked for again (agent/stream_end.py)
+                    shown = "".join(parts)
+                    parts[:] = [shown[: max(0, len(shown) - event.chars)]]
                 elif isinstance(event, ToolStarted):
                     progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
                 elif isinstance(event, ToolFinished):
@@ -935,9 +958,18 @@ class ChannelManager:
         self.bus.release(entry_id)
 
     async def _fail(
-        self, entry_id: str, error: str, reply_text: str | None = None, *, message: InboundMessage
+        self,
+        entry_id: str,
+        error: str,
+        reply_text: str | None = None,
+        *,
+        message: InboundMessage,
+        shown: str | None = None,
     ) -> str:
-        """Count the failed attempt; return the entry's new status (``failed`` or ``dead``)."""
+        """Count the failed attempt; return the entry's new status (``failed`` or ``dead``).
+
+        ``shown``: the reply's message in the chat ("…" or "⏳ Queued"), which a dead-letter note
+        replaces instead of leaving it behind."""
         try:
             status = await self.inbox.mark_failed(entry_id, error, reply_text)
         finally:
@@ -949,7 +981,7 @@ class ChannelManager:
             )
             note = DEAD_LETTER_NOTE.format(attempts=self.inbox.max_attempts, trace=trace_id_var.get() or "-")
             try:
-                await self.send_notice(message, note)
+                await self.send_notice(message, note, resume_ref=shown)
             except Exception as exc:  # the platform may be what keeps failing
                 log.warning("could not tell the user their message was set aside: %s", exc)
         return status

@@ -66,8 +66,8 @@ INBOX_UNFINISHED = Gauge(
 COMPONENT_UP = Gauge(
     "switchboard_component_up",
     "1 while a component works: database and agent when they answered their last health check (a real "
-    "round trip), channel:<name> while messages from that platform reach the service through this "
-    "instance (/health's intake says why not).",
+    "round trip), disk when its last write check into data_dir worked, channel:<name> while messages "
+    "from that platform reach the service through this instance (/health's intake says why not).",
     ["component"],
     registry=REGISTRY,
 )
@@ -86,7 +86,7 @@ PLATFORM_RATE_LIMITED = Counter(
 
 
 def set_component_up(component: str, up: bool) -> None:
-    """Record a component's latest health check (``database``, ``agent``; bot/probes.py)."""
+    """Record a component's latest health check (``database``, ``agent``, ``disk``; bot/probes.py)."""
     COMPONENT_UP.labels(component).set(1 if up else 0)
 
 

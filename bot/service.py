@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from sqlalchemy import MetaData
 
@@ -46,6 +46,7 @@ from bot.bus import MessageBus
 from bot.cluster import Cluster
 from bot.commands import CommandRegistry
 from bot.db import Database
+from bot.diskcheck import disk_check
 from bot.features import Feature, Foundation, Running
 from bot.features.agent import AgentFeature
 from bot.features.connections import ConnectionsFeature
@@ -72,6 +73,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AgentState = Literal["starting", "ready", "failed"]
+
+
+class Readiness(NamedTuple):
+    """What the health checks found (bot/probes.py): None where a component passed its check."""
+
+    database: str | None
+    agent: str | None
+    disk: str | None
+
 
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
 #: /health's database checks wait this long, then report the database unreachable.
@@ -155,6 +165,8 @@ class Service:
         # What /health, /ready and the component metric say: real round trips, cached for 2 s.
         self.database_probe = CachedProbe("database", self.db.problem)
         self.agent_probe = CachedProbe("agent", self._agent_problem)
+        # A full disk: reads (and so SELECT 1) still work; only a write tells (bot/diskcheck.py).
+        self.disk_probe = CachedProbe("disk", disk_check(self.data_dir, self.db.sqlite_path).problem)
 
     @property
     def data_dir(self) -> Path:
@@ -382,14 +394,16 @@ class Service:
     async def storage_problem(self) -> str | None:
         """The database's or the agent's checkpoint store's problem, if any (cached ≤ 2 s): a turn
         waiting for storage (bot/faults.py) runs again as soon as this clears."""
-        db_problem, agent_problem = await self.readiness()
-        return db_problem or agent_problem
+        found = await self.readiness()
+        return found.database or found.agent or (f"disk {found.disk}" if found.disk else None)
 
-    async def readiness(self) -> tuple[str | None, str | None]:
-        """(database problem, agent problem): None each when it answered its check (cached ≤ 2 s).
-        Both at once: while PostgreSQL is away each may take up to its timeout."""
-        database, agent = await asyncio.gather(self.database_probe.problem(), self.agent_probe.problem())
-        return database, agent
+    async def readiness(self) -> Readiness:
+        """The database's, the agent's and the disk's problem: None each when it passed its check
+        (cached ≤ 2 s). All at once: while PostgreSQL is away each may take up to its timeout."""
+        database, agent, disk = await asyncio.gather(
+            self.database_probe.problem(), self.agent_probe.problem(), self.disk_probe.problem()
+        )
+        return Readiness(database, agent, disk)
 
     def agent_health(self, problem: str | None) -> str:
         """``/health``'s agent entry: its start-up state, or ``unavailable: …`` once it cannot work."""
@@ -398,13 +412,14 @@ class Service:
         return f"unavailable: {problem}"
 
     async def health(self) -> dict[str, Any]:
-        db_problem, agent_problem = await self.readiness()
+        db_problem, agent_problem, disk_problem = await self.readiness()
         channels = {name: channel.health() for name, channel in self.channels.items()}
         for name, error in self.channel_errors.items():
             channels.setdefault(name, {"state": "error", "detail": error})
         agent = self.agent_health(agent_problem)
         degraded = (
             db_problem is not None
+            or disk_problem is not None
             or self.agent_state == "failed"
             or agent.startswith("unavailable")
             or any(c["state"] == "error" for c in channels.values())
@@ -413,6 +428,7 @@ class Service:
             "status": "degraded" if degraded else "ok",
             "version": VERSION,
             "database": db_problem or "ok",
+            "disk": disk_problem or "ok",
             "agent": agent,
             "sandbox": self.settings.sandbox.mode,
             "sandbox_limits": self.agent.sandbox_limits() if self.agent is not None else {},

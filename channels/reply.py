@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from channels import observe
-from channels.errors import ChannelError, EditFailed, MessageNotModified, RetryAfter
+from channels.errors import ChannelError, EditFailed, MessageNotModified, NetworkError, RetryAfter
 from channels.splitter import split_text
 from channels.types import Action, ReplyLimits
 
@@ -695,6 +695,13 @@ class ReplyStream:
         self._abandon_native()
 
     async def _deliver_final(self, chunks: list[str], actions: tuple[Action, ...]) -> None:
+        """Edit the visible messages into the final text; a new message only when they cannot be edited.
+
+        A rate limit or a network failure is not a reason to post the answer anew: that left the "…"
+        (or a "⏳ Queued" notice) behind. After ``MAX_FINAL_ATTEMPTS`` of those the last one is raised,
+        and the caller retries later (bot/redelivery.py); what already landed stays in ``_sent``, so a
+        later :meth:`finish` sends only what is still missing."""
+        transient: ChannelError | None = None
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
             try:
                 await self._sync(chunks, allow_new=True, priority=True, actions=actions)
@@ -702,12 +709,21 @@ class ReplyStream:
             except RetryAfter as exc:
                 log.info("final reply rate limited (attempt %d): %s", attempt, exc)
                 self._penalize(exc)
+                transient = exc
             except EditFailed as exc:
                 log.info("editing the reply failed, sending it as a new message: %s", exc)
+                transient = None
                 break
+            except NetworkError as exc:
+                log.info("final reply failed (attempt %d): %s", attempt, exc)
+                self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
+                transient = exc
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
                 self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
+                transient = None
+        if transient is not None:
+            raise transient
         await self._send_fresh(chunks)
 
     async def _send_fresh(self, chunks: list[str]) -> None:

@@ -126,6 +126,6 @@ async def test_on_postgres_every_connection_comes_back_after_the_server_dropped_
             await admin.close()
         assert dropped >= 2  # at least the checkpoint pool's and the LISTEN connection
         assert await h.ask("second", message_id="r2") == "echo: second"
-        assert (await h.service.readiness()) == (None, None)
+        assert (await h.service.readiness()) == (None, None, None)
     sent = llm.completions[-1]["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"] == ["first", "second"]

@@ -50,6 +50,9 @@ class Reply:
     prompt_tokens: int = 10
     completion_tokens: int | None = None
     abort_after_chunks: int | None = None  # drop the connection mid-stream after this many text chunks
+    #: End the stream cleanly after this many text chunks, with no finish_reason and no ``[DONE]``: what
+    #: a proxy or an overloaded server that gives up half way sends (the client sees a normal end).
+    cut_after_chunks: int | None = None
 
 
 def last_user_text(request: dict[str, Any]) -> str:
@@ -205,6 +208,9 @@ class FakeOpenAI(ThreadedServer):
                 await response.write(b"data: {not json")
                 assert request.transport is not None
                 request.transport.close()
+                return response
+            if reply.cut_after_chunks is not None and index >= reply.cut_after_chunks:
+                await response.write_eof()
                 return response
             if reply.delay:
                 await asyncio.sleep(reply.delay)

@@ -24,6 +24,7 @@ Driving it (from a test or a REPL)::
         tg.user_message(42, "hello")                       # a private message from user 42
         tg.user_message(-100, "@switchboard_bot hi", chat_type="supergroup")
         tg.fail_next("editMessageText", status=429, retry_after=2)
+        tg.fail_share(["editMessageText"], 0.3, when=lambda p: "reply_markup" not in p)  # 30 % of finals
         tg.conflict_on_getupdates = True                   # another poller holds the token
         tg.chat_messages(42)                               # what the chat shows, with edit history
         tg.press(42, reply.message_id, "⏹ Stop")           # a user taps an inline button
@@ -44,10 +45,11 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -254,6 +256,10 @@ class FakeTelegram(ThreadedServer):
         self.files: dict[str, StoredFile] = {}
         self.chat_types: dict[int, str] = {}
         self._failures: dict[str, list[Failure]] = {}
+        self._share: tuple[frozenset[str], float, Failure, Callable[[dict[str, Any]], bool] | None] | None = (
+            None
+        )
+        self._share_rng = random.Random(0)
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
@@ -326,7 +332,7 @@ class FakeTelegram(ThreadedServer):
         }
         if request.match_info["token"] != self.token:
             return self._finish(entry, self._error_response(401, "Unauthorized"))
-        failure = self._take_failure(method)
+        failure = self._take_failure(method) or self._random_failure(method, params)
         if failure is not None:
             return self._finish(
                 entry, self._error_response(failure.status, failure.description, failure.retry_after)
@@ -912,6 +918,33 @@ class FakeTelegram(ThreadedServer):
         text = description or DEFAULT_DESCRIPTIONS.get(status, "Error").format(retry_after=retry_after)
         with self._state:
             self._failures.setdefault(method, []).extend([Failure(status, text, retry_after)] * times)
+
+    def fail_share(
+        self,
+        methods: Sequence[str],
+        share: float,
+        *,
+        status: int = 429,
+        retry_after: int | None = 1,
+        when: Callable[[dict[str, Any]], bool] | None = None,
+        seed: int = 0,
+    ) -> None:
+        """From now on, fail about ``share`` of the calls of ``methods`` (those whose parameters
+        ``when`` accepts) with ``status``, as a busy Bot API does; ``share=0`` stops it. Seeded: a run
+        fails the same calls each time."""
+        text = DEFAULT_DESCRIPTIONS.get(status, "Error").format(retry_after=retry_after)
+        with self._state:
+            self._share = (frozenset(methods), share, Failure(status, text, retry_after), when)
+            self._share_rng = random.Random(seed)
+
+    def _random_failure(self, method: str, params: dict[str, Any]) -> Failure | None:
+        with self._state:
+            if self._share is None:
+                return None
+            methods, share, failure, when = self._share
+            if method not in methods or (when is not None and not when(params)):
+                return None
+            return failure if self._share_rng.random() < share else None
 
     def _take_failure(self, method: str) -> Failure | None:
         with self._state:

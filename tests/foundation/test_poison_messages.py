@@ -92,3 +92,25 @@ async def test_a_dead_lettered_message_is_not_resumed_at_restart(tmp_path, llm):
         assert chat.in_chat("chat-1") == []
         assert again.service.bus.load == 0
     assert llm.completions == []
+
+
+class SecretsDown(MemoryChannel):
+    """A platform whose per-turn credentials cannot be fetched: every turn fails after its "…" showed
+    (outside the agent), as a bug in the bot would."""
+
+    async def run_secrets(self, message: InboundMessage) -> dict[str, str]:
+        raise RuntimeError("credential store unavailable")
+
+
+async def test_the_set_aside_note_replaces_the_placeholder_instead_of_leaving_it_behind(tmp_path, llm):
+    chat = SecretsDown("memory")
+    settings = make_settings(tmp_path, llm, bus={"max_attempts": 3})
+    async with Harness.running(settings, channels={"memory": chat}) as h:
+        message = chat.make_message("why me?", message_id="p2")
+        for _ in range(3):  # each redelivery runs it again, in the same message, until it is set aside
+            await chat.deliver(message)
+            await h.idle()
+        assert await h.service.inbox.counts() == {"dead": 1}
+    [shown] = chat.in_chat("chat-1")
+    assert DEAD_NOTE in shown.text, "the '…' became the note; nothing stale stays"
+    assert shown.history[0] == "…"

@@ -74,16 +74,26 @@ async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path,
     assert chat.in_chat("chat-1")[-1].text == "echo: are you there?"
 
 
-async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(harness, llm):
-    """The resend path (an answer kept from a failed delivery) has no streaming, so its first edit is
-    the final one: a single RetryAfter there must be waited out, not turned into a second message."""
-    harness.chat.fail_next("send", NetworkError("platform down"), times=50)
-    message = harness.chat.make_message("important question", message_id="q1")
-    await harness.chat.deliver(message)
-    await harness.idle(timeout=30)
-    harness.chat.recover()
-    harness.chat.fail_next("edit", RetryAfter(0.05))
-    await harness.chat.deliver(message)
-    await harness.idle()
-    assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: important question"]
+async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(tmp_path, llm):
+    """The resend path (an answer kept while the platform was down) has no streaming, so its first edit
+    is the final one: a single RetryAfter there must be waited out, not turned into a second message."""
+    settings = make_settings(tmp_path, llm)
+    chat = MemoryChannel("memory")
+    first = Harness(settings, channels={"memory": chat})
+    await first.start()
+    try:
+        chat.fail_next("send", NetworkError("platform down"), times=10_000)
+        await chat.say("important question")
+        for _ in range(600):  # the answer is kept with its entry while delivery keeps failing
+            if any(e.reply_text for e in await first.service.inbox.entries()):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await first.stop(grace=0)
+    assert any(e.reply_text for e in await first.service.inbox.entries())
+    chat.recover()
+    chat.fail_next("edit", RetryAfter(0.05))
+    async with Harness.running(settings, channels={"memory": chat}) as second:
+        await second.idle()
+    assert [m.text for m in chat.in_chat("chat-1")] == ["echo: important question"]
     assert len(llm.completions) == 1

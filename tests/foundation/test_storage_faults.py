@@ -9,6 +9,7 @@ write fails with SQLite's own "database or disk is full", exactly as on a full d
 from __future__ import annotations
 
 import asyncio
+import errno
 import sqlite3
 from typing import Any
 
@@ -16,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy.exc import OperationalError as SAOperationalError
 
-from bot.faults import RETRY_NOTE, is_storage_error
+from bot.faults import DISK_FULL_NOTE, is_disk_full, is_storage_error
 from bot.inbox import DONE, PENDING
 from tests.conftest import make_settings
 from tests.harness import Harness
@@ -42,7 +43,7 @@ async def test_a_turn_stopped_by_a_full_checkpoint_store_stays_pending_and_is_an
         await cap_checkpoints(h, None)
 
         sent = await h.chat.say("second", message_id="m2")
-        notice = await h.chat.wait_for_text(RETRY_NOTE, timeout=20)
+        notice = await h.chat.wait_for_text(DISK_FULL_NOTE, timeout=20)
         entry = (await h.service.inbox.entries(limit=1))[0]
         assert entry.message.platform_message_id == sent.platform_message_id
         assert (entry.status, entry.attempts) == (PENDING, 0), "a storage fault must not finish or count"
@@ -58,7 +59,7 @@ async def test_a_turn_stopped_by_a_full_checkpoint_store_stays_pending_and_is_an
         answers = [m for m in h.chat.in_chat() if m.ref != notice.ref and "second" in m.text]
         assert answers == [], "the retry edits the message that showed the note; it sends no other"
         # What the model had said stayed visible with the note while it waited.
-        assert any(t.startswith("echo: second") and t.endswith(RETRY_NOTE) for t in notice.history)
+        assert any(t.startswith("echo: second") and t.endswith(DISK_FULL_NOTE) for t in notice.history)
         # The thread's history holds the answer once the write went through.
         assert await h.ask("third", message_id="m3") == "echo: third"
     roles = [m["role"] for m in llm.completions[-1]["messages"] if m["role"] != "system"]
@@ -94,3 +95,19 @@ def test_storage_faults_are_told_from_statement_errors_and_from_the_model_being_
         assert not is_storage_error(model.value)
 
     asyncio.run(refused())
+
+
+def test_no_space_anywhere_is_a_disk_full_storage_fault_and_other_os_errors_are_not():
+    """An upload or a thread's folder that cannot be written on a full disk waits for space like the
+    database does; a permission error would not pass by waiting."""
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert is_storage_error(full) and is_disk_full(full)
+    try:
+        try:
+            raise full
+        except OSError as exc:
+            raise RuntimeError("saving the upload failed") from exc
+    except RuntimeError as wrapped:
+        assert is_storage_error(wrapped) and is_disk_full(wrapped)
+    assert not is_storage_error(OSError(errno.EACCES, "Permission denied"))
+    assert not is_disk_full(sqlite3.OperationalError("disk I/O error"))
