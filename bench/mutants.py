@@ -115,9 +115,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "done-before-delivered",
         "bot/manager.py",
-        "                try:\n                    await reply.finish(final, files)",
+        "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
         "                if turn.entry_id:\n                    await self.inbox.mark_done(turn.entry_id)\n"
-        "                try:\n                    await reply.finish(final, files)",
+        "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
         (f"{F}/test_order_and_delivery.py",),
         "the inbox marks a message done before its answer is delivered; a crash between loses it",
     ),
