@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -11,7 +12,7 @@ from bot.threads import ThreadStore, conversations_table
 from channels.errors import Backpressure, NetworkError
 from channels.memory import MemoryChannel
 from tests.conftest import fresh_pg_database, make_settings
-from tests.fakes.openai_server import Reply
+from tests.fakes.openai_server import Reply, echo_reply, last_user_text
 from tests.harness import Harness
 
 
@@ -145,7 +146,13 @@ async def test_graceful_stop_finishes_running_work_within_the_grace_period(setti
 
 
 async def test_work_left_at_the_end_of_the_grace_period_stays_unfinished_for_the_next_start(settings, llm):
-    llm.script(Reply(text="x" * 200, chunk_size=1, delay=0.1))
+    def reply(body: dict[str, Any]) -> Reply:  # by text: the two chats' model calls may arrive in any order
+        if last_user_text(body) == "long job" and not resumed:
+            return Reply(text="x" * 200, chunk_size=1, delay=0.1)
+        return echo_reply(body)
+
+    resumed: list[bool] = []
+    llm.default_reply = reply
     chat = MemoryChannel("memory")
     h = Harness(settings, channels={"memory": chat})
     await h.start()
@@ -153,11 +160,12 @@ async def test_work_left_at_the_end_of_the_grace_period_stays_unfinished_for_the
     await chat.say("queued job", chat="other")
     # A cold service's first model call can take a while on a loaded machine: wait for it generously,
     # and for the other chat's quick answer, so only the long job is left running at the stop.
-    await chat.wait_for(lambda ch: any(m.text.startswith("x") for m in ch.messages.values()), timeout=60)
+    await chat.wait_for(lambda ch: any(m.text.startswith("x") for m in ch.in_chat("chat-1")), timeout=60)
     await chat.wait_for_text("echo: queued job", chat="other", timeout=60)
     await h.stop(grace=0.2)
     counts = await _counts_after_stop(settings)
     assert counts.get("pending") == 1 and counts.get("done") == 1
+    resumed.append(True)
     again = Harness(settings, channels={"memory": chat})
     await again.start()
     try:
