@@ -91,11 +91,13 @@ class ReplyTransport(ABC):
 
 
 class NativeStream(ABC):
-    """A platform's own "message being written" primitive for one reply (one instance per reply).
+    """A platform's own "message being written" primitive for one live message of a reply.
 
     The stream calls :meth:`begin` once instead of sending a placeholder, :meth:`show` with the whole text
     so far (one chunk at most; an implementation that appends sends only what is new), and :meth:`close`
-    once with the first chunk of the final text. Every call is paced by the chat's budget. A
+    once with the first chunk of the final text. A native that ``rolls_over`` is one instance per chunk:
+    each is closed with its full chunk once the text outgrows it, and the transport's
+    ``native_stream`` gives the next one. Every call is paced by the chat's budget. A
     :class:`~channels.errors.ChannelError` from ``begin``/``show`` makes the stream fall back to the
     edit path for the rest of the reply; from ``close`` it delivers the final text as new messages.
     """
