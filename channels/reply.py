@@ -91,11 +91,13 @@ class ReplyTransport(ABC):
 
 
 class NativeStream(ABC):
-    """A platform's own "message being written" primitive for one reply (one instance per reply).
+    """A platform's own "message being written" primitive for one live message of a reply.
 
     The stream calls :meth:`begin` once instead of sending a placeholder, :meth:`show` with the whole text
     so far (one chunk at most; an implementation that appends sends only what is new), and :meth:`close`
-    once with the first chunk of the final text. Every call is paced by the chat's budget. A
+    once with the first chunk of the final text. A native that ``rolls_over`` is one instance per chunk:
+    each is closed with its full chunk once the text outgrows it, and the transport's
+    ``native_stream`` gives the next one. Every call is paced by the chat's budget. A
     :class:`~channels.errors.ChannelError` from ``begin``/``show`` makes the stream fall back to the
     edit path for the rest of the reply; from ``close`` it delivers the final text as new messages.
     """
@@ -106,6 +108,11 @@ class NativeStream(ABC):
     #: Seconds after which a live message that did not change must be shown again to stay visible
     #: (e.g. a Telegram draft lapses after about 30 s); None = it stays until closed.
     keepalive: float | None = None
+    #: True where each chunk of a long reply may be a live message of its own: once the text outgrows
+    #: the live message, it is closed with its full chunk and a new one (with the live buttons) begins,
+    #: so the newest part streams and carries Stop. False: the live message shows the newest chunk.
+    #: Only for natives that close in place and return the persisted message's reference.
+    rolls_over: bool = False
 
     @abstractmethod
     async def begin(self, placeholder: str) -> str | None:
@@ -136,6 +143,7 @@ class _ObservedNative(NativeStream):
         self.provider = provider
         self.closes_in_place = inner.closes_in_place
         self.keepalive = inner.keepalive
+        self.rolls_over = inner.rolls_over
 
     async def begin(self, placeholder: str) -> str | None:
         return await _counted(self.provider, self.inner.begin(placeholder))
@@ -548,10 +556,13 @@ class ReplyStream:
             if self._closing:
                 return
             try:
+                chunks = self._chunks(text)
                 if self._native_open:
-                    await self._show_native(self._chunks(text)[-1])
+                    await self._roll_native(chunks)
+                if self._native_open:
+                    await self._show_native(chunks[-1])
                 else:
-                    await self._sync(self._chunks(text), allow_new=True)
+                    await self._sync(chunks, allow_new=True)
                 self._last_visible = time.monotonic()
             except RetryAfter as exc:
                 self._penalize(exc)  # drop this update; newer text goes later
@@ -584,9 +595,36 @@ class ReplyStream:
         self._native_shown = chunk
         self._native_at = time.monotonic()
 
+    async def _roll_native(self, chunks: list[str]) -> None:
+        """A live message that ``rolls_over`` and is full: close it with its whole chunk (its live
+        buttons go) and begin the next chunk as a new live message, which gets the live buttons."""
+        while self._native_open and self._native is not None and self._native.rolls_over:
+            index = len(self._sent)
+            if len(chunks) <= index + 1:
+                return
+            full = chunks[index]
+            try:
+                ref = await self._call("native", partial(self._native.close, full))
+            except (RetryAfter, MessageNotModified):
+                raise
+            except ChannelError as exc:
+                log.info("closing the full live message failed (%s); editing messages instead", exc)
+                self._abandon_native()
+                return
+            ref = ref or self._native_ref
+            if ref is None:  # not a native that may roll over; the edit path sends the rest
+                self._native, self._native_open = None, False
+                return
+            self._sent.append((ref, full, ()))
+            self._native, self._native_open, self._native_ref = None, False, None
+            self._native = self.transport.native_stream(self._live)
+            if self._native is None or not await self._begin_native(chunks[index + 1]):
+                self._native = None
+                return
+
     def _abandon_native(self) -> None:
         """Continue on the edit path: a live message the platform created becomes the message to edit."""
-        if self._native_ref is not None and not self._sent:
+        if self._native_ref is not None and all(ref != self._native_ref for ref, _, _ in self._sent):
             self._sent.append((self._native_ref, self._native_shown, None))
         self._native, self._native_open = None, False
 
@@ -657,7 +695,7 @@ class ReplyStream:
         self._prepaid = ()
         chunks = split_text(text if text.strip() else "(no answer)", self.limits.text_limit)
         if self._native_open:
-            await self._close_native(chunks[0])
+            await self._close_native(chunks)
         await self._deliver_final(chunks, final_actions)
         if files:
             try:
@@ -668,14 +706,17 @@ class ReplyStream:
         self.finished = True
         await self.transport.finished()
 
-    async def _close_native(self, first: str) -> None:
-        """End the native live message with the final text's first chunk (the rest goes out as usual).
+    async def _close_native(self, chunks: list[str]) -> None:
+        """End the native live message with its chunk of the final text — the first, or the one after
+        those already closed when it rolled over — and the rest goes out as usual.
 
         Platforms whose live message is only a preview (``closes_in_place`` False) skip the call: the
         ordinary message sent next replaces the preview.
         """
         native = self._native
         assert native is not None
+        index = min(len(self._sent), len(chunks) - 1)
+        first = chunks[index]
         if not native.closes_in_place:
             self._native, self._native_open = None, False
             return
@@ -689,7 +730,7 @@ class ReplyStream:
                 log.info("closing the native live reply failed (attempt %d): %s", attempt, exc)
                 break
             if ref is not None:
-                self._sent = [(ref, first, ())]
+                self._sent.append((ref, first, ()))
             self._native, self._native_open = None, False
             return
         self._abandon_native()

@@ -5,6 +5,11 @@ with blocking ``requests`` inside ``verify()``. So the client is built with ``en
 every call first obtains the token through the SDK's own cache on a worker thread
 (:meth:`LarkApi.tenant_token`): the cache refreshes 10 minutes before the 2-hour expiry, and nothing
 blocks the service's event loop. A token the platform rejects anyway is forgotten and the call retried once.
+
+Feishu meters two things per object rather than per app, and this layer keeps every call inside them
+(:class:`WindowLimit`), whatever pacing the caller uses: a message may be PATCHed 5 times a second
+("单条消息更新频控为 5 QPS"), and a card entity takes 10 card/element calls a second ("对于单个卡片实体，
+使用卡片和组件级 OpenAPI 操作卡片的频率上限为 10 次/秒").
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ import asyncio
 import io
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +38,7 @@ from lark_oapi.api.cardkit.v1 import (
     SettingsCardRequest,
     SettingsCardRequestBody,
 )
+from lark_oapi.api.contact.v3 import GetUserRequest
 from lark_oapi.api.im.v1 import (
     CreateFileRequest,
     CreateFileRequestBody,
@@ -69,9 +78,22 @@ FORBIDDEN_CODES = frozenset({99991672, 99991679, 230002, 230006, 230013, 230027,
 #: CardKit refusals that mean "this card cannot stream any more": streaming closed (300309) or closed by
 #: Feishu's 10-minute timeout (200850) — both fixed by switching streaming mode on again.
 STREAMING_CLOSED_CODES = frozenset({300309, 200850})
+#: CardKit "try again shortly": the card is in a user's button interaction (200810: "wait for the
+#: interaction to end, then update again" — it ends when the callback is answered, within 3 s), or a
+#: server error whose advice is "make sure the sequence grows, then retry later" (300120).
+CARD_BUSY_CODES = frozenset({200810, 300120})
+#: Contact lookups Feishu refuses for this user or app: outside the app's contact range (41050), no such
+#: user (41012), or no contact scope (99991672/99991679, in FORBIDDEN_CODES).
+USER_REFUSED_CODES = frozenset({41050, 41012})
 #: The tenant token was rejected: refetch it once, then give up.
 TOKEN_CODES = frozenset({99991661, 99991663, 99991668})
 DEFAULT_RETRY_AFTER = 1.0
+#: How long to wait before trying a busy card again (a callback answer usually comes within ~0.1 s).
+CARD_BUSY_RETRY = 0.3
+#: Feishu's per-object rates, and the window they are counted in (a second, and a little margin).
+MESSAGE_PATCHES_PER_SECOND = 5
+CARD_CALLS_PER_SECOND = 10
+RATE_WINDOW = 1.05
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tiff", ".ico"})
 FILE_TYPES = {".pdf": "pdf", ".doc": "doc", ".docx": "doc", ".xls": "xls", ".xlsx": "xls"}
 FILE_TYPES |= {".ppt": "ppt", ".pptx": "ppt", ".mp4": "mp4", ".opus": "opus"}
@@ -79,6 +101,69 @@ FILE_TYPES |= {".ppt": "ppt", ".pptx": "ppt", ".mp4": "mp4", ".opus": "opus"}
 
 class StreamingClosed(EditFailed):
     """The card entity is no longer in streaming mode (closed, or Feishu's 10-minute limit passed)."""
+
+
+class CardBusy(RetryAfter):
+    """The card cannot be updated *right now* (a button press is being answered): try again shortly.
+
+    A :class:`RetryAfter`, so a caller that does not know it still waits and keeps the card, instead of
+    treating the card as broken.
+    """
+
+
+class UserRefused(Forbidden):
+    """Feishu will not tell this app who the user is: ``app_wide`` when the app lacks the contact scope
+    (nobody can be looked up), else this user only (outside the app's contact range, unknown id)."""
+
+    def __init__(self, message: str, *, app_wide: bool = False) -> None:
+        super().__init__(message)
+        self.app_wide = app_wide
+
+
+class WindowLimit:
+    """At most ``calls`` calls per ``window`` seconds for each key (a message id, a card id).
+
+    Why not the reply's pacing: that is per chat and configurable (``edit_interval_seconds``); these are
+    the platform's hard per-object limits, which no configuration may exceed. A call is counted from
+    when its answer came back: Feishu saw it arrive before that, so a call that starts a full window
+    after the answer of the call ``calls`` places earlier cannot arrive within the platform's second,
+    however long the request took on the way (a token refresh, a busy machine). Keys are bounded (LRU).
+    """
+
+    def __init__(self, calls: int, window: float, max_keys: int = 4096) -> None:
+        self.calls = calls
+        self.window = window
+        self.max_keys = max_keys
+        #: Per key, one cell per recent call: when its answer came back (None while still on the wire).
+        self._ends: OrderedDict[str, list[list[float | None]]] = OrderedDict()
+
+    @asynccontextmanager
+    async def slot(self, key: str) -> AsyncIterator[None]:
+        """Wait until a call for ``key`` may go, then hold its place until the call has returned."""
+        ends = self._take(key)
+        while True:
+            now = time.monotonic()
+            ends[:] = [cell for cell in ends if cell[0] is None or cell[0] > now - self.window]
+            if len(ends) < self.calls:
+                break
+            finished = [cell[0] for cell in ends if cell[0] is not None]
+            # All places held by calls still on the wire: one of them returns soon.
+            await asyncio.sleep(min(finished) + self.window - now if finished else 0.05)
+        cell: list[float | None] = [None]
+        ends.append(cell)
+        try:
+            yield
+        finally:
+            cell[0] = time.monotonic()
+
+    def _take(self, key: str) -> list[list[float | None]]:
+        ends = self._ends.get(key)
+        if ends is None:
+            ends = self._ends[key] = []
+            if len(self._ends) > self.max_keys:
+                self._ends.popitem(last=False)
+        self._ends.move_to_end(key)
+        return ends
 
 
 def map_error(
@@ -108,6 +193,8 @@ def map_error(
         return Forbidden(text)
     if code in STREAMING_CLOSED_CODES:
         return StreamingClosed(text)
+    if code in CARD_BUSY_CODES:
+        return CardBusy(CARD_BUSY_RETRY, text)
     if status is not None and status >= 500 and not code:
         return NetworkError(text)
     if editing:
@@ -140,6 +227,8 @@ class LarkApi:
             .log_level(lark.LogLevel.WARNING)
             .build()
         )
+        self.message_rate = WindowLimit(MESSAGE_PATCHES_PER_SECOND, RATE_WINDOW)
+        self.card_rate = WindowLimit(CARD_CALLS_PER_SECOND, RATE_WINDOW)
 
     # --- token ------------------------------------------------------------------------------------
     async def tenant_token(self) -> str:
@@ -168,10 +257,12 @@ class LarkApi:
         *,
         editing: bool = False,
         binary: bool = False,
+        refused: frozenset[int] = frozenset(),
     ) -> Any:
         """Run one SDK call; return the response on ``code == 0``, raise a mapped ChannelError otherwise.
 
         ``make_request`` builds a fresh request per attempt: the SDK consumes upload streams from the body.
+        ``refused`` codes raise :class:`UserRefused` (for calls where they mean "not for this app").
         """
         for attempt in (1, 2):
             token = await self.tenant_token()
@@ -191,6 +282,8 @@ class LarkApi:
                 log.info("feishu rejected the cached tenant token; fetching a new one")
                 self.forget_token()
                 continue
+            if code in refused:
+                raise UserRefused(f"feishu error {code}: {getattr(response, 'msg', None) or 'refused'}")
             headers = getattr(raw, "headers", None) or {}
             raise map_error(status, code, getattr(response, "msg", None), headers, editing=editing)
         raise AssertionError("unreachable")
@@ -235,7 +328,28 @@ class LarkApi:
     async def patch(self, message_id: str, content: str) -> None:
         body = PatchMessageRequestBody.builder().content(content).build()
         request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
-        await self.call(self.client.im.v1.message.apatch, lambda: request, editing=True)
+        async with self.message_rate.slot(message_id):
+            await self.call(self.client.im.v1.message.apatch, lambda: request, editing=True)
+
+    async def user_name(self, open_id: str) -> str | None:
+        """``GET /open-apis/contact/v3/users/:open_id``: the user's display name, or None when the app
+        may see the user but not the name (the field needs ``contact:user.base:readonly``).
+
+        Raises :class:`UserRefused` when Feishu will not look the user up for this app (no contact
+        scope, the user outside the app's contact range, an unknown id); other errors as mapped.
+        """
+        request = GetUserRequest.builder().user_id(open_id).user_id_type("open_id").build()
+        try:
+            response = await self.call(
+                self.client.contact.v3.user.aget, lambda: request, refused=USER_REFUSED_CODES
+            )
+        except UserRefused:
+            raise
+        except Forbidden as exc:  # no contact scope for this app
+            raise UserRefused(str(exc), app_wide=True) from None
+        user = getattr(response.data, "user", None)
+        name = getattr(user, "name", None)
+        return str(name) if name else None
 
     # --- CardKit (card entities, streaming) ------------------------------------------------------------
     async def create_card(self, card_json: str) -> str:
@@ -259,13 +373,15 @@ class LarkApi:
             .request_body(body)
             .build()
         )
-        await self.call(self.client.cardkit.v1.card_element.acontent, lambda: request)
+        async with self.card_rate.slot(card_id):
+            await self.call(self.client.cardkit.v1.card_element.acontent, lambda: request)
 
     async def card_settings(self, card_id: str, settings: str, sequence: int) -> None:
         """``PATCH …/cards/:card_id/settings``: change the card's ``config`` (e.g. end streaming mode)."""
         body = SettingsCardRequestBody.builder().settings(settings).sequence(sequence).build()
         request = SettingsCardRequest.builder().card_id(card_id).request_body(body).build()
-        await self.call(self.client.cardkit.v1.card.asettings, lambda: request)
+        async with self.card_rate.slot(card_id):
+            await self.call(self.client.cardkit.v1.card.asettings, lambda: request)
 
     async def delete_element(self, card_id: str, element_id: str, sequence: int) -> None:
         """``DELETE …/cards/:card_id/elements/:element_id``: take one component out of a card entity
@@ -278,7 +394,8 @@ class LarkApi:
             .request_body(body)
             .build()
         )
-        await self.call(self.client.cardkit.v1.card_element.adelete, lambda: request)
+        async with self.card_rate.slot(card_id):
+            await self.call(self.client.cardkit.v1.card_element.adelete, lambda: request)
 
     async def react(self, message_id: str, emoji_type: str) -> None:
         body = (

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from channels.base import Channel, InboundSink
 from channels.errors import BadRequest, ChannelError, FileTooLarge, RetryAfter
 from channels.feishu.api import LarkApi, is_image
 from channels.feishu.content import ButtonScope, Mention, card_content, parse_content, text_content
+from channels.feishu.names import UserNames
 from channels.feishu.stream import CardKitStream
 from channels.reply import NativeStream, ReplyTransport
 from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
@@ -198,6 +200,8 @@ class FeishuChannel(Channel):
         self.config = config
         self.settings = settings
         self.api = LarkApi(config.app_id, config.app_secret, config.domain)
+        #: Display names of the people writing and pressing (events name only their open_id).
+        self.names = UserNames(self.api)
         self.bot_open_id: str | None = None
         self.bot_name: str | None = None
         #: Set once Feishu refused CardKit for this app (missing scope): replies stop trying it.
@@ -336,6 +340,10 @@ class FeishuChannel(Channel):
             return
         if message is None or self._sink is None:
             return
+        if message.sender.name is None:
+            # "✅ Approved by …" and "only … can" name the person; the lookup is cached and bounded.
+            name = await self.names.lookup(message.sender.id)
+            message.sender = dataclasses.replace(message.sender, name=name)
         accepted = await self._sink(message)
         if accepted and not press and self.config.receipt_reaction:
             task = asyncio.create_task(self._react(message.platform_message_id))
@@ -365,6 +373,9 @@ class FeishuChannel(Channel):
         mentions = [
             Mention(m.key or "", getattr(m.id, "open_id", None), m.name) for m in (message.mentions or [])
         ]
+        for mention in mentions:
+            if mention.open_id != self.bot_open_id:
+                self.names.remember(mention.open_id, mention.name)
         is_private = message.chat_type == "p2p"
         mentioned = bool(self.bot_open_id) and any(m.open_id == self.bot_open_id for m in mentions)
         if not is_private and not mentioned:

@@ -13,18 +13,26 @@ the typewriter effect Feishu built for AI answers. The sequence, per reply:
    the answer instead of the "generating" summary (either refused: the whole card is patched instead).
 
 Feishu ends streaming mode by itself 10 minutes after it was switched on; a long answer that meets that
-(``200850``/``300309``) switches it on again once and carries on. Any other refusal raises, and the reply
-stream continues on the edit path — patching the whole card of the message already sent.
+(``200850``/``300309``) switches it on again once and carries on. While a user's button press on the card
+is being answered, every card call is refused with ``200810`` ("wait for the interaction to end and
+update again"): that call is tried again shortly with a fresh ``sequence`` (:meth:`CardKitStream._op`),
+so a Stop press never pushes the reply off the card. Any other refusal raises, and the reply stream
+continues on the edit path — patching the whole card of the message already sent.
+
+A reply longer than one card rolls over (``rolls_over``): the reply stream closes this card with its
+full chunk (the Stop button goes) and begins a new entity for the rest, which carries the Stop button.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from channels.errors import ChannelError, Forbidden, RetryAfter
-from channels.feishu.api import LarkApi, StreamingClosed
+from channels.feishu.api import CardBusy, LarkApi, StreamingClosed
 from channels.feishu.content import (
     ANSWER_ELEMENT,
     ButtonScope,
@@ -44,9 +52,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How long a card call keeps trying while the card is busy with a press. Feishu wants a callback
+#: answered within 3 s, and the interaction ends with the answer; past this the reply stream decides.
+BUSY_PATIENCE = 4.0
+
 
 class CardKitStream(NativeStream):
     """One reply streamed into one CardKit card entity (see the module docstring for the calls)."""
+
+    rolls_over = True
 
     def __init__(
         self,
@@ -70,6 +84,20 @@ class CardKitStream(NativeStream):
         self.sequence += 1
         return self.sequence
 
+    async def _op(self, call: Callable[[int], Awaitable[None]]) -> None:
+        """One call on the card with a fresh ``sequence``, tried again while the card is busy (200810)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BUSY_PATIENCE
+        while True:
+            try:
+                await call(self._next())
+                return
+            except CardBusy as exc:
+                if loop.time() + exc.retry_after > deadline:
+                    raise
+                log.info("the card is busy with a button press; trying again (%s)", exc)
+                await asyncio.sleep(exc.retry_after)
+
     async def begin(self, placeholder: str) -> str | None:
         try:
             self.card_id = await self.api.create_card(streaming_card(placeholder, self.actions, self.scope))
@@ -90,24 +118,25 @@ class CardKitStream(NativeStream):
 
     async def _stream(self, text: str) -> None:
         assert self.card_id is not None
-        content = escape_mentions(text)
+        card_id, content = self.card_id, escape_mentions(text)
         try:
-            await self.api.stream_text(self.card_id, ANSWER_ELEMENT, content, self._next())
+            await self._op(lambda seq: self.api.stream_text(card_id, ANSWER_ELEMENT, content, seq))
         except StreamingClosed:
             log.info("feishu closed the card's streaming mode; switching it on again")
-            await self.api.card_settings(self.card_id, reopen_settings(), self._next())
-            await self.api.stream_text(self.card_id, ANSWER_ELEMENT, content, self._next())
+            await self._op(lambda seq: self.api.card_settings(card_id, reopen_settings(), seq))
+            await self._op(lambda seq: self.api.stream_text(card_id, ANSWER_ELEMENT, content, seq))
 
     async def close(self, text: str) -> str | None:
-        assert self.card_id is not None
+        card_id = self.card_id
+        assert card_id is not None
         if text != self.shown:
             await self._stream(text)
             self.shown = text
         try:
             while self.buttons:
-                await self.api.delete_element(self.card_id, self.buttons[0], self._next())
+                await self._op(partial(self.api.delete_element, card_id, self.buttons[0]))
                 self.buttons.pop(0)
-            await self.api.card_settings(self.card_id, closed_settings(), self._next())
+            await self._op(lambda seq: self.api.card_settings(card_id, closed_settings(), seq))
         except RetryAfter:
             raise  # the reply stream waits and calls close again
         except ChannelError as exc:

@@ -114,6 +114,7 @@ def test_dingtalk_stream_internals_used_by_channels_dingtalk():
         ("slack_sdk.web.async_client", "AsyncWebClient.chat_appendStream"),
         ("slack_sdk.web.async_client", "AsyncWebClient.chat_stopStream"),
         ("lark_oapi.api.cardkit.v1", "CreateCardRequest"),  # CardKit streaming cards (lark-oapi >= 1.7.5)
+        ("lark_oapi.api.contact.v3", "GetUserRequest"),  # Feishu display names (channels/feishu/names.py)
     ],
 )
 def test_public_sdk_calls_the_native_replies_need_exist(module: str, attribute: str):

@@ -44,14 +44,34 @@ Point the real lark-oapi SDK at it with ``domain=fake.url``. It speaks what the 
   ``DELETE …/cards/:card_id/elements/:element_id`` takes a component out of a card entity (same
   sequence rule; 300313 for an unknown element).
 
-Every request is recorded in ``requests``; ``fail_next(path_substring, status=…, code=…)`` injects failures;
-``chat(chat_id)`` shows what the bot posted there, each message with its edit history.
+* Rates Feishu meters per object (pages "更新已发送的消息卡片" and "流式更新卡片"): a message takes at most
+  5 PATCHes a second ("单条消息更新频控为 5 QPS"; the sixth is refused with 230020, the IM frequency-limit
+  code), a card entity at most 10 card/element calls a second ("单个卡片实体…频率上限为 10 次/秒"; those
+  pages name no code, so the fake answers like the gateway's frequency control: HTTP 429, 99991400,
+  ``x-ogw-ratelimit-reset``).
+* ``element_id`` (page "卡片 JSON 2.0 结构"): unique in the card, letters/digits/underscores, starting with
+  a letter, at most 20 characters — checked in every component of the body, nested ones too, for
+  CardKit create (300301 for a duplicate, 10002 otherwise) and for JSON 2.0 cards sent or PATCHed as
+  message content (230099); path ``element_id`` 1–20 characters (10002).
+* 200810 ("the card is in an ongoing interaction"): from a press on a streaming card entity until its
+  callback is answered (or the 3 s deadline passes), every CardKit call on that card is refused.
+* Required fields the IM pages list are enforced with the gateway's field-validation code 99992402
+  (``receive_id`` of a new message, ``reaction_type.emoji_type`` of a reaction).
+* Contact (page "获取单个用户信息"): ``GET /open-apis/contact/v3/users/:user_id`` answers the users added
+  with ``add_user``; 99991672 without a contact scope (``contact_scope=False``), 41050 for a user outside
+  the app's contact range, 41012 for an unknown id; ``name`` only with ``contact:user.base:readonly``
+  (``name_scope``).
+
+Every request is recorded in ``requests`` (refused ones with their ``code``; see ``refusals``);
+``fail_next(path_substring, status=…, code=…)`` injects failures; ``chat(chat_id)`` shows what the bot
+posted there, each message with its edit history.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import re
@@ -78,6 +98,11 @@ BUTTON_TYPES = frozenset(
 )
 BEHAVIOR_TYPES = frozenset({"callback", "open_url"})
 STREAMING_TIMEOUT = 600.0
+#: Per-object rates: PATCHes of one message, card/element calls on one card entity, per second.
+MESSAGE_PATCH_QPS = 5
+CARD_QPS = 10
+#: JSON 2.0 ``element_id``: a letter, then letters, digits or underscores; 20 characters at most.
+ELEMENT_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,19}")
 #: Feishu counts an event as failed unless the client answers it (code 200) within 3 seconds.
 ACK_DEADLINE = 3.0
 #: Pause before each re-push of a failed event (Feishu documents 5 s, 5 min, 1 h and 6 h).
@@ -145,6 +170,13 @@ class FakeCard:
     opened_at: float
     sequence: int = 0
     message_id: str | None = None
+    #: The press (event id) being answered; until then (or ``busy_until``) the card refuses updates.
+    busy_with: str | None = None
+    busy_until: float = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_with is not None and time.time() < self.busy_until
 
     def elements(self) -> list[dict[str, Any]]:
         return [e for e in (self.data.get("body") or {}).get("elements") or [] if isinstance(e, dict)]
@@ -229,6 +261,27 @@ def button_problem(elements: list[Any]) -> str | None:
     return None
 
 
+def element_id_problem(body: Any) -> str | None:
+    """Why Feishu would refuse the ``element_id``s in a JSON 2.0 card body (nested components too)."""
+    seen: set[str] = set()
+
+    def walk(node: Any) -> str | None:
+        if isinstance(node, list):
+            return next((p for p in map(walk, node) if p is not None), None)
+        if not isinstance(node, dict):
+            return None
+        if "element_id" in node:
+            element_id = node["element_id"]
+            if not isinstance(element_id, str) or not ELEMENT_ID.fullmatch(element_id):
+                return f"invalid element_id {element_id!r}: a letter, then letters/digits/_; at most 20"
+            if element_id in seen:
+                return f"Duplicate element_id in card component: {element_id!r}"
+            seen.add(element_id)
+        return next((p for p in map(walk, node.values()) if p is not None), None)
+
+    return walk(body)
+
+
 def buttons_of(content: str) -> list[dict[str, Any]]:
     """The buttons a card (message content or card JSON) shows, in order."""
     try:
@@ -302,6 +355,13 @@ class FakeLark(ThreadedServer):
         self.held = 0  # requests currently parked by hold()
         self._ids = itertools.count(1)
         self._seq = itertools.count(1)
+        #: Arrival times of recent calls per rate-limited object ("patch:<message_id>", "card:<card_id>").
+        self._rates: dict[str, list[float]] = {}
+        #: Contact: open_id → display name; who the app may look up (None = everyone); granted scopes.
+        self.users: dict[str, str] = {}
+        self.contact_range: set[str] | None = None
+        self.contact_scope = True
+        self.name_scope = True
 
     # --- routes ------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -323,6 +383,7 @@ class FakeLark(ThreadedServer):
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)
         r.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
         r.add_delete("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}", self._delete_element)
+        r.add_get("/open-apis/contact/v3/users/{user_id}", self._get_user)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -365,7 +426,33 @@ class FakeLark(ThreadedServer):
             problem = self._check_token(request)
             if problem is not None:
                 return problem
-        return await handler(request)
+        response = await handler(request)
+        if isinstance(response, web.Response) and response.content_type == "application/json":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                entry["code"] = json.loads(response.body or b"{}").get("code")  # type: ignore[arg-type]
+        return response
+
+    def _over_rate(self, key: str, limit: int) -> bool:
+        """Count one call on ``key``; True when it is over ``limit`` calls in the last second."""
+        now = time.time()
+        with self._lock:
+            recent = [t for t in self._rates.get(key, []) if t > now - 1.0]
+            over = len(recent) >= limit
+            if not over:
+                recent.append(now)
+            self._rates[key] = recent
+        return over
+
+    def _card_gate(self, card: FakeCard) -> web.Response | None:
+        """Per-card rate, then the interaction lock: what every CardKit call on ``card`` passes first."""
+        if self._over_rate(f"card:{card.card_id}", CARD_QPS):
+            headers = {"x-ogw-ratelimit-limit": str(CARD_QPS), "x-ogw-ratelimit-reset": "1"}
+            return web.json_response(
+                {"code": 99991400, "msg": "request trigger frequency limit"}, status=429, headers=headers
+            )
+        if card.busy:
+            return _error(200810, "The card is in an ongoing interaction and cannot be updated")
+        return None
 
     def _take_failure(self, request: web.Request) -> _Failure | None:
         with self._lock:
@@ -376,6 +463,15 @@ class FakeLark(ThreadedServer):
                         self._failures.remove(failure)
                     return failure
         return None
+
+    def refusals(self, code: int | None = None) -> list[dict[str, Any]]:
+        """Requests the fake refused (any non-zero ``code``, or just ``code``), injected ones excluded."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.get("code") not in (None, 0) and (code is None or r["code"] == code)
+            ]
 
     def _check_token(self, request: web.Request) -> web.Response | None:
         auth = request.headers.get("Authorization", "")
@@ -475,6 +571,9 @@ class FakeLark(ThreadedServer):
                         )
                         if frame_id in self.presses and code != 200:
                             self.press_errors.add(str(frame_id))
+                        for card in self.cards.values():
+                            if card.busy_with == frame_id:
+                                card.busy_with = None  # the interaction ended with the answer
         finally:
             if entry in self._sockets:
                 self._sockets.remove(entry)
@@ -752,6 +851,11 @@ class FakeLark(ThreadedServer):
         }
         with self._lock:
             self.presses[event["header"]["event_id"]] = event
+            card = message.card
+            if card is not None and card.streaming:
+                # "在用户点击卡片请求回调交互期间，卡片无法实现流式更新": until the callback is answered.
+                card.busy_with = event["header"]["event_id"]
+                card.busy_until = time.time() + self.ack_deadline
         self.push_event(event, frame_type=frame_type)
         return event
 
@@ -867,6 +971,8 @@ class FakeLark(ThreadedServer):
                     {"code": 230099, "msg": "card must declare update_multi"}, status=400
                 )
             problem = button_problem((value.get("body") or {}).get("elements") or [])
+            if problem is None and value.get("schema") == "2.0":
+                problem = element_id_problem(value.get("body"))
             if problem is not None:
                 return _error(230099, f"Failed to create card content: {problem}")
         elif msg_type not in ("text", "post", "file", "image"):
@@ -879,6 +985,8 @@ class FakeLark(ThreadedServer):
             return web.json_response(
                 {"code": 230001, "msg": "receive_id_type must be chat_id here"}, status=400
             )
+        if not isinstance(body.get("receive_id"), str) or not body["receive_id"]:
+            return _error(99992402, "field validation failed: receive_id is required")
         return self._new_message(str(body.get("receive_id")), body)
 
     async def _reply_message(self, request: web.Request) -> web.Response:
@@ -899,6 +1007,8 @@ class FakeLark(ThreadedServer):
             return web.json_response({"code": 230011, "msg": "The message was recalled."}, status=400)
         if message.msg_type != "interactive":
             return web.json_response({"code": 230001, "msg": "only cards can be updated"}, status=400)
+        if self._over_rate(f"patch:{message.message_id}", MESSAGE_PATCH_QPS):
+            return _error(230020, "This operation triggers the frequency limit.")
         body = await request.json()
         content = str(body.get("content") or "")
         problem = self._check_content("interactive", content)
@@ -931,12 +1041,11 @@ class FakeLark(ThreadedServer):
             return _error(200220, f"Failed to generate card content: {problem}")
         if len(elements) > MAX_CARD_ELEMENTS:
             return _error(300305, "The number of card components exceeds 200")
-        ids = [e.get("element_id") for e in elements if isinstance(e, dict) and e.get("element_id")]
-        if len(ids) != len(set(ids)):
-            return _error(300301, "Duplicate element_id in card component.")
-        for element_id in ids:
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,19}", str(element_id)):
-                return _error(10002, f"invalid element_id {element_id!r}")
+        problem = element_id_problem(card.get("body"))
+        if problem is not None and problem.startswith("Duplicate"):
+            return _error(300301, problem)
+        if problem is not None:
+            return _error(10002, problem)
         return card
 
     async def _create_card(self, request: web.Request) -> web.Response:
@@ -973,6 +1082,11 @@ class FakeLark(ThreadedServer):
         card = self.cards.get(request.match_info["card_id"])
         if card is None:
             return _error(200740, "The card entity does not exist")
+        if not 1 <= len(request.match_info["element_id"]) <= 20:
+            return _error(10002, "element_id must be 1 to 20 characters")
+        gate = self._card_gate(card)
+        if gate is not None:
+            return gate
         body = await request.json()
         content = body.get("content")
         if not isinstance(content, str) or not 1 <= len(content) <= MAX_ELEMENT_CONTENT:
@@ -1001,6 +1115,11 @@ class FakeLark(ThreadedServer):
         card = self.cards.get(request.match_info["card_id"])
         if card is None:
             return _error(200740, "The card entity does not exist")
+        if not 1 <= len(request.match_info["element_id"]) <= 20:
+            return _error(10002, "element_id must be 1 to 20 characters")
+        gate = self._card_gate(card)
+        if gate is not None:
+            return gate
         try:
             body = await request.json()
         except ValueError:
@@ -1022,6 +1141,9 @@ class FakeLark(ThreadedServer):
         card = self.cards.get(request.match_info["card_id"])
         if card is None:
             return _error(200740, "The card entity does not exist")
+        gate = self._card_gate(card)
+        if gate is not None:
+            return gate
         body = await request.json()
         raw = body.get("settings")
         try:
@@ -1049,6 +1171,8 @@ class FakeLark(ThreadedServer):
     async def _reaction(self, request: web.Request) -> web.Response:
         body = await request.json()
         emoji = str((body.get("reaction_type") or {}).get("emoji_type") or "")
+        if not emoji:
+            return _error(99992402, "field validation failed: reaction_type.emoji_type is required")
         with self._lock:
             self.reactions.append((request.match_info["message_id"], emoji))
         return web.json_response(
@@ -1063,6 +1187,30 @@ class FakeLark(ThreadedServer):
                 },
             }
         )
+
+    async def _get_user(self, request: web.Request) -> web.Response:
+        if not self.contact_scope:
+            return _error(
+                99991672,
+                "Access denied. One of the following scopes is required: "
+                "[contact:contact.base:readonly, contact:contact:readonly_as_app]",
+            )
+        if request.query.get("user_id_type", "open_id") != "open_id":
+            return _error(40001, "invalid parameter: this fake looks users up by open_id")
+        open_id = request.match_info["user_id"]
+        if open_id not in self.users:
+            return _error(41012, "user id invalid error")
+        if self.contact_range is not None and open_id not in self.contact_range:
+            return _error(41050, "no user authority")
+        user: dict[str, Any] = {"open_id": open_id, "union_id": f"on_{open_id}"}
+        if self.name_scope:  # the name field needs contact:user.base:readonly
+            user["name"] = self.users[open_id]
+        return web.json_response({"code": 0, "msg": "success", "data": {"user": user}})
+
+    def add_user(self, open_id: str, name: str) -> None:
+        """A person in the tenant's contacts (what ``contact/v3/users/:id`` answers for them)."""
+        with self._lock:
+            self.users[open_id] = name
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         key = (request.match_info["message_id"], request.match_info["file_key"])

@@ -65,6 +65,59 @@ async def test_the_stop_button_stops_the_answer_and_is_gone_from_the_final_card(
     assert lark.calls("PATCH", f"/open-apis/im/v1/messages/{card.message_id}") == []
 
 
+async def test_stop_while_the_press_still_holds_the_card_closes_it_on_cardkit(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    """Feishu refuses card calls while a press is being answered (200810, "wait and update again").
+    The close after Stop meets it on every step: it waits, and still ends on the CardKit card."""
+    slow_answer(llm)
+    async with running_bot(tmp_path, llm, lark) as bot:
+        lark.send_message_event(P2P, "p2p", ALICE, "tell me a long story")
+        card = await live_card(lark, P2P)
+        for path, method in (("/elements/action_0", "DELETE"), ("/settings", "PATCH")):
+            lark.fail_next(path, method=method, status=400, code=200810, times=2)
+        lark.press(card, STOP, ALICE)
+        await lark.wait_for(lambda f: not card.streaming, timeout=30)
+        await bot.harness.idle(timeout=30)
+
+    assert card.text.endswith("⏹ Stopped.") and "word199" not in card.text
+    assert card.buttons == [] and not card.streaming, "streaming off, Stop removed"
+    assert lark.calls("PATCH", "/open-apis/im/v1/messages/") == [], "the reply stayed on CardKit"
+
+
+async def test_a_long_answer_keeps_stop_on_the_newest_card_and_stop_there_ends_it(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    """Past 6,000 characters the answer continues in a new CardKit card: the full one is closed (its
+    Stop goes), the new one streams with Stop, and pressing it stops the answer."""
+    lines = [" ".join(f"l{n}w{i}" for i in range(12)) for n in range(400)]  # about 24,000 characters
+    llm.script(Reply(text="\n".join(lines), chunk_size=150, delay=0.03))
+    async with running_bot(tmp_path, llm, lark) as bot:
+        lark.send_message_event(P2P, "p2p", ALICE, "the whole saga")
+        await lark.wait_for(
+            lambda f: (
+                len(f.chat(P2P)) == 2 and f.chat(P2P)[1].buttons == [STOP] and "l" in f.chat(P2P)[1].text
+            ),
+            timeout=30,
+        )
+        first, second = lark.chat(P2P)
+        assert first.buttons == [] and not first.streaming, "the full card is closed, its Stop gone"
+        assert second.streaming and second.card_id is not None, "the rest streams into a new card"
+        assert 5000 < len(first.text) <= 6000 and first.text.startswith("l0w0")
+        lark.press(second, STOP, ALICE)
+        await lark.wait_for(lambda f: f.chat(P2P)[-1].text.endswith("⏹ Stopped."), timeout=30)
+        await bot.harness.idle(timeout=30)
+
+    cards = lark.chat(P2P)
+    assert "l399w11" not in cards[-1].text, "it stopped"
+    assert all(c.buttons == [] and not c.streaming for c in cards)
+    words = " ".join(c.text.removesuffix("⏹ Stopped.") for c in cards).split()
+    expected = "\n".join(lines).split()[: len(words)]
+    # Every word once, in order; the stop may have cut the last one short.
+    assert words[:-1] == expected[:-1] and expected[-1].startswith(words[-1])
+    assert lark.calls("PATCH", "/open-apis/im/v1/messages/") == []
+
+
 async def test_the_stop_button_works_on_patched_cards_and_when_feishu_sends_a_card_frame(
     tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
 ):
@@ -159,9 +212,10 @@ async def start_risky_turn(bot: FeishuBot, llm: FakeOpenAI) -> tuple[LarkMessage
 HOST_SANDBOX = {"sandbox": {"mode": "host"}}
 
 
-async def test_approve_runs_the_command_and_the_request_card_says_so(
+async def test_approve_runs_the_command_and_the_request_card_says_so_by_name(
     tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
 ):
+    lark.add_user(ALICE, "Alice Zhang")
     async with running_bot(tmp_path, llm, lark, settings_overrides=HOST_SANDBOX) as bot:
         request, _, workspace = await start_risky_turn(bot, llm)
         assert request.buttons == ["Approve", "Allow until /new", "Deny"]
@@ -170,8 +224,10 @@ async def test_approve_runs_the_command_and_the_request_card_says_so(
         await bot.harness.idle(timeout=30)
 
     assert not (workspace / "build").exists()
-    assert request.text.endswith(f"✅ Approved by {ALICE} — running it."), request.text
+    assert request.text.endswith("✅ Approved by Alice Zhang — running it."), request.text
     assert request.buttons == [], "the buttons outlived the decision"
+    # One contact lookup served both Alice's message and her press (names are cached).
+    assert len(lark.calls("GET", f"/contact/v3/users/{ALICE}")) == 1
     assert tool_results(llm.completions[-1])[-1].startswith("[exit code 0]")
     assert answered_in_time(lark, press)
 
@@ -188,6 +244,22 @@ async def test_deny_keeps_the_files_and_the_model_is_told(tmp_path: Path, llm: F
     assert any("[not run] The user denied this command" in r for r in all_tool_results(llm))
     with pytest.raises(LookupError):
         lark.press(request, "Approve", ALICE)  # nothing left to press
+
+
+async def test_when_feishu_refuses_the_contact_lookup_the_open_id_stands_in_for_the_name(
+    tmp_path: Path, llm: FakeOpenAI, lark: FakeLark
+):
+    """No name without the contact scope (or outside the contact range): the id is all there is."""
+    lark.add_user(ALICE, "Alice Zhang")
+    lark.contact_scope = False
+    async with running_bot(tmp_path, llm, lark, settings_overrides=HOST_SANDBOX) as bot:
+        request, _, _ = await start_risky_turn(bot, llm)
+        lark.press(request, "Deny", ALICE)
+        await lark.wait_for_text(P2P, "done with the build directory", timeout=30)
+        await bot.harness.idle(timeout=30)
+
+    assert request.text.endswith(f"🚫 Denied by {ALICE}; it did not run."), request.text
+    assert len(lark.calls("GET", "/contact/v3/users/")) == 1, "a refused scope is not asked again"
 
 
 async def test_the_fake_refuses_malformed_buttons_like_feishu(lark: FakeLark):
