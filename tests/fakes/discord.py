@@ -109,6 +109,13 @@ EPHEMERAL = 1 << 6
 #: SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
 RESPONSE_FLAGS = (1 << 2) | EPHEMERAL | (1 << 12) | (1 << 15)
 MESSAGE_CONTENT_MAX = 2000
+#: Embed limits (https://discord.com/developers/docs/resources/message#embed-object-embed-limits): at most
+#: 10 embeds a message; title 256, description 4096, 25 fields (name 256, value 1024), footer 2048,
+#: author name 256 characters; and 6000 characters over all of a message's embeds together.
+EMBEDS_MAX, EMBED_TOTAL_MAX, EMBED_FIELDS_MAX = 10, 6000, 25
+EMBED_TEXT_LIMITS = {"title": 256, "description": 4096}
+EMBED_FIELD_LIMITS = {"name": 256, "value": 1024}
+EMBED_FOOTER_MAX, EMBED_AUTHOR_MAX = 2048, 256
 ACK_WINDOW_SECONDS = 3.0
 TOKEN_LIFETIME_SECONDS = 15 * 60
 
@@ -252,6 +259,13 @@ class FakeDiscord(ThreadedServer):
         #: The application's global commands, as the last bulk overwrite left them.
         self.app_commands: list[dict[str, Any]] = []
         self.interactions: dict[str, FakeInteraction] = {}
+        #: Channels the bot cannot see (no VIEW_CHANNEL): reading, sending and editing there is 403 code
+        #: 50001 "Missing Access".
+        self.hidden_channels: set[str] = set()
+        #: Channels where the bot lacks SEND_MESSAGES: a send is 403 code 50013 "Missing Permissions".
+        self.read_only_channels: set[str] = set()
+        #: Channels where the bot lacks READ_MESSAGE_HISTORY: Get Channel Messages answers an empty list.
+        self.no_history_channels: set[str] = set()
         self._connections: list[_Connection] = []
         self._state_lock = threading.Lock()
 
@@ -399,6 +413,15 @@ class FakeDiscord(ThreadedServer):
         return body
 
     # --- test API: injecting events -----------------------------------------------------------------
+    def dm_channel(self, user_id: str) -> str:
+        """The DM channel between the bot and ``user_id`` (opened now if it does not exist yet)."""
+        with self._state_lock:
+            channel_id = next((c for c, u in self.dms.items() if u == user_id), None)
+            if channel_id is None:
+                channel_id = self.new_id()
+                self.dms[channel_id] = user_id
+            return channel_id
+
     def add_attachment(self, name: str, data: bytes, mime: str | None = None) -> dict[str, Any]:
         """Store a file on the fake CDN and return the attachment object a message would carry."""
         attachment_id = self.new_id()
@@ -750,6 +773,7 @@ class FakeDiscord(ThreadedServer):
             "route": route,
             "method": request.method,
             "path": request.path,
+            "query": dict(request.query),
             "json": body,
             "files": sorted(files),
             "auth_ok": request.headers.get("Authorization") == f"Bot {self.token}",
@@ -820,8 +844,9 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         channel_id = request.match_info["cid"]
-        if self._channel_json(channel_id) is None:
-            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        refused = self._access_problem(channel_id)
+        if refused is not None:
+            return refused
         query = request.query
         try:
             limit = int(query.get("limit", HISTORY_DEFAULT_LIMIT))
@@ -830,6 +855,9 @@ class FakeDiscord(ThreadedServer):
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         if not 1 <= limit <= HISTORY_MAX_LIMIT or len(anchors) > 1:
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if channel_id in self.no_history_channels:
+            # Discord: without READ_MESSAGE_HISTORY "no messages will be returned" (an empty page, 200).
+            return _json([])
         with self._state_lock:
             found = sorted(
                 (m for m in self.messages.values() if m.channel_id == channel_id), key=lambda m: int(m.id)
@@ -850,10 +878,23 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         body = body or {}
+        channel_id = request.match_info["cid"]
+        refused = self._access_problem(channel_id)
+        if refused is not None:
+            return refused
+        if channel_id in self.read_only_channels:
+            return _json({"message": "Missing Permissions", "code": 50013}, 403)
         problems = self._components_problems(body["components"]) if "components" in body else {}
         if problems:
             return self._form_error(problems)
-        channel_id = request.match_info["cid"]
+        field_problems = self._message_problems(body)
+        if field_problems:
+            return self._field_errors(field_problems)
+        if not (
+            body.get("content") or body.get("embeds") or files or body.get("sticker_ids") or body.get("poll")
+        ):
+            # A message needs something to show (components alone do not count for a default message).
+            return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
         message = FakeMessage(self.new_id(), channel_id, self.bot_id, [body.get("content") or ""])
         if "components" in body:
             message.set_components(body["components"])
@@ -872,9 +913,15 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         body = body or {}
+        refused = self._access_problem(request.match_info["cid"])
+        if refused is not None:
+            return refused
         problems = self._components_problems(body["components"]) if "components" in body else {}
         if problems:
             return self._form_error(problems)
+        field_problems = self._message_problems(body)
+        if field_problems:
+            return self._field_errors(field_problems)
         with self._state_lock:
             message = self.messages.get(request.match_info["mid"])
             if message is None or message.channel_id != request.match_info["cid"]:
@@ -958,12 +1005,7 @@ class FakeDiscord(ThreadedServer):
         recipient = str((body or {}).get("recipient_id") or "")
         if not recipient:
             return self._form_error({"recipient_id": "BASE_TYPE_REQUIRED"})
-        with self._state_lock:
-            channel_id = next((c for c, u in self.dms.items() if u == recipient), None)
-            if channel_id is None:
-                channel_id = self.new_id()
-                self.dms[channel_id] = recipient
-        return _json(self._channel_json(channel_id))
+        return _json(self._channel_json(self.dm_channel(recipient)))
 
     # --- application commands and interactions ---------------------------------------------------------
     @staticmethod
@@ -1023,6 +1065,93 @@ class FakeDiscord(ThreadedServer):
     @staticmethod
     def _form_error(errors: dict[str, Any]) -> web.Response:
         return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    @staticmethod
+    def _field_errors(problems: dict[str, tuple[str, str]]) -> web.Response:
+        """400 code 50035 with ``errors`` nested the way Discord nests them: each dotted path becomes
+        objects (``embeds.0.title`` → ``{"embeds": {"0": {"title": {"_errors": [...]}}}}``)."""
+        errors: dict[str, Any] = {}
+        for path, (code, message) in problems.items():
+            node = errors
+            for part in path.split("."):
+                node = node.setdefault(part, {})
+            node.setdefault("_errors", []).append({"code": code, "message": message})
+        return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    @staticmethod
+    def _message_problems(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        """Create/Edit Message: what Discord refuses in ``content`` and ``embeds``, as path → (code, text)."""
+        problems: dict[str, tuple[str, str]] = {}
+        content = body.get("content")
+        if content is not None and (not isinstance(content, str) or len(content) > MESSAGE_CONTENT_MAX):
+            problems["content"] = (
+                "BASE_TYPE_MAX_LENGTH",
+                f"Must be {MESSAGE_CONTENT_MAX} or fewer in length.",
+            )
+        embeds = body.get("embeds")
+        if embeds is None:
+            return problems
+        if not isinstance(embeds, list) or len(embeds) > EMBEDS_MAX:
+            problems["embeds"] = ("BASE_TYPE_MAX_LENGTH", f"Must be {EMBEDS_MAX} or fewer in length.")
+            return problems
+        total = 0
+        for i, embed in enumerate(embeds):
+            embed = embed if isinstance(embed, dict) else {}
+            for key, limit in EMBED_TEXT_LIMITS.items():
+                text = str(embed.get(key) or "")
+                total += len(text)
+                if len(text) > limit:
+                    problems[f"embeds.{i}.{key}"] = (
+                        "BASE_TYPE_MAX_LENGTH",
+                        f"Must be {limit} or fewer in length.",
+                    )
+            fields = embed.get("fields") or []
+            if len(fields) > EMBED_FIELDS_MAX:
+                problems[f"embeds.{i}.fields"] = (
+                    "BASE_TYPE_MAX_LENGTH",
+                    f"Must be {EMBED_FIELDS_MAX} or fewer in length.",
+                )
+            for j, item in enumerate(fields[:EMBED_FIELDS_MAX]):
+                for key, limit in EMBED_FIELD_LIMITS.items():
+                    text = str((item or {}).get(key) or "")
+                    total += len(text)
+                    if not text:
+                        problems[f"embeds.{i}.fields.{j}.{key}"] = (
+                            "BASE_TYPE_REQUIRED",
+                            "This field is required",
+                        )
+                    elif len(text) > limit:
+                        problems[f"embeds.{i}.fields.{j}.{key}"] = (
+                            "BASE_TYPE_MAX_LENGTH",
+                            f"Must be {limit} or fewer in length.",
+                        )
+            for key, sub, limit in (
+                ("footer", "text", EMBED_FOOTER_MAX),
+                ("author", "name", EMBED_AUTHOR_MAX),
+            ):
+                text = str((embed.get(key) or {}).get(sub) or "")
+                total += len(text)
+                if len(text) > limit:
+                    problems[f"embeds.{i}.{key}.{sub}"] = (
+                        "BASE_TYPE_MAX_LENGTH",
+                        f"Must be {limit} or fewer in length.",
+                    )
+        if total > EMBED_TOTAL_MAX:
+            problems["embeds"] = (
+                "MAX_EMBED_SIZE_EXCEEDED",
+                f"Embed size exceeds maximum size of {EMBED_TOTAL_MAX}",
+            )
+        return problems
+
+    def _access_problem(self, channel_id: str) -> web.Response | None:
+        """A channel that does not exist is 404 code 10003; one the bot cannot see (no VIEW_CHANNEL) is
+        403 code 50001 "Missing Access"; one it may see but not write in (no SEND_MESSAGES) is 403 code
+        50013 "Missing Permissions" — for sending only, the caller checks that."""
+        if self._channel_json(channel_id) is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        if channel_id in self.hidden_channels:
+            return _json({"message": "Missing Access", "code": 50001}, 403)
+        return None
 
     @staticmethod
     def _command_problems(command: Any) -> dict[str, str]:
