@@ -130,6 +130,20 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return web.Response(body=json.dumps(data).encode(), status=status, headers=all_headers)
 
 
+#: Where :meth:`FakeDiscord._bucket` leaves the ``X-RateLimit-*`` headers of a request's answer.
+RATELIMIT_HEADERS = web.RequestKey("ratelimit_headers", dict)
+
+
+@web.middleware
+async def _rate_limit_headers(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every answer of a limited route carries its bucket's ``X-RateLimit-*`` headers, as Discord's do."""
+    response: web.StreamResponse = await handler(request)
+    headers = request.get(RATELIMIT_HEADERS)
+    if headers and not response.prepared:
+        response.headers.update(headers)
+    return response
+
+
 @dataclass
 class FakeMessage:
     """One message as a Discord user would see it, with every version it went through."""
@@ -268,6 +282,14 @@ class FakeDiscord(ThreadedServer):
         self.no_history_channels: set[str] = set()
         self._connections: list[_Connection] = []
         self._state_lock = threading.Lock()
+        #: Per-route buckets, (requests, seconds) per channel or interaction token, for a test to set.
+        #: Discord publishes no numbers ("parse the headers, do not hard-code limits"), so none is on by
+        #: default; a bucket that is set answers with Discord's ``X-RateLimit-*`` headers on every
+        #: response and a 429 past its count (see :meth:`_bucket`).
+        self.route_limits: dict[str, tuple[int, float]] = {}
+        self._buckets: dict[tuple[str, str], tuple[float, int]] = {}  # (route, key) → (reset at, used)
+        #: Requests a bucket refused with 429 (a client reading the headers never causes one).
+        self.rate_limited: list[dict[str, Any]] = []
 
     # --- addresses --------------------------------------------------------------------------------
     @property
@@ -707,6 +729,7 @@ class FakeDiscord(ThreadedServer):
 
     # --- server -----------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
+        app.middlewares.append(_rate_limit_headers)
         api = "/api/v10"
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get(f"{api}/gateway", self._get_gateway)
@@ -782,10 +805,53 @@ class FakeDiscord(ThreadedServer):
         if not bot_auth:
             entry["auth_ok"] = True
         failure = None if entry["auth_ok"] else _json({"message": "401: Unauthorized", "code": 0}, 401)
-        failure = failure or self._take_failure(route)
+        failure = failure or self._take_failure(route) or self._bucket(request, route)
         entry["status"] = failure.status if failure is not None else 200
         self.record(entry)
         return failure, (body, files)
+
+    def _bucket(self, request: web.Request, route: str) -> web.Response | None:
+        """Count the request against its route's bucket (per channel, or per interaction token); past
+        the count, 429 with Discord's body (``retry_after`` in seconds, ``global: false``), the
+        ``Retry-After`` header and ``X-RateLimit-Scope: user``. The headers every answer of the bucket
+        carries are left on the request for :func:`_rate_limit_headers`."""
+        limit = self.route_limits.get(route)
+        if limit is None:
+            return None
+        count, window = limit
+        key = request.match_info.get("cid") or request.match_info.get("token") or ""
+        now = time.time()
+        with self._state_lock:
+            reset_at, used = self._buckets.get((route, key), (now + window, 0))
+            if now >= reset_at:
+                reset_at, used = now + window, 0
+            refused = used >= count
+            if not refused:
+                used += 1
+            self._buckets[(route, key)] = (reset_at, used)
+        reset_after = max(0.0, reset_at - now)
+        request[RATELIMIT_HEADERS] = {
+            "X-RateLimit-Limit": str(count),
+            "X-RateLimit-Remaining": str(count - used),
+            "X-RateLimit-Reset": f"{reset_at:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": f"fake-{route}",
+        }
+        if not refused:
+            return None
+        with self._state_lock:
+            self.rate_limited.append({"route": route, "key": key, "retry_after": reset_after})
+        body = {
+            "message": "You are being rate limited.",
+            "retry_after": round(reset_after, 3),
+            "global": False,
+        }
+        headers = {
+            "Retry-After": str(max(1, int(reset_after + 0.999))),
+            "X-RateLimit-Scope": "user",
+            "Via": "1.1 google",
+        }
+        return _json(body, 429, headers)
 
     async def _get_gateway(self, request: web.Request) -> web.Response:
         failure, _ = await self._begin(request, "gateway")
@@ -1266,6 +1332,9 @@ class FakeDiscord(ThreadedServer):
         content = body.get("content")
         if content is not None and len(content) > MESSAGE_CONTENT_MAX:
             return "BASE_TYPE_MAX_LENGTH (2000)"
+        embed_problems = FakeDiscord._message_problems({"embeds": body.get("embeds")})
+        if embed_problems:
+            return "; ".join(f"{path}: {code}" for path, (code, _) in embed_problems.items())
         if int(body.get("flags") or 0) & ~RESPONSE_FLAGS:
             return "MESSAGE_FLAGS_INVALID"
         if "components" in body:

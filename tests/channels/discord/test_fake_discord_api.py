@@ -106,3 +106,18 @@ async def test_history_pages_newest_first_with_one_anchor_and_a_limit_of_1_to_10
 
     discord_fake.no_history_channels.add(dm)
     assert await page() == [], "without READ_MESSAGE_HISTORY Discord returns no messages"
+
+
+async def test_a_limited_route_carries_its_bucket_headers_and_answers_429_with_retry_after(api, discord_fake):
+    discord_fake.route_limits["send"] = (1, 60.0)
+    first = await send(api, discord_fake.channel_id, content="one")
+    assert first.status_code == 200
+    assert (first.headers["X-RateLimit-Limit"], first.headers["X-RateLimit-Remaining"]) == ("1", "0")
+    assert 0 < float(first.headers["X-RateLimit-Reset-After"]) <= 60
+
+    second = await send(api, discord_fake.channel_id, content="two")
+    assert second.status_code == 429
+    body = second.json()
+    assert body["global"] is False and 0 < body["retry_after"] <= 60
+    assert second.headers["X-RateLimit-Scope"] == "user" and int(second.headers["Retry-After"]) >= 1
+    assert [m.text for m in discord_fake.in_channel(discord_fake.channel_id)] == ["one"]
