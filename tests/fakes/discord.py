@@ -84,6 +84,8 @@ OP_DISPATCH, OP_HEARTBEAT, OP_IDENTIFY, OP_RESUME = 0, 1, 2, 6
 OP_INVALID_SESSION, OP_HELLO, OP_HEARTBEAT_ACK = 9, 10, 11
 
 MESSAGE_CONTENT_INTENT = 1 << 15  # gateway intent bit the client asks for in IDENTIFY
+# Permission bits (https://discord.com/developers/docs/topics/permissions)
+VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY = 1 << 10, 1 << 11, 1 << 16
 MESSAGE_CONTENT_INTENT_FLAG = 1 << 18  # application flag GATEWAY_MESSAGE_CONTENT
 DISCORD_EPOCH_MS = 1_420_070_400_000
 HISTORY_MAX_LIMIT, HISTORY_DEFAULT_LIMIT = 100, 50
@@ -274,7 +276,8 @@ class FakeDiscord(ThreadedServer):
         self.app_commands: list[dict[str, Any]] = []
         self.interactions: dict[str, FakeInteraction] = {}
         #: Channels the bot cannot see (no VIEW_CHANNEL): reading, sending and editing there is 403 code
-        #: 50001 "Missing Access".
+        #: 50001 "Missing Access". These three sets show in GUILD_CREATE as @everyone overwrites, so set
+        #: them before the bot connects for its client to know.
         self.hidden_channels: set[str] = set()
         #: Channels where the bot lacks SEND_MESSAGES: a send is 403 code 50013 "Missing Permissions".
         self.read_only_channels: set[str] = set()
@@ -336,13 +339,23 @@ class FakeDiscord(ThreadedServer):
         return {**self.user(self.bot_id, self.bot_name, bot=True), "verified": True, "mfa_enabled": False}
 
     def _channel_object(self, guild_id: str, channel_id: str, position: int) -> dict[str, Any]:
+        # The permissions a test took away show as @everyone overwrites (the role's id is the guild's),
+        # which is how a client sees them in GUILD_CREATE.
+        deny = 0
+        if channel_id in self.hidden_channels:
+            deny |= VIEW_CHANNEL
+        if channel_id in self.read_only_channels:
+            deny |= SEND_MESSAGES
+        if channel_id in self.no_history_channels:
+            deny |= READ_MESSAGE_HISTORY
+        overwrites = [{"id": guild_id, "type": 0, "allow": "0", "deny": str(deny)}] if deny else []
         return {
             "id": channel_id,
             "type": 0,
             "guild_id": guild_id,
             "name": f"channel-{position}",
             "position": position,
-            "permission_overwrites": [],
+            "permission_overwrites": overwrites,
             "nsfw": False,
             "parent_id": None,
             "topic": None,
@@ -392,7 +405,19 @@ class FakeDiscord(ThreadedServer):
             "emojis": [],
             "stickers": [],
             "features": [],
-            "members": [],
+            # The bot's own member, so a client can work out its permissions in each channel.
+            "members": [
+                {
+                    "user": self.bot_user,
+                    "roles": [],
+                    "joined_at": _now(),
+                    "nick": None,
+                    "deaf": False,
+                    "mute": False,
+                    "flags": 0,
+                    "pending": False,
+                }
+            ],
             "voice_states": [],
             "presences": [],
             "stage_instances": [],
