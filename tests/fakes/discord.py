@@ -15,6 +15,13 @@ What it does, and why each piece is here:
 * REST: every response is ``Content-Type: application/json`` exactly (discord.py compares the header
   verbatim and otherwise treats the body as text). Messages keep their edit history and the
   ``allowed_mentions`` of every send/edit, so a test can assert what a user saw and who would be pinged.
+* Messages, from Discord's message docs: ``content`` at most 2,000 characters and embeds within their
+  limits (400 code 50035 with the field errors nested as Discord nests them), nothing to show is 400
+  code 50006, an unknown channel 404 code 10003; ``hidden_channels`` (no VIEW_CHANNEL: 403 code 50001),
+  ``read_only_channels`` (no SEND_MESSAGES: 403 code 50013) and ``no_history_channels`` (no
+  READ_MESSAGE_HISTORY: history answers an empty page) model missing permissions and show in
+  GUILD_CREATE as @everyone overwrites. ``route_limits`` gives a route a bucket: every answer carries
+  ``X-RateLimit-*`` headers and the call past it is a 429 (``rate_limited`` lists those).
 * Failures: :meth:`fail_next` makes the next call of a route fail the way Discord does (a 429 carries
   ``retry_after`` in the JSON body and a ``Via`` header — without ``Via`` discord.py assumes a Cloudflare
   ban and does not retry; ``cloudflare=True`` reproduces that).

@@ -37,9 +37,13 @@ user=…)`` is a person clicking a button the message shows: an ``interactive`` 
 with a new ``envelope_id`` while it is not acknowledged; ``redeliver_press`` sends the same payload
 again by hand (an ack that never reached Slack).
 
-Rate limits as Slack counts them (per method per workspace): ``chat.update`` (Tier 3) takes 50 calls in
-any trailing 60 s and answers the 51st with HTTP 429 ``ratelimited`` and a ``Retry-After`` header
-(``method_limits`` to tighten or drop it).
+Rate limits as Slack counts them: per method per workspace at each tier's documented floor
+(``METHOD_LIMITS``: ``chat.update`` and ``assistant.threads.setStatus`` Tier 3, 50 calls in any trailing
+60 s; ``chat.postEphemeral`` and the ``files.*`` methods Tier 4, 100) and ``chat.postMessage`` per channel
+("1 per second per channel": 60 in any trailing 60 s, ``CHANNEL_LIMITS``); the call past a limit answers
+HTTP 429 ``ratelimited`` with a ``Retry-After`` header (``method_limits`` / ``channel_limits`` to tighten
+or drop one). A method the fake does not implement answers ``unknown_method``, as Slack does for a
+method it does not have; ``chat.update`` of a person's message is ``cant_update_message``.
 
 State lives on the server's thread; reads go through a lock and the ``wait_*`` helpers poll, so a test on
 another event loop (or a blocking SDK) can use them.

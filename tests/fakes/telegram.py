@@ -647,10 +647,22 @@ class FakeTelegram(ThreadedServer):
         return payload
 
     def _placement(self, params: dict[str, Any]) -> tuple[int | None, int | None]:
+        """Where a new message goes. Replying to a message the chat does not have is 400 "message to be
+        replied not found" unless ``reply_parameters.allow_sending_without_reply`` is true (then it is
+        sent without the reply, as Telegram does)."""
         reply = params.get("reply_parameters") or {}
         reply_to = reply.get("message_id") if isinstance(reply, dict) else None
         reply_to = reply_to or params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
+        if reply_to:
+            allowed = bool(reply.get("allow_sending_without_reply")) if isinstance(reply, dict) else False
+            allowed = allowed or bool(params.get("allow_sending_without_reply"))
+            with self._state:
+                exists = (int(params.get("chat_id") or 0), int(reply_to)) in self.messages
+            if not exists and not allowed:
+                raise _ApiError(400, "Bad Request: message to be replied not found")
+            if not exists:
+                reply_to = None
         return (int(reply_to) if reply_to else None), (int(thread) if thread else None)
 
     def _render(self, text: Any, parse_mode: str | None, limit: int, *, allow_empty: bool = False) -> str:

@@ -94,3 +94,21 @@ async def test_a_group_takes_20_messages_a_minute_then_429_with_retry_after(tg: 
         )
         assert private.json()["ok"] is True
     assert len(tg.bot_messages(-100)) == 20
+
+
+async def test_replying_to_a_missing_message_needs_allow_sending_without_reply(tg: FakeTelegram):
+    tg.open_chat(42)
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        strict = await client.post(
+            "/sendMessage", data={"chat_id": 42, "text": "hi", "reply_parameters": '{"message_id": 777}'}
+        )
+        assert strict.json()["description"] == "Bad Request: message to be replied not found"
+        lenient = await client.post(
+            "/sendMessage",
+            data={
+                "chat_id": 42,
+                "text": "hi",
+                "reply_parameters": '{"message_id": 777, "allow_sending_without_reply": true}',
+            },
+        )
+        assert lenient.json()["ok"] is True and "reply_to_message" not in lenient.json()["result"]
