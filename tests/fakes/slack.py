@@ -38,8 +38,7 @@ with a new ``envelope_id`` while it is not acknowledged; ``redeliver_press`` sen
 again by hand (an ack that never reached Slack).
 
 Rate limits as Slack counts them: per method per workspace at each tier's documented floor
-(``METHOD_LIMITS``: ``chat.update`` and ``assistant.threads.setStatus`` Tier 3, 50 calls in any trailing
-60 s; ``chat.postEphemeral`` and the ``files.*`` methods Tier 4, 100) and ``chat.postMessage`` per channel
+(``METHOD_LIMITS``: ``chat.update`` Tier 3, 50 calls in any trailing 60 s; ``chat.postEphemeral`` and the ``files.*`` methods Tier 4, 100) and ``chat.postMessage`` per channel
 ("1 per second per channel": 60 in any trailing 60 s, ``CHANNEL_LIMITS``); the call past a limit answers
 HTTP 429 ``ratelimited`` with a ``Retry-After`` header (``method_limits`` / ``channel_limits`` to tighten
 or drop one). A method the fake does not implement answers ``unknown_method``, as Slack does for a
@@ -83,12 +82,12 @@ RETRY_DELAYS = (0.0, 60.0, 300.0)
 #: Rate limits enforced, as Slack counts them: per method per workspace per app, (calls, per seconds).
 #: Slack's tiers are floors ("Tier 3: 50+ per minute"); the fake allows exactly the floor in any trailing
 #: 60 s, so code that stays under it here stays under it on Slack. Tier 2: 20, Tier 3: 50, Tier 4: 100.
-#: Not limited here: ``auth.test`` (special tier, generous) and ``apps.connections.open`` (Tier 1, "1+
+#: Not limited here: ``auth.test`` and ``assistant.threads.setStatus`` (special tiers without published
+#: numbers) and ``apps.connections.open`` (Tier 1, "1+
 #: per minute": a floor the SDK's reconnects in these tests pass on purpose, and Slack tolerates bursts).
 METHOD_LIMITS: dict[str, tuple[int, float]] = {
     "chat.update": (50, 60.0),  # Tier 3
     "chat.postEphemeral": (100, 60.0),  # Tier 4
-    "assistant.threads.setStatus": (50, 60.0),  # Tier 3
     "files.info": (100, 60.0),  # Tier 4
     "files.getUploadURLExternal": (100, 60.0),  # Tier 4
     "files.completeUploadExternal": (100, 60.0),  # Tier 4
