@@ -288,6 +288,8 @@ class FakeDiscord(ThreadedServer):
         self.hidden_channels: set[str] = set()
         #: Channels where the bot lacks SEND_MESSAGES: a send is 403 code 50013 "Missing Permissions".
         self.read_only_channels: set[str] = set()
+        #: Users who do not take DMs from the bot: a send into their DM is 403 code 50007.
+        self.closed_dms: set[str] = set()
         #: Channels where the bot lacks READ_MESSAGE_HISTORY: Get Channel Messages answers an empty list.
         self.no_history_channels: set[str] = set()
         self._connections: list[_Connection] = []
@@ -982,6 +984,8 @@ class FakeDiscord(ThreadedServer):
             return refused
         if channel_id in self.read_only_channels:
             return _json({"message": "Missing Permissions", "code": 50013}, 403)
+        if self.dms.get(channel_id) in self.closed_dms:
+            return _json({"message": "Cannot send messages to this user", "code": 50007}, 403)
         problems = self._components_problems(body["components"]) if "components" in body else {}
         if problems:
             return self._form_error(problems)

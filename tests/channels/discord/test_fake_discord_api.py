@@ -121,3 +121,11 @@ async def test_a_limited_route_carries_its_bucket_headers_and_answers_429_with_r
     assert body["global"] is False and 0 < body["retry_after"] <= 60
     assert second.headers["X-RateLimit-Scope"] == "user" and int(second.headers["Retry-After"]) >= 1
     assert [m.text for m in discord_fake.in_channel(discord_fake.channel_id)] == ["one"]
+
+
+async def test_a_user_who_takes_no_dms_from_the_bot_is_403_code_50007(api, discord_fake):
+    dm = discord_fake.dm_channel(USER)
+    discord_fake.closed_dms.add(USER)
+    refused = await send(api, dm, content="hello")
+    assert (refused.status_code, refused.json()["code"]) == (403, 50007)
+    assert discord_fake.in_channel(dm) == []
