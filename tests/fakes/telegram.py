@@ -677,7 +677,8 @@ class FakeTelegram(ThreadedServer):
         if not shown.strip() and not allow_empty:
             raise _ApiError(400, "Bad Request: message text is empty")
         if len(shown) > limit:
-            raise _ApiError(400, "Bad Request: message is too long")
+            what = "message caption" if limit == CAPTION_LIMIT else "message"
+            raise _ApiError(400, f"Bad Request: {what} is too long")
         return shown
 
     def _m_sendMessage(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:

@@ -112,3 +112,19 @@ async def test_replying_to_a_missing_message_needs_allow_sending_without_reply(t
             },
         )
         assert lenient.json()["ok"] is True and "reply_to_message" not in lenient.json()["result"]
+
+
+async def test_text_is_4096_and_a_caption_1024_characters_after_markup(tg: FakeTelegram):
+    tg.open_chat(42)
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        bold = "<b>" + "x" * 4096 + "</b>"  # the tags do not count, the text does
+        fits = await client.post("/sendMessage", data={"chat_id": 42, "text": bold, "parse_mode": "HTML"})
+        assert fits.json()["ok"] is True
+        long = await client.post("/sendMessage", data={"chat_id": 42, "text": "x" * 4097})
+        assert long.json()["description"] == "Bad Request: message is too long"
+        caption = await client.post(
+            "/sendDocument",
+            data={"chat_id": 42, "caption": "c" * 1025},
+            files={"document": ("a.txt", b"data", "text/plain")},
+        )
+        assert caption.json()["description"] == "Bad Request: message caption is too long"
