@@ -92,6 +92,8 @@ def write_config(directory: Path, llm: FakeOpenAI, platform: str, fake: Any) -> 
             "guild_ready_timeout": 0.05,
             "edit_interval_seconds": 0.05,
         }
+    # The load's users are members (a stranger's first message would get a pairing request instead).
+    section["trust"] = {"members": ["*"]}
     config = {
         "server": {"host": "127.0.0.1", "port": 0},
         "database": {"url": f"sqlite+aiosqlite:///{directory / 'bench.db'}"},

@@ -385,6 +385,15 @@ class DiscordChannel(Channel):
             after = max(self.cursors.floor(channel_id), window_start)
             try:
                 channel = await self._resolve(int(channel_id))
+                if not self._may_read_history(channel):
+                    # Discord answers such a read with an empty page, not an error: say it in words.
+                    log.warning(
+                        "Discord backfill skips channel %s: the bot lacks the Read Message History "
+                        "permission there, so messages sent while it was away cannot be read",
+                        channel_id,
+                    )
+                    self.cursors.release(channel_id)
+                    continue
                 history = channel.history(
                     after=discord.Object(after), limit=BACKFILL_MAX_MESSAGES, oldest_first=True
                 )
@@ -405,6 +414,18 @@ class DiscordChannel(Channel):
                 self.cursors.release(channel_id)
         if read:
             log.info("Discord backfill: read %d message(s) sent while the bot was away", read)
+
+    @staticmethod
+    def _may_read_history(channel: object) -> bool:
+        """Whether the bot's permissions in a server channel or thread include Read Message History.
+
+        Without it Get Channel Messages answers an empty list (no error), so the backfill must ask
+        first. A DM, or a server whose member list discord.py does not hold yet, is assumed readable.
+        """
+        if not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+            return True
+        me = channel.guild.me
+        return me is None or channel.permissions_for(me).read_message_history
 
     async def _resolve(self, channel_id: int) -> Any:
         """A channel object with ``history()``: from discord.py's cache, else fetched (DMs after a restart)."""

@@ -67,6 +67,20 @@ async def test_discord_py_sends_a_stopped_view_without_storing_it_for_dispatch()
         assert "store_view(" in source and "view.is_finished()" in source, method.__qualname__
 
 
+def test_sdk_request_paths_the_platform_tables_describe():
+    """docs/channels/discord.md leaves Discord's per-route buckets to discord.py, which reads the
+    ``X-RateLimit-*`` headers of each answer and waits when a bucket is empty; docs/channels/slack.md
+    lists ``files_upload_v2`` as ``files.getUploadURLExternal`` + upload + ``files.completeUploadExternal``
+    (what the Slack fake checks). An SDK that stopped doing either would change what the tables say."""
+    import discord.http
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    bucket = inspect.getsource(discord.http.Ratelimit.update)
+    assert "X-Ratelimit-Remaining" in bucket and "X-Ratelimit-Reset-After" in bucket
+    upload = inspect.getsource(AsyncWebClient.files_upload_v2)
+    assert "files_getUploadURLExternal" in upload and "files_completeUploadExternal" in upload
+
+
 def test_lark_oapi_internals_used_by_channels_feishu():
     import lark_oapi as lark
     import lark_oapi.ws.client as ws_module

@@ -15,6 +15,13 @@ What it does, and why each piece is here:
 * REST: every response is ``Content-Type: application/json`` exactly (discord.py compares the header
   verbatim and otherwise treats the body as text). Messages keep their edit history and the
   ``allowed_mentions`` of every send/edit, so a test can assert what a user saw and who would be pinged.
+* Messages, from Discord's message docs: ``content`` at most 2,000 characters and embeds within their
+  limits (400 code 50035 with the field errors nested as Discord nests them), nothing to show is 400
+  code 50006, an unknown channel 404 code 10003; ``hidden_channels`` (no VIEW_CHANNEL: 403 code 50001),
+  ``read_only_channels`` (no SEND_MESSAGES: 403 code 50013) and ``no_history_channels`` (no
+  READ_MESSAGE_HISTORY: history answers an empty page) model missing permissions and show in
+  GUILD_CREATE as @everyone overwrites. ``route_limits`` gives a route a bucket: every answer carries
+  ``X-RateLimit-*`` headers and the call past it is a 429 (``rate_limited`` lists those).
 * Failures: :meth:`fail_next` makes the next call of a route fail the way Discord does (a 429 carries
   ``retry_after`` in the JSON body and a ``Via`` header — without ``Via`` discord.py assumes a Cloudflare
   ban and does not retry; ``cloudflare=True`` reproduces that).
@@ -84,6 +91,8 @@ OP_DISPATCH, OP_HEARTBEAT, OP_IDENTIFY, OP_RESUME = 0, 1, 2, 6
 OP_INVALID_SESSION, OP_HELLO, OP_HEARTBEAT_ACK = 9, 10, 11
 
 MESSAGE_CONTENT_INTENT = 1 << 15  # gateway intent bit the client asks for in IDENTIFY
+# Permission bits (https://discord.com/developers/docs/topics/permissions)
+VIEW_CHANNEL, SEND_MESSAGES, READ_MESSAGE_HISTORY = 1 << 10, 1 << 11, 1 << 16
 MESSAGE_CONTENT_INTENT_FLAG = 1 << 18  # application flag GATEWAY_MESSAGE_CONTENT
 DISCORD_EPOCH_MS = 1_420_070_400_000
 HISTORY_MAX_LIMIT, HISTORY_DEFAULT_LIMIT = 100, 50
@@ -109,6 +118,13 @@ EPHEMERAL = 1 << 6
 #: SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
 RESPONSE_FLAGS = (1 << 2) | EPHEMERAL | (1 << 12) | (1 << 15)
 MESSAGE_CONTENT_MAX = 2000
+#: Embed limits (https://discord.com/developers/docs/resources/message#embed-object-embed-limits): at most
+#: 10 embeds a message; title 256, description 4096, 25 fields (name 256, value 1024), footer 2048,
+#: author name 256 characters; and 6000 characters over all of a message's embeds together.
+EMBEDS_MAX, EMBED_TOTAL_MAX, EMBED_FIELDS_MAX = 10, 6000, 25
+EMBED_TEXT_LIMITS = {"title": 256, "description": 4096}
+EMBED_FIELD_LIMITS = {"name": 256, "value": 1024}
+EMBED_FOOTER_MAX, EMBED_AUTHOR_MAX = 2048, 256
 ACK_WINDOW_SECONDS = 3.0
 TOKEN_LIFETIME_SECONDS = 15 * 60
 
@@ -121,6 +137,20 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     """A JSON response whose Content-Type is exactly ``application/json`` (no charset suffix)."""
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     return web.Response(body=json.dumps(data).encode(), status=status, headers=all_headers)
+
+
+#: Where :meth:`FakeDiscord._bucket` leaves the ``X-RateLimit-*`` headers of a request's answer.
+RATELIMIT_HEADERS = web.RequestKey("ratelimit_headers", dict)
+
+
+@web.middleware
+async def _rate_limit_headers(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every answer of a limited route carries its bucket's ``X-RateLimit-*`` headers, as Discord's do."""
+    response: web.StreamResponse = await handler(request)
+    headers = request.get(RATELIMIT_HEADERS)
+    if headers and not response.prepared:
+        response.headers.update(headers)
+    return response
 
 
 @dataclass
@@ -252,8 +282,26 @@ class FakeDiscord(ThreadedServer):
         #: The application's global commands, as the last bulk overwrite left them.
         self.app_commands: list[dict[str, Any]] = []
         self.interactions: dict[str, FakeInteraction] = {}
+        #: Channels the bot cannot see (no VIEW_CHANNEL): reading, sending and editing there is 403 code
+        #: 50001 "Missing Access". These three sets show in GUILD_CREATE as @everyone overwrites, so set
+        #: them before the bot connects for its client to know.
+        self.hidden_channels: set[str] = set()
+        #: Channels where the bot lacks SEND_MESSAGES: a send is 403 code 50013 "Missing Permissions".
+        self.read_only_channels: set[str] = set()
+        #: Users who do not take DMs from the bot: a send into their DM is 403 code 50007.
+        self.closed_dms: set[str] = set()
+        #: Channels where the bot lacks READ_MESSAGE_HISTORY: Get Channel Messages answers an empty list.
+        self.no_history_channels: set[str] = set()
         self._connections: list[_Connection] = []
         self._state_lock = threading.Lock()
+        #: Per-route buckets, (requests, seconds) per channel or interaction token, for a test to set.
+        #: Discord publishes no numbers ("parse the headers, do not hard-code limits"), so none is on by
+        #: default; a bucket that is set answers with Discord's ``X-RateLimit-*`` headers on every
+        #: response and a 429 past its count (see :meth:`_bucket`).
+        self.route_limits: dict[str, tuple[int, float]] = {}
+        self._buckets: dict[tuple[str, str], tuple[float, int]] = {}  # (route, key) → (reset at, used)
+        #: Requests a bucket refused with 429 (a client reading the headers never causes one).
+        self.rate_limited: list[dict[str, Any]] = []
 
     # --- addresses --------------------------------------------------------------------------------
     @property
@@ -300,13 +348,23 @@ class FakeDiscord(ThreadedServer):
         return {**self.user(self.bot_id, self.bot_name, bot=True), "verified": True, "mfa_enabled": False}
 
     def _channel_object(self, guild_id: str, channel_id: str, position: int) -> dict[str, Any]:
+        # The permissions a test took away show as @everyone overwrites (the role's id is the guild's),
+        # which is how a client sees them in GUILD_CREATE.
+        deny = 0
+        if channel_id in self.hidden_channels:
+            deny |= VIEW_CHANNEL
+        if channel_id in self.read_only_channels:
+            deny |= SEND_MESSAGES
+        if channel_id in self.no_history_channels:
+            deny |= READ_MESSAGE_HISTORY
+        overwrites = [{"id": guild_id, "type": 0, "allow": "0", "deny": str(deny)}] if deny else []
         return {
             "id": channel_id,
             "type": 0,
             "guild_id": guild_id,
             "name": f"channel-{position}",
             "position": position,
-            "permission_overwrites": [],
+            "permission_overwrites": overwrites,
             "nsfw": False,
             "parent_id": None,
             "topic": None,
@@ -356,7 +414,19 @@ class FakeDiscord(ThreadedServer):
             "emojis": [],
             "stickers": [],
             "features": [],
-            "members": [],
+            # The bot's own member, so a client can work out its permissions in each channel.
+            "members": [
+                {
+                    "user": self.bot_user,
+                    "roles": [],
+                    "joined_at": _now(),
+                    "nick": None,
+                    "deaf": False,
+                    "mute": False,
+                    "flags": 0,
+                    "pending": False,
+                }
+            ],
             "voice_states": [],
             "presences": [],
             "stage_instances": [],
@@ -399,6 +469,15 @@ class FakeDiscord(ThreadedServer):
         return body
 
     # --- test API: injecting events -----------------------------------------------------------------
+    def dm_channel(self, user_id: str) -> str:
+        """The DM channel between the bot and ``user_id`` (opened now if it does not exist yet)."""
+        with self._state_lock:
+            channel_id = next((c for c, u in self.dms.items() if u == user_id), None)
+            if channel_id is None:
+                channel_id = self.new_id()
+                self.dms[channel_id] = user_id
+            return channel_id
+
     def add_attachment(self, name: str, data: bytes, mime: str | None = None) -> dict[str, Any]:
         """Store a file on the fake CDN and return the attachment object a message would carry."""
         attachment_id = self.new_id()
@@ -684,6 +763,7 @@ class FakeDiscord(ThreadedServer):
 
     # --- server -----------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
+        app.middlewares.append(_rate_limit_headers)
         api = "/api/v10"
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get(f"{api}/gateway", self._get_gateway)
@@ -750,6 +830,7 @@ class FakeDiscord(ThreadedServer):
             "route": route,
             "method": request.method,
             "path": request.path,
+            "query": dict(request.query),
             "json": body,
             "files": sorted(files),
             "auth_ok": request.headers.get("Authorization") == f"Bot {self.token}",
@@ -758,10 +839,53 @@ class FakeDiscord(ThreadedServer):
         if not bot_auth:
             entry["auth_ok"] = True
         failure = None if entry["auth_ok"] else _json({"message": "401: Unauthorized", "code": 0}, 401)
-        failure = failure or self._take_failure(route)
+        failure = failure or self._take_failure(route) or self._bucket(request, route)
         entry["status"] = failure.status if failure is not None else 200
         self.record(entry)
         return failure, (body, files)
+
+    def _bucket(self, request: web.Request, route: str) -> web.Response | None:
+        """Count the request against its route's bucket (per channel, or per interaction token); past
+        the count, 429 with Discord's body (``retry_after`` in seconds, ``global: false``), the
+        ``Retry-After`` header and ``X-RateLimit-Scope: user``. The headers every answer of the bucket
+        carries are left on the request for :func:`_rate_limit_headers`."""
+        limit = self.route_limits.get(route)
+        if limit is None:
+            return None
+        count, window = limit
+        key = request.match_info.get("cid") or request.match_info.get("token") or ""
+        now = time.time()
+        with self._state_lock:
+            reset_at, used = self._buckets.get((route, key), (now + window, 0))
+            if now >= reset_at:
+                reset_at, used = now + window, 0
+            refused = used >= count
+            if not refused:
+                used += 1
+            self._buckets[(route, key)] = (reset_at, used)
+        reset_after = max(0.0, reset_at - now)
+        request[RATELIMIT_HEADERS] = {
+            "X-RateLimit-Limit": str(count),
+            "X-RateLimit-Remaining": str(count - used),
+            "X-RateLimit-Reset": f"{reset_at:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": f"fake-{route}",
+        }
+        if not refused:
+            return None
+        with self._state_lock:
+            self.rate_limited.append({"route": route, "key": key, "retry_after": reset_after})
+        body = {
+            "message": "You are being rate limited.",
+            "retry_after": round(reset_after, 3),
+            "global": False,
+        }
+        headers = {
+            "Retry-After": str(max(1, int(reset_after + 0.999))),
+            "X-RateLimit-Scope": "user",
+            "Via": "1.1 google",
+        }
+        return _json(body, 429, headers)
 
     async def _get_gateway(self, request: web.Request) -> web.Response:
         failure, _ = await self._begin(request, "gateway")
@@ -820,8 +944,9 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         channel_id = request.match_info["cid"]
-        if self._channel_json(channel_id) is None:
-            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        refused = self._access_problem(channel_id)
+        if refused is not None:
+            return refused
         query = request.query
         try:
             limit = int(query.get("limit", HISTORY_DEFAULT_LIMIT))
@@ -830,6 +955,9 @@ class FakeDiscord(ThreadedServer):
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         if not 1 <= limit <= HISTORY_MAX_LIMIT or len(anchors) > 1:
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if channel_id in self.no_history_channels:
+            # Discord: without READ_MESSAGE_HISTORY "no messages will be returned" (an empty page, 200).
+            return _json([])
         with self._state_lock:
             found = sorted(
                 (m for m in self.messages.values() if m.channel_id == channel_id), key=lambda m: int(m.id)
@@ -850,10 +978,25 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         body = body or {}
+        channel_id = request.match_info["cid"]
+        refused = self._access_problem(channel_id)
+        if refused is not None:
+            return refused
+        if channel_id in self.read_only_channels:
+            return _json({"message": "Missing Permissions", "code": 50013}, 403)
+        if self.dms.get(channel_id) in self.closed_dms:
+            return _json({"message": "Cannot send messages to this user", "code": 50007}, 403)
         problems = self._components_problems(body["components"]) if "components" in body else {}
         if problems:
             return self._form_error(problems)
-        channel_id = request.match_info["cid"]
+        field_problems = self._message_problems(body)
+        if field_problems:
+            return self._field_errors(field_problems)
+        if not (
+            body.get("content") or body.get("embeds") or files or body.get("sticker_ids") or body.get("poll")
+        ):
+            # A message needs something to show (components alone do not count for a default message).
+            return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
         message = FakeMessage(self.new_id(), channel_id, self.bot_id, [body.get("content") or ""])
         if "components" in body:
             message.set_components(body["components"])
@@ -872,9 +1015,15 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         body = body or {}
+        refused = self._access_problem(request.match_info["cid"])
+        if refused is not None:
+            return refused
         problems = self._components_problems(body["components"]) if "components" in body else {}
         if problems:
             return self._form_error(problems)
+        field_problems = self._message_problems(body)
+        if field_problems:
+            return self._field_errors(field_problems)
         with self._state_lock:
             message = self.messages.get(request.match_info["mid"])
             if message is None or message.channel_id != request.match_info["cid"]:
@@ -958,12 +1107,7 @@ class FakeDiscord(ThreadedServer):
         recipient = str((body or {}).get("recipient_id") or "")
         if not recipient:
             return self._form_error({"recipient_id": "BASE_TYPE_REQUIRED"})
-        with self._state_lock:
-            channel_id = next((c for c, u in self.dms.items() if u == recipient), None)
-            if channel_id is None:
-                channel_id = self.new_id()
-                self.dms[channel_id] = recipient
-        return _json(self._channel_json(channel_id))
+        return _json(self._channel_json(self.dm_channel(recipient)))
 
     # --- application commands and interactions ---------------------------------------------------------
     @staticmethod
@@ -1023,6 +1167,93 @@ class FakeDiscord(ThreadedServer):
     @staticmethod
     def _form_error(errors: dict[str, Any]) -> web.Response:
         return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    @staticmethod
+    def _field_errors(problems: dict[str, tuple[str, str]]) -> web.Response:
+        """400 code 50035 with ``errors`` nested the way Discord nests them: each dotted path becomes
+        objects (``embeds.0.title`` → ``{"embeds": {"0": {"title": {"_errors": [...]}}}}``)."""
+        errors: dict[str, Any] = {}
+        for path, (code, message) in problems.items():
+            node = errors
+            for part in path.split("."):
+                node = node.setdefault(part, {})
+            node.setdefault("_errors", []).append({"code": code, "message": message})
+        return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    @staticmethod
+    def _message_problems(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        """Create/Edit Message: what Discord refuses in ``content`` and ``embeds``, as path → (code, text)."""
+        problems: dict[str, tuple[str, str]] = {}
+        content = body.get("content")
+        if content is not None and (not isinstance(content, str) or len(content) > MESSAGE_CONTENT_MAX):
+            problems["content"] = (
+                "BASE_TYPE_MAX_LENGTH",
+                f"Must be {MESSAGE_CONTENT_MAX} or fewer in length.",
+            )
+        embeds = body.get("embeds")
+        if embeds is None:
+            return problems
+        if not isinstance(embeds, list) or len(embeds) > EMBEDS_MAX:
+            problems["embeds"] = ("BASE_TYPE_MAX_LENGTH", f"Must be {EMBEDS_MAX} or fewer in length.")
+            return problems
+        total = 0
+        for i, embed in enumerate(embeds):
+            embed = embed if isinstance(embed, dict) else {}
+            for key, limit in EMBED_TEXT_LIMITS.items():
+                text = str(embed.get(key) or "")
+                total += len(text)
+                if len(text) > limit:
+                    problems[f"embeds.{i}.{key}"] = (
+                        "BASE_TYPE_MAX_LENGTH",
+                        f"Must be {limit} or fewer in length.",
+                    )
+            fields = embed.get("fields") or []
+            if len(fields) > EMBED_FIELDS_MAX:
+                problems[f"embeds.{i}.fields"] = (
+                    "BASE_TYPE_MAX_LENGTH",
+                    f"Must be {EMBED_FIELDS_MAX} or fewer in length.",
+                )
+            for j, item in enumerate(fields[:EMBED_FIELDS_MAX]):
+                for key, limit in EMBED_FIELD_LIMITS.items():
+                    text = str((item or {}).get(key) or "")
+                    total += len(text)
+                    if not text:
+                        problems[f"embeds.{i}.fields.{j}.{key}"] = (
+                            "BASE_TYPE_REQUIRED",
+                            "This field is required",
+                        )
+                    elif len(text) > limit:
+                        problems[f"embeds.{i}.fields.{j}.{key}"] = (
+                            "BASE_TYPE_MAX_LENGTH",
+                            f"Must be {limit} or fewer in length.",
+                        )
+            for key, sub, limit in (
+                ("footer", "text", EMBED_FOOTER_MAX),
+                ("author", "name", EMBED_AUTHOR_MAX),
+            ):
+                text = str((embed.get(key) or {}).get(sub) or "")
+                total += len(text)
+                if len(text) > limit:
+                    problems[f"embeds.{i}.{key}.{sub}"] = (
+                        "BASE_TYPE_MAX_LENGTH",
+                        f"Must be {limit} or fewer in length.",
+                    )
+        if total > EMBED_TOTAL_MAX:
+            problems["embeds"] = (
+                "MAX_EMBED_SIZE_EXCEEDED",
+                f"Embed size exceeds maximum size of {EMBED_TOTAL_MAX}",
+            )
+        return problems
+
+    def _access_problem(self, channel_id: str) -> web.Response | None:
+        """A channel that does not exist is 404 code 10003; one the bot cannot see (no VIEW_CHANNEL) is
+        403 code 50001 "Missing Access"; one it may see but not write in (no SEND_MESSAGES) is 403 code
+        50013 "Missing Permissions" — for sending only, the caller checks that."""
+        if self._channel_json(channel_id) is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        if channel_id in self.hidden_channels:
+            return _json({"message": "Missing Access", "code": 50001}, 403)
+        return None
 
     @staticmethod
     def _command_problems(command: Any) -> dict[str, str]:
@@ -1137,6 +1368,9 @@ class FakeDiscord(ThreadedServer):
         content = body.get("content")
         if content is not None and len(content) > MESSAGE_CONTENT_MAX:
             return "BASE_TYPE_MAX_LENGTH (2000)"
+        embed_problems = FakeDiscord._message_problems({"embeds": body.get("embeds")})
+        if embed_problems:
+            return "; ".join(f"{path}: {code}" for path, (code, _) in embed_problems.items())
         if int(body.get("flags") or 0) & ~RESPONSE_FLAGS:
             return "MESSAGE_FLAGS_INVALID"
         if "components" in body:

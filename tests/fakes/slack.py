@@ -37,9 +37,12 @@ user=…)`` is a person clicking a button the message shows: an ``interactive`` 
 with a new ``envelope_id`` while it is not acknowledged; ``redeliver_press`` sends the same payload
 again by hand (an ack that never reached Slack).
 
-Rate limits as Slack counts them (per method per workspace): ``chat.update`` (Tier 3) takes 50 calls in
-any trailing 60 s and answers the 51st with HTTP 429 ``ratelimited`` and a ``Retry-After`` header
-(``method_limits`` to tighten or drop it).
+Rate limits as Slack counts them: per method per workspace at each tier's documented floor
+(``METHOD_LIMITS``: ``chat.update`` Tier 3, 50 calls in any trailing 60 s; ``chat.postEphemeral`` and the ``files.*`` methods Tier 4, 100) and ``chat.postMessage`` per channel
+("1 per second per channel": 60 in any trailing 60 s, ``CHANNEL_LIMITS``); the call past a limit answers
+HTTP 429 ``ratelimited`` with a ``Retry-After`` header (``method_limits`` / ``channel_limits`` to tighten
+or drop one). A method the fake does not implement answers ``unknown_method``, as Slack does for a
+method it does not have; ``chat.update`` of a person's message is ``cant_update_message``.
 
 State lives on the server's thread; reads go through a lock and the ``wait_*`` helpers poll, so a test on
 another event loop (or a blocking SDK) can use them.
@@ -77,8 +80,21 @@ ACK_TIMEOUT = 3.0
 #: Pause before each of Slack's three retries (right away, after about 1 minute, after about 5 minutes).
 RETRY_DELAYS = (0.0, 60.0, 300.0)
 #: Rate limits enforced, as Slack counts them: per method per workspace per app, (calls, per seconds).
-#: chat.update is Tier 3, "50+ per minute"; the fake allows exactly 50 in any trailing 60 s.
-METHOD_LIMITS: dict[str, tuple[int, float]] = {"chat.update": (50, 60.0)}
+#: Slack's tiers are floors ("Tier 3: 50+ per minute"); the fake allows exactly the floor in any trailing
+#: 60 s, so code that stays under it here stays under it on Slack. Tier 2: 20, Tier 3: 50, Tier 4: 100.
+#: Not limited here: ``auth.test`` and ``assistant.threads.setStatus`` (special tiers without published
+#: numbers) and ``apps.connections.open`` (Tier 1, "1+
+#: per minute": a floor the SDK's reconnects in these tests pass on purpose, and Slack tolerates bursts).
+METHOD_LIMITS: dict[str, tuple[int, float]] = {
+    "chat.update": (50, 60.0),  # Tier 3
+    "chat.postEphemeral": (100, 60.0),  # Tier 4
+    "files.info": (100, 60.0),  # Tier 4
+    "files.getUploadURLExternal": (100, 60.0),  # Tier 4
+    "files.completeUploadExternal": (100, 60.0),  # Tier 4
+}
+#: Limits per channel: ``chat.postMessage`` is "1 per second per channel, short bursts allowed"; the burst
+#: size is not documented, so the fake allows 60 posts to one channel in any trailing 60 s.
+CHANNEL_LIMITS: dict[str, tuple[int, float]] = {"chat.postMessage": (60, 60.0)}
 #: Block Kit limits (docs.slack.dev/reference/block-kit/…).
 MAX_BLOCKS = 50
 SECTION_TEXT_LIMIT = 3000
@@ -222,6 +238,8 @@ class FakeSlack(ThreadedServer):
         self._failures: dict[str, list[Failure]] = {}
         #: (calls, window) per method; a test may tighten or drop an entry before the bot starts.
         self.method_limits: dict[str, tuple[int, float]] = dict(METHOD_LIMITS)
+        #: (calls, window) per method per channel (``chat.postMessage``).
+        self.channel_limits: dict[str, tuple[int, float]] = dict(CHANNEL_LIMITS)
         self._accepted: dict[tuple[str, str], deque[float]] = {}  # (team, method) → when each call came
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -292,7 +310,7 @@ class FakeSlack(ThreadedServer):
         if token != expected:
             call.error = "invalid_auth"
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        retry_after = self._over_limit(method)
+        retry_after = self._over_limit(method, str(args.get("channel") or args.get("channel_id") or ""))
         if retry_after is not None:
             call.error = "ratelimited"
             return web.json_response(
@@ -300,29 +318,35 @@ class FakeSlack(ThreadedServer):
             )
         handler = getattr(self, "_m_" + method.replace(".", "_"), None)
         body: dict[str, Any] = (
-            handler(args) if handler is not None else {"ok": False, "error": "unknown_method"}
+            handler(args)
+            if handler is not None
+            else {"ok": False, "error": "unknown_method", "req_method": method}
         )
         call.error = None if body.get("ok") else body.get("error")
         return web.json_response(body)
 
-    def _over_limit(self, method: str) -> int | None:
+    def _over_limit(self, method: str, channel: str) -> int | None:
         """Slack's rate limiting: None when the call may go on, else the whole seconds to wait.
 
         Like Slack, a refused call answers HTTP 429 ``{"ok": false, "error": "ratelimited"}`` with a
-        ``Retry-After`` header, and only calls that were let through count against the window.
+        ``Retry-After`` header, and only calls that were let through count against the window. A call
+        counts against its method's workspace limit and, for ``chat.postMessage``, its channel's.
         """
-        limit = self.method_limits.get(method)
-        if limit is None:
-            return None
-        calls, window = limit
+        scopes = []
+        if method in self.method_limits:
+            scopes.append(((self.team_id, method), self.method_limits[method]))
+        if method in self.channel_limits:
+            scopes.append(((channel, method), self.channel_limits[method]))
         now = time.monotonic()
         with self._lock:
-            times = self._accepted.setdefault((self.team_id, method), deque())
-            while times and times[0] <= now - window:
-                times.popleft()
-            if len(times) >= calls:
-                return max(1, math.ceil(times[0] + window - now))
-            times.append(now)
+            for key, (calls, window) in scopes:
+                times = self._accepted.setdefault(key, deque())
+                while times and times[0] <= now - window:
+                    times.popleft()
+                if len(times) >= calls:
+                    return max(1, math.ceil(times[0] + window - now))
+            for key, _limit in scopes:
+                self._accepted[key].append(now)
         return None
 
     # Web API methods: each returns the JSON body -------------------------------------------------
@@ -378,15 +402,26 @@ class FakeSlack(ThreadedServer):
         text = str(args.get("text") or "")
         if not text and not args.get("blocks"):
             return {"ok": False, "error": "no_text"}
+        if len(text) > MESSAGE_TEXT_LIMIT:
+            return {"ok": False, "error": "msg_too_long"}
+        _blocks, problem = _check_blocks(args.get("blocks"))
+        if problem is not None:
+            return problem
         ephemeral = Ephemeral(channel, user, "chat.postEphemeral", args.get("thread_ts") or None, [text])
         with self._lock:
             self.ephemerals.append(ephemeral)
         return {"ok": True, "message_ts": self._next_ts()}
 
     def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``channel`` and ``ts`` required; only the bot's own messages can be updated (a person's
+        message is ``cant_update_message``, an unknown ts ``message_not_found``)."""
         channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        if not channel or channel in self.foreign_dms:
+            return {"ok": False, "error": "channel_not_found"}
         with self._lock:
             message = self.messages.get(channel, {}).get(ts)
+            if message is None and (channel, ts) in self.user_messages:
+                return {"ok": False, "error": "cant_update_message"}
             if message is None:
                 return {"ok": False, "error": "message_not_found"}
             if message.user != self.bot_user_id:
@@ -492,6 +527,9 @@ class FakeSlack(ThreadedServer):
         return {"ok": True, "file": self.file_object(file_id)}
 
     def _m_files_getUploadURLExternal(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``filename`` and ``length`` (the size in bytes) required."""
+        if not args.get("filename") or not str(args.get("length") or "").isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
         file_id = f"F{next(self._ids):08d}"
         with self._lock:
             self.uploads[file_id] = {
@@ -506,6 +544,12 @@ class FakeSlack(ThreadedServer):
         files = args.get("files")
         if isinstance(files, str):
             files = json.loads(files)
+        if (
+            not isinstance(files, list)
+            or not files
+            or not all(isinstance(f, dict) and f.get("id") for f in files)
+        ):
+            return {"ok": False, "error": "invalid_arguments"}  # ``files`` (each with an ``id``) is required
         channel = args.get("channel_id") or args.get("channels")
         out = []
         with self._lock:

@@ -106,6 +106,11 @@ WEBHOOK_SECRET_LIMIT = 256
 WEBHOOK_PORTS = {443, 80, 88, 8443}
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 WEBHOOK_ACTIVE = "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"
+#: Bots FAQ: "your bot will not be able to send more than 20 messages per minute to the same group";
+#: the fake answers the 21st message in any trailing 60 s with 429 and ``parameters.retry_after``.
+GROUP_MESSAGES_PER_MINUTE = 20
+#: Methods that send a new message (what the group limit counts).
+SENDING_METHODS = ("sendMessage", "sendDocument", "sendPhoto")
 #: getUpdates accepts limit 1-100.
 MAX_UPDATES_PER_CALL = 100
 #: InlineKeyboardButton: callback_data is 1-64 bytes; a button needs exactly one of these fields.
@@ -281,6 +286,9 @@ class FakeTelegram(ThreadedServer):
         #: Every callback query a press created, by id: {"query", "answered", "answers"}.
         self.callback_queries: dict[str, dict[str, Any]] = {}
         self._query_ids = itertools.count(1)
+        #: Messages a group may receive per trailing 60 s (None: no limit, for a test that wants none).
+        self.group_limit: int | None = GROUP_MESSAGES_PER_MINUTE
+        self._group_sends: dict[int, list[float]] = {}
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def setup_routes(self, app: web.Application) -> None:
@@ -341,6 +349,8 @@ class FakeTelegram(ThreadedServer):
         if handler is None:
             return self._finish(entry, self._error_response(404, "Not Found"))
         try:
+            if method in SENDING_METHODS:
+                self._count_group_send(params)
             result = await handler(params, uploads) if method == "getUpdates" else handler(params, uploads)
         except _ApiError as exc:
             return self._finish(entry, self._error_response(exc.status, exc.description, exc.retry_after))
@@ -371,6 +381,32 @@ class FakeTelegram(ThreadedServer):
     # --- Bot API methods (``_m_<method>``) --------------------------------------------------------------
     def _bot_user(self) -> dict[str, Any]:
         return {"id": self.bot_id, "is_bot": True, "first_name": "Switchboard", "username": self.bot_username}
+
+    def _known_chat(self, params: dict[str, Any]) -> int:
+        """The ``chat_id`` of a chat the bot can reach: one a person opened with it (or a group it is in,
+        where someone wrote); anything else is 400 "chat not found", as on Telegram."""
+        try:
+            chat_id = int(params.get("chat_id") or 0)
+        except (TypeError, ValueError):
+            chat_id = 0
+        with self._state:
+            if chat_id == 0 or chat_id not in self.chat_types:
+                raise _ApiError(400, "Bad Request: chat not found")
+        return chat_id
+
+    def _count_group_send(self, params: dict[str, Any]) -> None:
+        """The Bots FAQ's 20 messages per minute per group: past it, 429 with ``retry_after``."""
+        chat_id = self._known_chat(params)
+        if self.group_limit is None or self._chat(chat_id)["type"] == "private":
+            return
+        now = time.monotonic()
+        with self._state:
+            sent = [t for t in self._group_sends.get(chat_id, []) if t > now - 60]
+            if len(sent) >= self.group_limit:
+                retry_after = max(1, int(sent[0] + 60 - now + 0.999))
+                self._group_sends[chat_id] = sent
+                raise _ApiError(429, f"Too Many Requests: retry after {retry_after}", retry_after)
+            self._group_sends[chat_id] = [*sent, now]
 
     def _m_getMe(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
         return {**self._bot_user(), "can_join_groups": True, "can_read_all_group_messages": False,
@@ -448,8 +484,7 @@ class FakeTelegram(ThreadedServer):
 
     def _m_sendChatAction(self, params: dict[str, Any], uploads: Any) -> bool:
         """Bot API: ``chat_id`` and ``action`` (one of the documented kinds) are required."""
-        if not params.get("chat_id"):
-            raise _ApiError(400, "Bad Request: chat not found")
+        self._known_chat(params)
         if params.get("action") not in CHAT_ACTIONS:
             raise _ApiError(400, "Bad Request: wrong parameter action in request")
         return True
@@ -458,9 +493,7 @@ class FakeTelegram(ThreadedServer):
         """Bot API 9.3: a partial message streamed to a *private* chat; ``draft_id`` must be non-zero and
         ``text`` is 0-4096 characters after entity parsing (empty shows "Thinking…"). The draft is an
         ephemeral preview: it persists nothing, so the chat's messages do not change."""
-        chat_id = int(params.get("chat_id") or 0)
-        if not chat_id:
-            raise _ApiError(400, "Bad Request: chat not found")
+        chat_id = self._known_chat(params)
         if self._chat(chat_id)["type"] != "private":
             raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
         try:
@@ -620,10 +653,22 @@ class FakeTelegram(ThreadedServer):
         return payload
 
     def _placement(self, params: dict[str, Any]) -> tuple[int | None, int | None]:
+        """Where a new message goes. Replying to a message the chat does not have is 400 "message to be
+        replied not found" unless ``reply_parameters.allow_sending_without_reply`` is true (then it is
+        sent without the reply, as Telegram does)."""
         reply = params.get("reply_parameters") or {}
         reply_to = reply.get("message_id") if isinstance(reply, dict) else None
         reply_to = reply_to or params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
+        if reply_to:
+            allowed = bool(reply.get("allow_sending_without_reply")) if isinstance(reply, dict) else False
+            allowed = allowed or bool(params.get("allow_sending_without_reply"))
+            with self._state:
+                exists = (int(params.get("chat_id") or 0), int(reply_to)) in self.messages
+            if not exists and not allowed:
+                raise _ApiError(400, "Bad Request: message to be replied not found")
+            if not exists:
+                reply_to = None
         return (int(reply_to) if reply_to else None), (int(thread) if thread else None)
 
     def _render(self, text: Any, parse_mode: str | None, limit: int, *, allow_empty: bool = False) -> str:
@@ -638,11 +683,12 @@ class FakeTelegram(ThreadedServer):
         if not shown.strip() and not allow_empty:
             raise _ApiError(400, "Bad Request: message text is empty")
         if len(shown) > limit:
-            raise _ApiError(400, "Bad Request: message is too long")
+            what = "message caption" if limit == CAPTION_LIMIT else "message"
+            raise _ApiError(400, f"Bad Request: {what} is too long")
         return shown
 
     def _m_sendMessage(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
-        chat_id = int(params["chat_id"])
+        chat_id = self._known_chat(params)
         parse_mode = params.get("parse_mode")
         shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
         keyboard = _inline_keyboard(params.get("reply_markup"), inline_only=False)
@@ -658,7 +704,9 @@ class FakeTelegram(ThreadedServer):
             return message.payload
 
     def _m_editMessageText(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
-        chat_id = int(params.get("chat_id") or 0)
+        """Only the bot's own text messages can be edited: an unknown id is "message to edit not found",
+        a person's message "message can't be edited"."""
+        chat_id = self._known_chat(params)
         key = (chat_id, int(params.get("message_id") or 0))
         parse_mode = params.get("parse_mode")
         shown = self._render(params.get("text"), parse_mode, TEXT_LIMIT)
@@ -666,8 +714,10 @@ class FakeTelegram(ThreadedServer):
         keyboard = _inline_keyboard(params.get("reply_markup"), inline_only=True)
         with self._state:
             message = self.messages.get(key)
-            if message is None or not message.from_bot:
+            if message is None:
                 raise _ApiError(400, "Bad Request: message to edit not found")
+            if not message.from_bot:
+                raise _ApiError(400, "Bad Request: message can't be edited")
             if message.kind != "text":
                 raise _ApiError(400, "Bad Request: there is no text in the message to edit")
             same_text = message.text == shown and message.raw[-1] == str(params["text"])
@@ -701,7 +751,7 @@ class FakeTelegram(ThreadedServer):
     def _send_media(
         self, kind: str, params: dict[str, Any], uploads: dict[str, tuple[str, bytes, str]]
     ) -> dict[str, Any]:
-        chat_id = int(params["chat_id"])
+        chat_id = self._known_chat(params)
         reference = params.get(kind)
         if kind in uploads:
             filename, data, mime = uploads[kind]
@@ -831,6 +881,12 @@ class FakeTelegram(ThreadedServer):
             stored = StoredFile(file_id, data, name, mime, f"{folder}/file_{number}_{name}")
             self.files[file_id] = stored
             return stored
+
+    def open_chat(self, chat_id: int, chat_type: str | None = None) -> None:
+        """A chat the bot can write to without a message in it yet: a person pressed Start (private)
+        or the bot was added to a group. Any other chat is "chat not found", as on Telegram."""
+        with self._state:
+            self.chat_types[chat_id] = chat_type or ("private" if chat_id > 0 else "supergroup")
 
     def user_message(
         self,

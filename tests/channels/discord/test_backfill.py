@@ -5,6 +5,7 @@ each message exactly once, and nothing older than ``backfill_minutes``."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -164,3 +165,23 @@ async def test_a_live_message_before_ready_does_not_skip_what_was_sent_while_dow
     assert sorted(bot_texts(discord_fake, dm)) == sorted(
         ["echo: hello", "echo: sent while down", "echo: sent before ready"]
     )
+
+
+async def test_a_server_channel_without_read_message_history_is_named_in_the_log_not_skipped_silently(
+    settings, discord_fake, caplog
+):
+    # Discord answers a history read without Read Message History with an empty page, not an error:
+    # without asking first, the backfill would look like "nothing was missed".
+    channel_id, bot = discord_fake.channel_id, discord_fake.bot_id
+    async with running(settings, discord_fake):
+        started = discord_fake.message_create(channel_id, USER_ID, f"<@{bot}> hello", mentions=[bot])
+        await final_reply(discord_fake, started["id"], "echo: hello")
+
+    discord_fake.no_history_channels.add(channel_id)  # an admin took the permission away meanwhile
+    away = discord_fake.message_create(channel_id, USER_ID, f"<@{bot}> while you were away", mentions=[bot])
+    with caplog.at_level(logging.WARNING, logger="channels.discord.channel"):
+        async with running(settings, discord_fake):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if "Read Message History" in r.getMessage()]
+    assert any(channel_id in w for w in warnings), warnings
+    assert bot_texts(discord_fake, away["id"]) == [], "the history could not be read, so it was not answered"

@@ -26,7 +26,7 @@ async def test_an_attachment_lands_in_the_owners_uploads_and_the_model_is_told(
 
 async def test_files_from_the_agent_are_sent_as_discord_attachments(discord_harness, discord_fake, tmp_path):
     channel = discord_harness.service.channels["discord"]
-    dm = discord_fake.new_id()
+    dm = discord_fake.dm_channel(USER_ID)
     report = tmp_path / "report.csv"
     report.write_text("a,b\n1,2\n")
     message = InboundMessage(

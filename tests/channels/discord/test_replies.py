@@ -99,3 +99,23 @@ async def test_a_discord_server_error_on_an_edit_is_retried_and_the_answer_still
     await discord_harness.idle()
     assert discord_fake.calls_to("edit")[0]["status"] == 502
     assert discord_fake.in_channel(dm) == [reply]
+
+
+async def test_a_long_answer_in_tight_buckets_follows_discords_rate_limit_headers_and_never_meets_a_429(
+    discord_harness, discord_fake, llm
+):
+    # Discord publishes no per-route numbers, only the X-RateLimit-* headers on each answer; the client
+    # must read them. Here one send and two edits per second per channel: discord.py waits out the
+    # bucket it was told about, so Discord never has to refuse a call.
+    discord_fake.route_limits.update({"send": (1, 1.0), "edit": (2, 1.0)})
+    text = "\n".join(f"Line {i}: " + "words " * 20 for i in range(40))
+    assert len(text) > 4000
+    llm.script(Reply(text=text, chunk_size=400, delay=0.05))
+    dm = discord_fake.new_id()
+    discord_fake.message_create(dm, USER_ID, "write a lot")
+    await final_reply(discord_fake, dm, "Line 39:", timeout=60)
+    await discord_harness.idle()
+    assert len(discord_fake.in_channel(dm)) >= 3
+    assert discord_fake.rate_limited == []
+    answered = [c for c in discord_fake.calls_to("send") + discord_fake.calls_to("edit")]
+    assert answered and all(c["status"] == 200 for c in answered)

@@ -268,6 +268,7 @@ async def test_a_command_too_long_for_callback_data_is_left_off_and_the_rest_is_
         return True
 
     await tg_channel.start(sink)
+    tg.open_chat(42)
     try:
         message = InboundMessage(
             provider="telegram", workspace="", chat="42", sender=Sender("1001", "Alice"), text="hi",
@@ -292,6 +293,8 @@ async def test_the_fake_enforces_the_bot_api_rules_for_inline_keyboards_and_call
 ):
     def markup(data: str) -> str:
         return f'{{"inline_keyboard": [[{{"text": "Go", "callback_data": "{data}"}}]]}}'
+
+    tg.open_chat(42)
 
     async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
         fits = await client.post(

@@ -60,3 +60,71 @@ async def _long_poll_and_conflict(tg: FakeTelegram) -> None:
         tg.user_message(42, "hello")
         status, body = await newer
         assert status == 200 and len(body["result"]) == 1, "a waiting poll returns as soon as news arrives"
+
+
+async def test_a_chat_nobody_opened_is_chat_not_found_and_a_persons_message_cannot_be_edited(
+    tg: FakeTelegram,
+):
+    person = tg.user_message(42, "hello")
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        nowhere = (await client.post("/sendMessage", data={"chat_id": 4343, "text": "hi"})).json()
+        assert nowhere == {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"}
+        theirs = await client.post(
+            "/editMessageText", data={"chat_id": 42, "message_id": person["message_id"], "text": "mine now"}
+        )
+        assert theirs.json()["description"] == "Bad Request: message can't be edited"
+        gone = await client.post("/editMessageText", data={"chat_id": 42, "message_id": 9999, "text": "x"})
+        assert gone.json()["description"] == "Bad Request: message to edit not found"
+
+
+async def test_a_group_takes_20_messages_a_minute_then_429_with_retry_after(tg: FakeTelegram):
+    tg.open_chat(-100)
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        for i in range(20):
+            sent = await client.post("/sendMessage", data={"chat_id": -100, "text": f"m{i}"})
+            assert sent.json()["ok"] is True
+        refused = await client.post("/sendMessage", data={"chat_id": -100, "text": "one too many"})
+        body = refused.json()
+        assert refused.status_code == 429 and body["error_code"] == 429
+        assert 1 <= body["parameters"]["retry_after"] <= 60
+        assert body["description"] == f"Too Many Requests: retry after {body['parameters']['retry_after']}"
+        tg.open_chat(42)
+        private = await client.post(
+            "/sendMessage", data={"chat_id": 42, "text": "a private chat is not a group"}
+        )
+        assert private.json()["ok"] is True
+    assert len(tg.bot_messages(-100)) == 20
+
+
+async def test_replying_to_a_missing_message_needs_allow_sending_without_reply(tg: FakeTelegram):
+    tg.open_chat(42)
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        strict = await client.post(
+            "/sendMessage", data={"chat_id": 42, "text": "hi", "reply_parameters": '{"message_id": 777}'}
+        )
+        assert strict.json()["description"] == "Bad Request: message to be replied not found"
+        lenient = await client.post(
+            "/sendMessage",
+            data={
+                "chat_id": 42,
+                "text": "hi",
+                "reply_parameters": '{"message_id": 777, "allow_sending_without_reply": true}',
+            },
+        )
+        assert lenient.json()["ok"] is True and "reply_to_message" not in lenient.json()["result"]
+
+
+async def test_text_is_4096_and_a_caption_1024_characters_after_markup(tg: FakeTelegram):
+    tg.open_chat(42)
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        bold = "<b>" + "x" * 4096 + "</b>"  # the tags do not count, the text does
+        fits = await client.post("/sendMessage", data={"chat_id": 42, "text": bold, "parse_mode": "HTML"})
+        assert fits.json()["ok"] is True
+        long = await client.post("/sendMessage", data={"chat_id": 42, "text": "x" * 4097})
+        assert long.json()["description"] == "Bad Request: message is too long"
+        caption = await client.post(
+            "/sendDocument",
+            data={"chat_id": 42, "caption": "c" * 1025},
+            files={"document": ("a.txt", b"data", "text/plain")},
+        )
+        assert caption.json()["description"] == "Bad Request: message caption is too long"

@@ -56,6 +56,7 @@ async def test_files_from_the_agent_go_out_as_a_photo_and_a_document(tg: FakeTel
     chart.write_bytes(PNG)
     notes.write_text("all done\n")
     channel = tg_harness.channels["telegram"]
+    tg.open_chat(42)
     message = InboundMessage(
         provider="telegram", workspace="", chat="42", sender=Sender("1001", "Alice"),
         text="make me a chart", platform_message_id="900", is_private=True,

@@ -67,7 +67,8 @@ async def test_a_refused_draft_falls_back_to_editing_a_message(tg: FakeTelegram,
 
 
 async def test_the_fake_accepts_drafts_only_in_private_chats_and_with_a_non_zero_id(tg: FakeTelegram):
-    tg.chat_types[-100] = "supergroup"
+    tg.open_chat(-100, "supergroup")
+    tg.open_chat(42)
     async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
         group = (
             await client.post("/sendMessageDraft", data={"chat_id": -100, "draft_id": 1, "text": "x"})
