@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import logging
-import secrets
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from agent.errors import describe_error
 from agent.events import Agent, TextDelta, ToolFinished, ToolStarted, TrustLevel, TurnFinished, TurnRequest
@@ -38,6 +33,21 @@ from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook, is_occurrence
 from bot.threads import Conversation, ThreadStore
 from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest, profile_for
+from bot.turns import (
+    PLACEHOLDER,
+    STOPPED_NOTE,
+    AfterDelivery,
+    AfterTurnHook,
+    BeforeStart,
+    FollowUp,
+    Lane,
+    StatusProvider,
+    StopResult,
+    Turn,
+    TurnOutcome,
+    approval_mode,
+    live_actions,
+)
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
@@ -45,11 +55,16 @@ from channels.types import Action, InboundMessage
 from config.schema import Settings
 from connections import ConnectionStore
 
+__all__ = [  # the turn vocabulary lives in bot/turns.py; these names stay importable from here
+    "STOPPED_NOTE",
+    "AfterTurnHook",
+    "ChannelManager",
+    "FollowUp",
+    "TurnOutcome",
+]
+
 log = logging.getLogger(__name__)
 
-PLACEHOLDER = "…"
-STOPPED_NOTE = "⏹ Stopped."
-STOP_LABEL = "⏹ Stop"
 PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
 #: How long a "⏳ Queued" notice waits for the message of the turn ahead of it to appear first. That is
 #: usually milliseconds; longer only when the turn ahead waits for a free turn slot (bus.max_concurrent_turns).
@@ -74,18 +89,6 @@ CONNECT_HINT = (
 )
 
 
-ApprovalMode = Literal["never", "risky", "always"]
-APPROVAL_MODES: tuple[ApprovalMode, ...] = ("never", "risky", "always")
-
-
-def approval_mode(stored: str | None) -> ApprovalMode | None:
-    """A conversation's stored ``/approval`` override, or None (also for a value this build lacks)."""
-    for mode in APPROVAL_MODES:
-        if stored == mode:
-            return mode
-    return None
-
-
 #: How often a stopped turn that is still running is cancelled again (see _keep_cancelling).
 RECANCEL_SECONDS = 0.25
 
@@ -102,96 +105,6 @@ async def _keep_cancelling(task: asyncio.Task[None]) -> None:
         await asyncio.sleep(RECANCEL_SECONDS)
         if not task.done():
             task.cancel()
-
-
-@dataclass(slots=True)
-class TurnOutcome:
-    """What a finished turn looked like; after-turn hooks (goals, memory) read it."""
-
-    message: InboundMessage
-    identity: Identity
-    conversation: Conversation
-    text: str
-    hidden: bool
-    stopped: bool
-    failed: bool
-
-
-class StopResult(enum.Enum):
-    """What a ``/stop`` (typed, or a Stop button's ``/stop TOKEN``) did."""
-
-    STOPPED = "stopped"  # the turn is being cancelled (here, or on the instance that runs it)
-    NOTHING = "nothing"  # no turn runs in this conversation
-    FINISHED = "finished"  # the button's turn is not the one running (it ended; its button is stale)
-    NOT_YOURS = "not_yours"  # the button's turn was asked for by somebody else
-
-
-#: Asked right before a turn starts: None to run it, or a sentence that ends its reply instead.
-BeforeStart = Callable[[], Awaitable[str | None]]
-#: Told once the turn's final reply is delivered: (text, stopped, failed).
-AfterDelivery = Callable[[str, bool, bool], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """A hook's request to run another (usually hidden) turn on the same thread.
-
-    Hidden follow-ups are not started once the manager is stopping: their owner must have recorded
-    them durably (goal continuations are) and resubmit them at the next start.
-    """
-
-    text: str
-    hidden: bool = True
-    notice: str | None = None
-    system_prompt: str | None = None
-    before_start: BeforeStart | None = None
-    after_delivery: AfterDelivery | None = None
-
-
-AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
-StatusProvider = Callable[[Conversation], Awaitable[str | None]]
-
-
-@dataclass(slots=True)
-class Turn:
-    message: InboundMessage
-    identity: Identity
-    conversation: Conversation
-    text: str
-    trace_id: str
-    entry_id: str | None = None
-    reply_ref: str | None = None
-    reply_text: str | None = None
-    hidden: bool = False
-    system_prompt: str | None = None
-    skill: str | None = None
-    reply: ReplyStream | None = None
-    before_start: BeforeStart | None = None
-    after_delivery: AfterDelivery | None = None
-    #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide when it runs.
-    trust: TrustLevel | None = None
-    #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
-    #: Its inbox entry id where it has one, so any instance can look up who asked.
-    token: str = field(default_factory=lambda: secrets.token_hex(6))
-    #: Cluster only, for a turn no inbox entry stands for (a hidden follow-up): its hold on the
-    #: thread's claim, so no other instance starts a turn of the thread while it runs.
-    hold: str | None = None
-    #: Set once the turn's first message is in the chat (placeholder or queued notice), or once it
-    #: leaves the lane without one: a later turn's "⏳ Queued" notice waits for it, so the chat shows
-    #: the messages in the order they were asked.
-    shown: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(slots=True)
-class Lane:
-    """One thread's queue. ``agent_task`` is the cancellable part of the running turn."""
-
-    thread_id: str
-    pending: deque[Turn] = field(default_factory=deque)
-    current: Turn | None = None
-    agent_task: asyncio.Task[None] | None = None
-    stop_requested: bool = False
-    worker: asyncio.Task[None] | None = None
 
 
 class ChannelManager:
@@ -420,7 +333,7 @@ class ChannelManager:
         self, entry: InboxEntry, identity: Identity, command: Command, args: str, trust: TrustLevel = "guest"
     ) -> None:
         ctx = CommandContext(
-            manager=self,
+            host=self,
             message=entry.message,
             identity=identity,
             args=args,
@@ -451,6 +364,17 @@ class ChannelManager:
         """The sender is one of their channel's ``admins``: may stop and approve for anybody."""
         channel = self.channels.get(message.provider)
         return channel is not None and channel.is_admin(message)
+
+    @property
+    def pairing(self) -> PairingStore | None:
+        """Where ``/pair`` approves strangers; None when pairing is off."""
+        return self.trust.pairing
+
+    def listed_commands(self) -> Sequence[Command]:
+        return self.commands.commands
+
+    async def publish(self, message: InboundMessage) -> bool:
+        return await self.bus.publish(message)
 
     async def stop_turn(
         self, message: InboundMessage, thread_id: str, token: str | None = None
@@ -498,11 +422,6 @@ class ChannelManager:
         self._handlers.add(watch)
         watch.add_done_callback(self._handlers.discard)
         return True
-
-    @staticmethod
-    def live_actions(turn: Turn) -> tuple[Action, ...]:
-        """The buttons a turn's reply shows while it streams: Stop, for this turn only."""
-        return (Action(f"/stop {turn.token}", STOP_LABEL, "danger"),)
 
     async def submit_turn(
         self,
@@ -651,7 +570,7 @@ class ChannelManager:
             async with self._turn_slots:
                 reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
                 try:
-                    await reply.start(PLACEHOLDER, self.live_actions(turn))
+                    await reply.start(PLACEHOLDER, live_actions(turn))
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 turn.shown.set()
