@@ -10,7 +10,6 @@ reply is delivered. It never asks which platform a message came from.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -26,7 +25,8 @@ from bot.bus import MessageBus
 from bot.commands import Command, CommandContext, CommandRegistry, parse_command
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
 from bot.identity import Identity, IdentityResolver, PlatformIdentityResolver
-from bot.inbox import DEAD, FAILED, PENDING, Inbox, InboxEntry
+from bot.inbox import DEAD, FAILED, Inbox, InboxEntry
+from bot.lanes import LaneScheduler
 from bot.logs import trace_id_var
 from bot.pairing import PairingStore
 from bot.schedule_desk import ScheduleDesk
@@ -36,13 +36,12 @@ from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest, profile_for
 from bot.turns import (
     PLACEHOLDER,
     STOPPED_NOTE,
-    AfterDelivery,
     AfterTurnHook,
-    BeforeStart,
     FollowUp,
     Lane,
     StatusProvider,
     StopResult,
+    SubmitTurn,
     Turn,
     TurnOutcome,
     approval_mode,
@@ -65,10 +64,6 @@ __all__ = [  # the turn vocabulary lives in bot/turns.py; these names stay impor
 
 log = logging.getLogger(__name__)
 
-PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
-#: How long a "⏳ Queued" notice waits for the message of the turn ahead of it to appear first. That is
-#: usually milliseconds; longer only when the turn ahead waits for a free turn slot (bus.max_concurrent_turns).
-QUEUED_NOTICE_WAIT_SECONDS = 2.0
 DEAD_LETTER_NOTE = (
     "⚠️ Sorry — I tried {attempts} times and could not handle this message, so I have stopped trying "
     "and set it aside for the operator (trace {trace})."
@@ -87,24 +82,6 @@ CONNECT_HINT = (
     "This bot only answers people who have connected their account. Open {url}/connect, "
     "get a code, and send /connect CODE here."
 )
-
-
-#: How often a stopped turn that is still running is cancelled again (see _keep_cancelling).
-RECANCEL_SECONDS = 0.25
-
-
-async def _keep_cancelling(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` again until it ends: one cancellation can be lost.
-
-    Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
-    awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
-    that step used to take effect only when the model's stream ended (20 s and more, measured on the
-    Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
-    """
-    while not task.done():
-        await asyncio.sleep(RECANCEL_SECONDS)
-        if not task.done():
-            task.cancel()
 
 
 class ChannelManager:
@@ -142,24 +119,31 @@ class ChannelManager:
         self.after_turn_hooks: list[AfterTurnHook] = []
         self.status_providers: list[StatusProvider] = []
         self.data_dir = Path(settings.data_dir)
-        self._lanes: dict[str, Lane] = {}
         # Per-conversation lock + number of handlers using it, so it is dropped only when nobody waits.
         self._conversation_locks: dict[tuple[str, str, str, str], tuple[asyncio.Lock, int]] = {}
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
         self._route_slots = asyncio.Semaphore(ROUTE_CONCURRENCY)
         self._handlers: set[asyncio.Task[None]] = set()
         self._dispatcher: asyncio.Task[None] | None = None
-        self._stopping = False
         #: Work that failed because storage was unreachable runs again, in place (bot/faults.py).
         self.storage = StorageRetry(inbox.save_reply_ref, bus.release)
+        self.lanes = LaneScheduler(
+            bus=bus,
+            inbox=inbox,
+            threads=threads,
+            channels=channels,
+            is_admin=self.is_admin,
+            run=self._run_observed,
+            finish=self._finish_turn,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="manager-dispatch")
         cluster = self.bus.cluster
         if cluster is not None:  # PostgreSQL, several instances: run what this instance claims
-            cluster.on_stop = self.cancel_running
-            cluster.on_lost = self._abandon
+            cluster.on_stop = self.lanes.cancel_running
+            cluster.on_lost = self.lanes.abandon
             self.bus.start_claiming(self.is_command)
 
     def is_command(self, message: InboundMessage) -> bool:
@@ -169,31 +153,17 @@ class ChannelManager:
         parsed = parse_command(message.text)
         return parsed is not None and self.commands.get(parsed.name) is not None
 
-    def _abandon(self, entry_id: str) -> None:
-        """Another instance took this entry's claim over (ours lapsed): stop the turn, reply nothing more.
-
-        ``entry_id`` may also be a hidden turn's hold on the thread's claim."""
-        for lane in self._lanes.values():
-            current = lane.current
-            if (
-                current is not None
-                and entry_id in (current.entry_id, current.hold)
-                and lane.worker is not None
-            ):
-                lane.worker.cancel()
-
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking messages, let running work finish for ``grace`` seconds, then cancel the rest.
 
         Anything not finished stays unfinished in the inbox and resumes at the next start.
         """
         grace = self.settings.bus.drain_seconds if grace is None else grace
-        self._stopping = True  # running turns finish; hidden follow-ups wait for the next start
+        self.lanes.stopping = True  # running turns finish; hidden follow-ups wait for the next start
         self.bus.close()
         if self._dispatcher is not None:
             await self._dispatcher
-        pending = {t for t in self._handlers if not t.done()}
-        pending |= {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+        pending = {t for t in self._handlers if not t.done()} | self.lanes.tasks()
         if pending:
             _done, still = await asyncio.wait(pending, timeout=grace)
             for task in still:
@@ -208,11 +178,10 @@ class ChannelManager:
         such as goal continuations. Tests and ``switchboard chat`` wait on this instead of polling."""
         while True:
             await self.bus.wait_idle()
-            busy = {t for t in self._handlers if not t.done()}
-            busy |= {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+            busy = {t for t in self._handlers if not t.done()} | self.lanes.tasks()
             if busy:
                 await asyncio.wait(busy)
-            elif self._lanes or self.bus.load:
+            elif self.lanes.active or self.bus.load:
                 await asyncio.sleep(0.005)  # a lane between its creation and its worker's start
             else:
                 return
@@ -240,7 +209,7 @@ class ChannelManager:
         except Exception as exc:
             log.exception("handling message failed")
             status = await self._fail(entry.id, f"{type(exc).__name__}: {exc}", message=message)
-            if status == FAILED and not self._stopping:  # transient (a busy database): try again soon
+            if status == FAILED and not self.lanes.stopping:  # transient (a busy database): try again soon
                 delay = min(RETRY_MAX_DELAY_SECONDS, 2.0**entry.attempts)
                 entry.attempts += 1
                 self.bus.redeliver_later(entry, delay)
@@ -347,18 +316,23 @@ class ChannelManager:
 
     # --- conversations and lanes ---------------------------------------------------------------------
     async def conversation_for(self, message: InboundMessage, identity: Identity) -> Conversation:
-        return await self.threads.get_or_create(message.conversation_key, identity.owner, message.thread_id)
+        return await self.lanes.conversation_for(message, identity)
+
+    def lane_state(self, thread_id: str) -> str:
+        return self.lanes.lane_state(thread_id)
+
+    async def stop_turn(
+        self, message: InboundMessage, thread_id: str, token: str | None = None
+    ) -> StopResult:
+        """``/stop``: cancel the thread's running turn here, or on the instance that runs it."""
+        return await self.lanes.stop_turn(message, thread_id, token)
+
+    def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
+        return self.lanes.cancel_running(thread_id, token)
 
     def model_for(self, conversation: Conversation) -> str:
         names = self.agent.model_names()
         return conversation.model if conversation.model in names else names[0]
-
-    def lane_state(self, thread_id: str) -> str:
-        lane = self._lanes.get(thread_id)
-        if lane is None or (lane.current is None and not lane.pending):
-            return "idle"
-        queued = len(lane.pending)
-        return "running" + (f", {queued} queued" if queued else "")
 
     def is_admin(self, message: InboundMessage) -> bool:
         """The sender is one of their channel's ``admins``: may stop and approve for anybody."""
@@ -376,189 +350,16 @@ class ChannelManager:
     async def publish(self, message: InboundMessage) -> bool:
         return await self.bus.publish(message)
 
-    async def stop_turn(
-        self, message: InboundMessage, thread_id: str, token: str | None = None
-    ) -> StopResult:
-        """``/stop``: cancel the thread's running turn here, or on the instance that runs it.
-
-        With ``token`` (a Stop button) only the turn that button belongs to is stopped, and only for the
-        person who asked for it or an admin: a stale button never stops the next answer, and nobody
-        stops somebody else's answer by pressing its button.
-        """
-        lane = self._lanes.get(thread_id)
-        turn = lane.current if lane is not None else None
-        cluster = self.bus.cluster
-        if token is not None:
-            if turn is not None and turn.token == token:
-                asker: InboundMessage | None = turn.message
-            elif cluster is not None:  # it may run on another instance: its inbox entry names the asker
-                entry = await self.inbox.get(token)
-                asker = entry.message if entry is not None and entry.status == PENDING else None
-            else:
-                asker = None
-            if asker is None:
-                return StopResult.FINISHED
-            if (
-                asker.sender.id != message.sender.id or asker.provider != message.provider
-            ) and not self.is_admin(message):
-                return StopResult.NOT_YOURS
-        if self.cancel_running(thread_id, token):
-            return StopResult.STOPPED
-        if cluster is not None and await cluster.stop_elsewhere(message, thread_id, token):
-            return StopResult.STOPPED
-        return StopResult.FINISHED if token is not None else StopResult.NOTHING
-
-    def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
-        """Cancel the thread's running turn (only the one ``token`` names, when given)."""
-        lane = self._lanes.get(thread_id)
-        if lane is None or lane.agent_task is None or lane.agent_task.done():
-            return False
-        if token is not None and (lane.current is None or lane.current.token != token):
-            return False
-        lane.stop_requested = True
-        task = lane.agent_task
-        task.cancel()
-        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
-        self._handlers.add(watch)
-        watch.add_done_callback(self._handlers.discard)
-        return True
-
-    async def submit_turn(
-        self,
-        message: InboundMessage,
-        identity: Identity,
-        *,
-        text: str,
-        entry_id: str | None = None,
-        reply_ref: str | None = None,
-        reply_text: str | None = None,
-        hidden: bool = False,
-        system_prompt: str | None = None,
-        skill: str | None = None,
-        notice: str | None = None,
-        before_start: BeforeStart | None = None,
-        after_delivery: AfterDelivery | None = None,
-        trust: TrustLevel | None = None,
-    ) -> None:
-        """Queue a turn on the conversation's thread; it starts now if the thread is idle.
-
-        ``trust`` is the asker's level (bot/trust.py); None decides it from the message when it runs."""
-        conversation = await self.conversation_for(message, identity)
-        turn = Turn(
-            message=message,
-            identity=identity,
-            conversation=conversation,
-            text=text,
-            trace_id=trace_id_var.get() or "-",
-            entry_id=entry_id,
-            reply_ref=reply_ref,
-            reply_text=reply_text,
-            hidden=hidden,
-            system_prompt=system_prompt,
-            skill=skill,
-            before_start=before_start,
-            after_delivery=after_delivery,
-            trust=trust,
-        )
-        if entry_id is not None:
-            turn.token = entry_id
-        if hidden and self.bus.cluster is not None:  # keep the thread's claim for it (None: acquired later)
-            turn.hold = self.bus.cluster.hold(message)
-        lane = self._lanes.get(conversation.thread_id)
-        if lane is None:
-            lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
-        busy = lane.current is not None or bool(lane.pending)
-        if busy and not hidden:
-            ahead = len(lane.pending) + 1
-            before = lane.pending[-1] if lane.pending else lane.current
-            if before is not None:  # its placeholder may be on its way right now: not above it
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
-            turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
-            try:
-                await turn.reply.start(
-                    f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
-                )
-            except ChannelError as exc:
-                log.info("could not show the queued notice: %s", exc)
-            turn.shown.set()
-            await self._remember_notice(turn)
-        elif notice:
-            turn.reply = self.channels[message.provider].open_reply(message)
-            with contextlib.suppress(ChannelError):
-                await turn.reply.start(notice)
-        lane.pending.append(turn)
-        if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
-
-    async def _remember_notice(self, turn: Turn) -> None:
-        """Store the queued notice's reference with the inbox entry now, not when the turn starts.
-
-        The turn may start minutes later; if the process dies before that, the resumed turn finds the
-        reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
-        """
-        ref = turn.reply.ref if turn.reply is not None else None
-        if turn.entry_id is None or ref is None or ref == turn.reply_ref:
-            return
-        try:
-            await self.inbox.save_reply_ref(turn.entry_id, ref)
-        except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
-            log.warning("saving the queued notice's reference failed: %s", exc)
-            return
-        turn.reply_ref = ref
-
-    async def _drain_lane(self, lane: Lane) -> None:
-        try:
-            while lane.pending:
-                turn = lane.pending.popleft()
-                if self._stopping and turn.hidden:
-                    log.info("not starting a hidden follow-up during shutdown; it resumes at next start")
-                    if turn.reply is not None:  # its notice ("continuing…") must not look like work
-                        with contextlib.suppress(Exception):
-                            await turn.reply.finish(PAUSED_FOR_RESTART)
-                    if turn.hold is not None:
-                        self.bus.release(turn.hold)
-                    turn.shown.set()
-                    continue
-                if turn.hidden and self.bus.cluster is not None and turn.hold is None:
-                    turn.hold = await self._acquire_thread(turn)
-                    if turn.hold is None:  # shutting down meanwhile: the step resumes at next start
-                        turn.shown.set()
-                        continue
-                lane.current = turn
-                lane.stop_requested = False
-                token = trace_id_var.set(turn.trace_id)
-                try:
-                    with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
-                        delivered = await self.storage.run_turn(
-                            turn, functools.partial(self._run_turn, turn, lane)
-                        )
-                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
-                    # so a message sent right after the reply starts next instead of reading "Queued".
-                    lane.current = None
-                    lane.agent_task = None
-                    if delivered is not None:
-                        await self._finish_turn(turn, *delivered)
-                finally:
-                    trace_id_var.reset(token)
-                    lane.current = None
-                    lane.agent_task = None
-                    turn.shown.set()
-                    if turn.hold is not None:
-                        self.bus.release(turn.hold)
-        except asyncio.CancelledError:
-            for turn in lane.pending:  # left for the next start: still pending in the inbox
-                turn.shown.set()
-                if turn.entry_id:
-                    self.bus.release(turn.entry_id)
-                if turn.hold is not None:
-                    self.bus.release(turn.hold)
-            raise
-        finally:
-            if not lane.pending and self._lanes.get(lane.thread_id) is lane:
-                del self._lanes[lane.thread_id]
+    @property
+    def submit_turn(self) -> SubmitTurn:
+        """Queue a turn on the conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
+        return self.lanes.submit_turn
 
     # --- one turn ------------------------------------------------------------------------------------
+    async def _run_observed(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
+        with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
+            return await self.storage.run_turn(turn, functools.partial(self._run_turn, turn, lane))
+
     async def _run_turn(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
         """Run the turn up to its delivered final reply: ``(text, stopped, failed)``, or None when it
         did not run or its failure is already recorded. :meth:`_finish_turn` does the rest."""
@@ -635,22 +436,6 @@ class ChannelManager:
         finally:
             if finishing is not None:
                 self.bus.release(finishing)
-
-    async def _acquire_thread(self, turn: Turn) -> str | None:
-        """Cluster only: wait until this instance may run a hidden turn of the thread (no other
-        instance runs one of its turns); None when the service stops first."""
-        cluster = self.bus.cluster
-        assert cluster is not None
-        while not self._stopping:
-            try:
-                hold = await cluster.acquire(turn.message)
-            except Exception as exc:  # PostgreSQL briefly away: try again
-                log.warning("cluster: claiming a thread for a follow-up failed: %s", exc)
-                hold = None
-            if hold is not None:
-                return hold
-            await asyncio.sleep(min(1.0, cluster.poll_seconds))
-        return None
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
