@@ -90,10 +90,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{F}/test_restart_order.py", f"{F}/test_bus_and_inbox.py"),
         "a failed (not yet dead) message is not retried at restart",
     ),
-    # --- bot/manager.py -----------------------------------------------------------------------------
+    # --- the manager: bot/router.py, bot/lanes.py, bot/turn_runner.py, bot/settle.py ---------------------
     Mutant(
         "lifo-lane",
-        "bot/manager.py",
+        "bot/lanes.py",
         "turn = lane.pending.popleft()",
         "turn = lane.pending.pop()",
         (f"{F}/test_order_and_delivery.py", f"{F}/test_manager_flow.py"),
@@ -101,15 +101,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "no-arrival-lock",
-        "bot/manager.py",
-        "            async with lock:\n                await self._route(entry)",
-        "            if lock:\n                await self._route(entry)",
+        "bot/router.py",
+        "            async with lock, self._route_slots:",
+        "            async with self._route_slots:",
         (f"{F}/test_order_and_delivery.py",),
         "a burst in one conversation reaches its lane in lookup-finish order, not arrival order",
     ),
     Mutant(
         "done-before-delivered",
-        "bot/manager.py",
+        "bot/turn_runner.py",
         "                try:\n                    await reply.finish(final, files)",
         "                if turn.entry_id:\n                    await self.inbox.mark_done(turn.entry_id)\n"
         "                try:\n                    await reply.finish(final, files)",
@@ -118,7 +118,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "identity-gate-private-only",
-        "bot/manager.py",
+        "bot/router.py",
         "if self.settings.connections.require_bound_identity and not identity.bound:",
         "if self.settings.connections.require_bound_identity and not identity.bound and message.is_private:",
         (f"{F}/test_order_and_delivery.py", "tests/connections/test_chat.py"),
@@ -126,7 +126,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "allow-list-private-only",
-        "bot/manager.py",
+        "bot/router.py",
         "        if not channel.is_allowed(message):",
         "        if message.is_private and not channel.is_allowed(message):",
         (f"{F}", "tests/connections/test_chat.py"),
@@ -134,7 +134,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dead-letter-silent",
-        "bot/manager.py",
+        "bot/settle.py",
         "        if status == DEAD:",
         "        if status == 'never':",
         (f"{F}/test_poison_messages.py",),

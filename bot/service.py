@@ -55,10 +55,11 @@ from bot.features.telegram import TelegramWebhookFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
-from bot.manager import ROUTE_CONNECTIONS, ChannelManager
+from bot.manager import ChannelManager
 from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
+from bot.router import ROUTE_CONNECTIONS
 from bot.threads import ThreadStore
 from bot.version import VERSION
 from channels.base import Channel
@@ -97,7 +98,7 @@ class Service:
         self.settings = settings
         # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
         # A connection for every running turn plus some for routing and background work; routing waits
-        # on its own bound (bot/manager.py) and creates new conversations in batches, so a burst of new
+        # on its own bound (bot/router.py) and creates new conversations in batches, so a burst of new
         # chats queues in the process instead of timing out in the pool.
         pool = settings.bus.max_concurrent_turns + ROUTE_CONNECTIONS
         self.db = Database(settings.database.url, pool_size=pool)
