@@ -39,8 +39,10 @@ from bot.turns import (
     AfterTurnHook,
     BeforeStart,
     FollowUp,
+    OnTurnError,
     StatusProvider,
     StopResult,
+    TurnError,
     TurnOutcome,
 )
 from channels.base import Channel
@@ -53,6 +55,7 @@ __all__ = [  # the turn vocabulary lives in bot/turns.py; these names stay impor
     "AfterTurnHook",
     "ChannelManager",
     "FollowUp",
+    "TurnError",
     "TurnOutcome",
 ]
 
@@ -198,6 +201,16 @@ class ChannelManager:
     @approvals.setter
     def approvals(self, desk: ApprovalDesk | None) -> None:
         self.runner.approvals = desk
+
+    @property
+    def on_turn_error(self) -> OnTurnError | None:
+        """The one hook told about every failed turn (model, delivery or the bot's own error): e.g. to
+        page an operator. It runs after the failure is logged; its own failure is only logged."""
+        return self.runner.on_turn_error
+
+    @on_turn_error.setter
+    def on_turn_error(self, hook: OnTurnError | None) -> None:
+        self.runner.on_turn_error = hook
 
     @property
     def pairing(self) -> PairingStore | None:

@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AgentState = Literal["starting", "ready", "failed"]
+#: ``new`` until :meth:`Service.open`; ``running`` from then (also while it fails part-way) until
+#: :meth:`Service.stop`; ``stopped`` for good — a stopped service is not started again.
+Lifecycle = Literal["new", "running", "stopped"]
 
 CHANNEL_CALL_TIMEOUT_SECONDS = 10
 #: /health's database checks wait this long, then report the database unreachable.
@@ -141,6 +144,7 @@ class Service:
         self.agent: Agent | None = None
         self.agent_state: AgentState = "starting"
         self.manager: ChannelManager | None = None
+        self.lifecycle: Lifecycle = "new"
         self.started_at: float | None = None
         self._agent_start: asyncio.Task[None] | None = None
         self._retry_poll: asyncio.Task[None] | None = None
@@ -199,13 +203,38 @@ class Service:
         await self.open()
         await self.agent_ready()
 
+    async def __aenter__(self) -> Service:
+        """``async with Service(settings) as service:`` starts both stages and stops on the way out.
+
+        A start that fails part-way stops what it had started (the database lock, channels, features)
+        before the error is raised, as python-telegram-bot's ``Application`` does: the caller's block
+        never runs, so nothing else would."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
     async def open(self) -> None:
         """Storage, channels and the input features, while the agent is built in the background.
 
         Everything a channel or webhook delivers from here on is stored in the inbox and queued on the
         bus — behind what a previous run left unfinished, so each chat keeps its order — and waits there
         until :meth:`_start_agent` starts the manager.
+
+        Once per service: a second start raises ``RuntimeError`` and changes nothing.
         """
+        if self.lifecycle != "new":
+            raise RuntimeError(
+                "this Switchboard service is already running"
+                if self.lifecycle == "running"
+                else "this Switchboard service has stopped; build a new Service to run again"
+            )
+        self.lifecycle = "running"  # before the first await: a concurrent second start is refused too
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db.claim_instance()  # SQLite: one instance per database file (PostgreSQL: any number)
         await self.db.create_schema(self.tables())
@@ -315,6 +344,11 @@ class Service:
         return True
 
     async def stop(self, grace: float | None = None) -> None:
+        """Pause input, drain running turns for ``grace`` seconds, then stop everything. Once: a second
+        stop (an explicit one inside ``async with``) does nothing."""
+        if self.lifecycle == "stopped":
+            return
+        self.lifecycle = "stopped"
         # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
         if self.leases is not None:
             self.leases.halt()

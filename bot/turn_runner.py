@@ -34,9 +34,12 @@ from bot.turns import (
     STOPPED_NOTE,
     AfterTurnHook,
     Lane,
+    OnTurnError,
     SubmitTurn,
     Turn,
+    TurnError,
     TurnOutcome,
+    TurnStage,
     approval_mode,
     live_actions,
 )
@@ -81,6 +84,8 @@ class TurnRunner:
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
+        #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
+        self.on_turn_error: OnTurnError | None = None
         self.data_dir = Path(settings.data_dir)
         self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
         self._complete = settler.complete
@@ -123,6 +128,7 @@ class TurnRunner:
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
+                    await self._report(turn, "delivery", exc)
                     if turn.entry_id:
                         await self._fail(
                             turn.entry_id,
@@ -143,6 +149,7 @@ class TurnRunner:
                 raise StorageUnavailable(reply) from exc
             log.exception("turn failed outside the agent")
             metrics.mark_outcome("error")
+            await self._report(turn, "turn", exc)
             if turn.entry_id:
                 await self._fail(turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message)
             return None
@@ -171,6 +178,17 @@ class TurnRunner:
         finally:
             if finishing is not None:
                 self.bus.release(finishing)
+
+    async def _report(self, turn: Turn, stage: TurnStage, exc: BaseException) -> None:
+        """Tell the error hook about a failed turn. The hook's own failure is logged and goes no
+        further: the turn's reply and inbox entry end exactly as they would without a hook."""
+        if self.on_turn_error is None:
+            return
+        failure = TurnError(turn.message, turn.conversation.thread_id, turn.trace_id, stage, exc, turn.hidden)
+        try:
+            await self.on_turn_error(failure)
+        except Exception:
+            log.exception("the on_turn_error hook failed")
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
@@ -277,6 +295,7 @@ class TurnRunner:
             if is_storage_error(exc):
                 raise StorageUnavailable(reply, "".join(parts)) from exc
             log.exception("agent turn failed")
+            await self._report(turn, "agent", exc)
             sentence = f"⚠️ {describe_error(exc)} (trace {turn.trace_id})"
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{sentence}" if partial else sentence), (), False, True

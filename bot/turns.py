@@ -133,6 +133,30 @@ def live_actions(turn: Turn) -> tuple[Action, ...]:
     return (Action(f"/stop {turn.token}", STOP_LABEL, "danger"),)
 
 
+#: Where a failed turn broke: ``agent`` (the model or a tool), ``delivery`` (sending the final answer to
+#: the platform) or ``turn`` (the bot itself, e.g. a file it could not save).
+TurnStage = Literal["agent", "delivery", "turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """A turn that failed, for the service's one error hook (:attr:`bot.manager.ChannelManager.on_turn_error`).
+
+    Storage faults are not reported here: they are not the turn's failure, and the turn runs again in
+    place once the database is back (bot/faults.py)."""
+
+    message: InboundMessage
+    thread_id: str
+    #: The id the user saw in the reply's ``(trace …)`` and every log line of the turn carries.
+    trace_id: str
+    stage: TurnStage
+    error: BaseException
+    hidden: bool
+
+
+OnTurnError = Callable[[TurnError], Awaitable[None]]
+
+
 class SubmitTurn(Protocol):
     """Queue a turn on a conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
 
