@@ -11,9 +11,12 @@ when there is one, else at ``pkg`` itself; importing a submodule is not counted 
 package, whose ``__init__`` Python also runs (these packages' ``__init__`` files import nothing that
 could close a circle through them).
 
-``channels/`` still has circles where a platform's transport or stream helper names its channel class
-for typing: they are listed in :data:`CHANNEL_CIRCLES_LEFT`, and the test checks that list exactly, so
-a new circle fails and a broken one must be struck off.
+``channels/`` still has circles where a platform's helper names its channel class for typing: Discord's
+interactions reach into the channel's private state (its guild filter, pause flag, sink and thread map),
+and Feishu's CardKit stream types itself with the channel's transport (being reworked by another change).
+They are listed in :data:`CHANNEL_CIRCLES_LEFT`, and the test checks that list exactly, so a new circle
+fails and a broken one must be struck off. (Telegram's was broken by ``TelegramHost``, the protocol its
+transport and press handling take instead of the channel.)
 """
 
 from __future__ import annotations
@@ -37,15 +40,6 @@ CHANNEL_CIRCLES_LEFT: set[frozenset[str]] = {
         }
     ),
     frozenset({"channels.feishu.channel", "channels.feishu.stream"}),
-    frozenset(
-        {
-            "channels.telegram.channel",
-            "channels.telegram.polling",
-            "channels.telegram.presses",
-            "channels.telegram.transport",
-            "channels.telegram.webhook",
-        }
-    ),
 }
 
 
