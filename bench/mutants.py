@@ -95,10 +95,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{F}/test_restart_order.py", f"{F}/test_bus_and_inbox.py"),
         "a failed (not yet dead) message is not retried at restart",
     ),
-    # --- bot/manager.py -----------------------------------------------------------------------------
+    # --- the manager: bot/router.py, bot/lanes.py, bot/turn_runner.py, bot/settle.py ---------------------
     Mutant(
         "lifo-lane",
-        "bot/manager.py",
+        "bot/lanes.py",
         "turn = lane.pending.popleft()",
         "turn = lane.pending.pop()",
         (f"{F}/test_order_and_delivery.py", f"{F}/test_manager_flow.py"),
@@ -106,7 +106,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "no-arrival-lock",
-        "bot/manager.py",
+        "bot/router.py",
         "            async with lock, self._route_slots:",
         "            async with self._route_slots:",
         (f"{F}/test_order_and_delivery.py",),
@@ -114,7 +114,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "done-before-delivered",
-        "bot/manager.py",
+        "bot/turn_runner.py",
         "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
         "                if turn.entry_id:\n                    await self.inbox.mark_done(turn.entry_id)\n"
         "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
@@ -123,7 +123,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "identity-gate-private-only",
-        "bot/manager.py",
+        "bot/router.py",
         "if self.settings.connections.require_bound_identity and not identity.bound:",
         "if self.settings.connections.require_bound_identity and not identity.bound and message.is_private:",
         (f"{F}/test_order_and_delivery.py", "tests/connections/test_chat.py"),
@@ -131,7 +131,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "allow-list-private-only",
-        "bot/manager.py",
+        "bot/router.py",
         "        if not channel.is_allowed(message):",
         "        if message.is_private and not channel.is_allowed(message):",
         (f"{F}", "tests/connections/test_chat.py"),
@@ -139,7 +139,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dead-letter-silent",
-        "bot/manager.py",
+        "bot/settle.py",
         "        if status == DEAD:",
         "        if status == 'never':",
         (f"{F}/test_poison_messages.py",),

@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 from sqlalchemy import Column, Float, MetaData, String, Table, Text, select, update
 
 from agent.events import ApprovalDecision, TrustLevel
-from bot.db import Database
+from bot.engine import HasEngine
 from channels.base import Channel
 from channels.types import Action, InboundMessage
 
@@ -138,7 +138,7 @@ class ApprovalDesk:
     """Every approval request of this process: stored, waited on, decided once."""
 
     def __init__(
-        self, db: Database, notify: Notify, *, timeout: float, channels: Mapping[str, Channel] | None = None
+        self, db: HasEngine, notify: Notify, *, timeout: float, channels: Mapping[str, Channel] | None = None
     ) -> None:
         self.db = db
         self.notify = notify

@@ -20,8 +20,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from agent.goals import Continuation, GoalKeeper, GoalStep
 from agent.runtime import message_text
 from bot.identity import Identity
-from bot.manager import ChannelManager, FollowUp, TurnOutcome
+from bot.manager import ChannelManager
 from bot.threads import Conversation
+from bot.turns import FollowUp, TurnOutcome
 from channels.types import InboundMessage
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Column, Float, MetaData, String, Table, Text, delete, func, insert, select
 
-from bot.db import Database
+from bot.engine import HasEngine
 from channels.types import InboundMessage
 
 metadata = MetaData()
@@ -73,7 +73,7 @@ def normalise_code(text: str) -> str:
 
 
 class PairingStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: HasEngine) -> None:
         self.db = db
 
     @staticmethod

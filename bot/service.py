@@ -56,10 +56,11 @@ from bot.features.telegram import TelegramWebhookFeature
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
-from bot.manager import ROUTE_CONNECTIONS, ChannelManager
+from bot.manager import ChannelManager
 from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
+from bot.router import ROUTE_CONNECTIONS
 from bot.thread_retention import AbandonedThreads
 from bot.threads import ThreadStore
 from bot.version import VERSION
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AgentState = Literal["starting", "ready", "failed"]
+#: ``new`` until :meth:`Service.open`; ``running`` from then (also while it fails part-way) until
+#: :meth:`Service.stop`; ``stopped`` for good — a stopped service is not started again.
+Lifecycle = Literal["new", "running", "stopped"]
 
 
 class Readiness(NamedTuple):
@@ -108,7 +112,7 @@ class Service:
         self.settings = settings
         # Storage: one database, the durable inbox in front of the bus, the conversation → thread map.
         # A connection for every running turn plus some for routing and background work; routing waits
-        # on its own bound (bot/manager.py) and creates new conversations in batches, so a burst of new
+        # on its own bound (bot/router.py) and creates new conversations in batches, so a burst of new
         # chats queues in the process instead of timing out in the pool.
         pool = settings.bus.max_concurrent_turns + ROUTE_CONNECTIONS
         self.db = Database(settings.database.url, pool_size=pool)
@@ -157,6 +161,7 @@ class Service:
         self.agent: Agent | None = None
         self.agent_state: AgentState = "starting"
         self.manager: ChannelManager | None = None
+        self.lifecycle: Lifecycle = "new"
         self.started_at: float | None = None
         self._agent_start: asyncio.Task[None] | None = None
         self._retry_poll: asyncio.Task[None] | None = None
@@ -227,13 +232,38 @@ class Service:
         await self.open()
         await self.agent_ready()
 
+    async def __aenter__(self) -> Service:
+        """``async with Service(settings) as service:`` starts both stages and stops on the way out.
+
+        A start that fails part-way stops what it had started (the database lock, channels, features)
+        before the error is raised, as python-telegram-bot's ``Application`` does: the caller's block
+        never runs, so nothing else would."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop()
+
     async def open(self) -> None:
         """Storage, channels and the input features, while the agent is built in the background.
 
         Everything a channel or webhook delivers from here on is stored in the inbox and queued on the
         bus — behind what a previous run left unfinished, so each chat keeps its order — and waits there
         until :meth:`_start_agent` starts the manager.
+
+        Once per service: a second start raises ``RuntimeError`` and changes nothing.
         """
+        if self.lifecycle != "new":
+            raise RuntimeError(
+                "this Switchboard service is already running"
+                if self.lifecycle == "running"
+                else "this Switchboard service has stopped; build a new Service to run again"
+            )
+        self.lifecycle = "running"  # before the first await: a concurrent second start is refused too
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db.claim_instance()  # SQLite: one instance per database file (PostgreSQL: any number)
         await self.db.create_schema(self.tables())
@@ -343,6 +373,11 @@ class Service:
         return True
 
     async def stop(self, grace: float | None = None) -> None:
+        """Pause input, drain running turns for ``grace`` seconds, then stop everything. Once: a second
+        stop (an explicit one inside ``async with``) does nothing."""
+        if self.lifecycle == "stopped":
+            return
+        self.lifecycle = "stopped"
         # 1. pause: no new input; 2. drain: running turns finish and can still reply; 3. stop: disconnect.
         if self.leases is not None:
             self.leases.halt()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from bot.commands.base import Command, CommandContext, ParsedCommand, parse_command
+from bot.commands.base import Command, CommandContext, CommandHost, ParsedCommand, parse_command
 
 
 class CommandRegistry:
@@ -34,4 +34,4 @@ class CommandRegistry:
         return cls(found)
 
 
-__all__ = ["Command", "CommandContext", "CommandRegistry", "ParsedCommand", "parse_command"]
+__all__ = ["Command", "CommandContext", "CommandHost", "CommandRegistry", "ParsedCommand", "parse_command"]

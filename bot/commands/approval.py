@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from bot.commands.base import Command, CommandContext
-from bot.manager import APPROVAL_MODES, approval_mode
+from bot.turns import APPROVAL_MODES, approval_mode
 
 audit = logging.getLogger("switchboard.audit")
 
@@ -23,7 +23,7 @@ MEANING = {
 
 async def approval(ctx: CommandContext) -> None:
     conv = await ctx.conversation()
-    service_mode = ctx.manager.settings.sandbox.approval
+    service_mode = ctx.host.settings.sandbox.approval
     own = approval_mode(conv.approval)
     wanted = ctx.args.strip().lower()
     if not wanted:
@@ -34,11 +34,11 @@ async def approval(ctx: CommandContext) -> None:
     if wanted not in (*APPROVAL_MODES, "default"):
         await ctx.reply("Usage: /approval [never|risky|always|default].")
         return
-    if not ctx.manager.is_admin(ctx.message):
+    if not ctx.host.is_admin(ctx.message):
         await ctx.reply("Sorry, only an admin of this bot can change approvals for a chat.")
         return
     new = None if wanted == "default" else wanted
-    await ctx.manager.threads.set_approval(conv.key, ctx.identity.owner, new)
+    await ctx.host.threads.set_approval(conv.key, ctx.identity.owner, new)
     who = f"{ctx.message.provider}:{ctx.message.sender.id}"
     audit.info(
         "approval mode of a chat set to %s by %s",

@@ -9,7 +9,7 @@ from bot.commands.base import Command, CommandContext
 
 
 async def _decide(ctx: CommandContext, *, approve: bool) -> None:
-    desk = ctx.manager.approvals
+    desk = ctx.host.approvals
     if desk is None:
         await ctx.reply("Commands need no approval on this bot.")
         return
@@ -28,12 +28,12 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
         # of a command in a turn they started.
         await ctx.reply("Sorry, guests can't decide approval requests here; a collaborator or an admin can.")
         return
-    channel = ctx.manager.channels.get(ctx.message.provider)
+    channel = ctx.host.channels.get(ctx.message.provider)
     verdict = await desk.decide(
         words[0],
         ctx.message,
         approve=approve,
-        admin=ctx.manager.is_admin(ctx.message),
+        admin=ctx.host.is_admin(ctx.message),
         approver=channel is not None and channel.is_approver(ctx.message),
         session=session,
     )
@@ -41,7 +41,7 @@ async def _decide(ctx: CommandContext, *, approve: bool) -> None:
         return  # a button press: the request's own message now says what happened
     if not verdict.ok and ctx.message.pressed:
         # Somebody else's press, or a stale button: only the presser needs to hear why.
-        await ctx.manager.send_notice(ctx.message, verdict.text, private=True)
+        await ctx.host.send_notice(ctx.message, verdict.text, private=True)
         return
     await ctx.reply(verdict.text)
 

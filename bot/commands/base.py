@@ -1,28 +1,37 @@
-"""What a chat command is, and the context it runs with.
+"""What a chat command is, the context it runs with, and what it may ask of the service.
 
 Adding a command is one module in this package that defines ``COMMAND = Command(...)``; the registry
 finds it. Commands answer immediately (they do not wait behind a running turn) unless they start a turn
 themselves with :meth:`CommandContext.start_turn`.
+
+A command reaches the service through :class:`CommandHost`, the few things commands use, typed here.
+The :class:`~bot.manager.ChannelManager` satisfies it without this package importing the manager (which
+imports the commands), so there is no ``commands ⇄ manager`` import circle, and a command cannot reach
+into lanes, retries or claims.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from bot.approvals import ApprovalDesk
 from bot.identity import Identity
+from bot.pairing import PairingStore
 from bot.schedules import ScheduleBook
-from bot.threads import Conversation
-from channels.types import InboundMessage
+from bot.threads import Conversation, ThreadStore
+from bot.turns import StatusProvider, StopResult
+from channels.base import Channel
+from channels.types import Action, InboundMessage
+from config.schema import Settings
 from connections import ConnectionStore
 
 if TYPE_CHECKING:  # the agent's types, not its LangChain imports: `serve` loads those in the background
-    from agent.events import TrustLevel
+    from agent.events import Agent, TrustLevel
     from agent.goals import GoalKeeper
     from agent.memory import MemoryService
-    from bot.manager import ChannelManager
 
 COMMAND_PATTERN = re.compile(
     r"^/(?P<name>[A-Za-z][A-Za-z0-9_-]{0,31})(?:@(?P<bot>[A-Za-z0-9_.\-]+))?(?:\s+(?P<args>.*))?$", re.S
@@ -45,9 +54,73 @@ def parse_command(text: str) -> ParsedCommand | None:
     return ParsedCommand(name=match.group("name").lower(), args=(match.group("args") or "").strip())
 
 
+class CommandHost(Protocol):
+    """What commands may use of the service: stores, the agent, and a few questions and actions.
+
+    Read-only properties, so the manager's plain attributes satisfy them."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def agent(self) -> Agent: ...
+    @property
+    def threads(self) -> ThreadStore: ...
+    @property
+    def channels(self) -> Mapping[str, Channel]: ...
+    @property
+    def connections(self) -> ConnectionStore | None: ...
+    @property
+    def schedules(self) -> ScheduleBook | None: ...
+    @property
+    def approvals(self) -> ApprovalDesk | None: ...
+    @property
+    def pairing(self) -> PairingStore | None: ...
+    @property
+    def status_providers(self) -> Sequence[StatusProvider]: ...
+
+    def listed_commands(self) -> Sequence[Command]:
+        """The chat commands, by name (what ``/help`` lists)."""
+        ...
+
+    def is_admin(self, message: InboundMessage) -> bool: ...
+    def model_for(self, conversation: Conversation) -> str: ...
+    def lane_state(self, thread_id: str) -> str: ...
+    async def conversation_for(self, message: InboundMessage, identity: Identity) -> Conversation: ...
+
+    async def send_notice(
+        self,
+        message: InboundMessage,
+        text: str,
+        *,
+        private: bool = False,
+        actions: Sequence[Action] = (),
+        resume_ref: str | None = None,
+    ) -> str | None: ...
+
+    async def submit_turn(
+        self,
+        message: InboundMessage,
+        identity: Identity,
+        *,
+        text: str,
+        entry_id: str | None = None,
+        hidden: bool = False,
+        system_prompt: str | None = None,
+        trust: TrustLevel | None = None,
+    ) -> None: ...
+
+    async def stop_turn(
+        self, message: InboundMessage, thread_id: str, token: str | None = None
+    ) -> StopResult: ...
+
+    async def publish(self, message: InboundMessage) -> bool:
+        """Hand a message to the bus again, as if it had just arrived (``/pair`` does)."""
+        ...
+
+
 @dataclass(slots=True)
 class CommandContext:
-    manager: ChannelManager
+    host: CommandHost
     message: InboundMessage
     identity: Identity
     args: str
@@ -61,34 +134,34 @@ class CommandContext:
     @property
     def connections(self) -> ConnectionStore | None:
         """Where ``/connect`` binds accounts (None: this server runs without connections)."""
-        return self.manager.connections
+        return self.host.connections
 
     @property
     def goals(self) -> GoalKeeper | None:
         """The agent's goal keeper, or None when the agent has no goals."""
-        return self.manager.agent.goals
+        return self.host.agent.goals
 
     @property
     def schedules(self) -> ScheduleBook | None:
         """Scheduled tasks of this service, or None when they are off."""
-        return self.manager.schedules
+        return self.host.schedules
 
     @property
     def memory(self) -> MemoryService | None:
         """The agent's memory, or None when memory is turned off."""
-        return self.manager.agent.memory
+        return self.host.agent.memory
 
     async def conversation(self) -> Conversation:
-        return await self.manager.conversation_for(self.message, self.identity)
+        return await self.host.conversation_for(self.message, self.identity)
 
     async def reply(self, text: str) -> None:
         """Answer in the conversation with one message."""
-        await self.manager.send_notice(self.message, text, private=self.private)
+        await self.host.send_notice(self.message, text, private=self.private)
         self.replies.append(text)
 
     async def start_turn(self, text: str, *, hidden: bool = False, system_prompt: str | None = None) -> None:
         """Run ``text`` as a turn on this conversation's thread (queued behind a running one)."""
-        await self.manager.submit_turn(
+        await self.host.submit_turn(
             self.message,
             self.identity,
             text=text,

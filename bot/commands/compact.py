@@ -18,17 +18,17 @@ log = logging.getLogger(__name__)
 async def compact(ctx: CommandContext) -> None:
     from agent.runtime import ThreadChanged  # LangGraph: loaded by the agent's start, not with the commands
 
-    runtime = ctx.manager.agent
+    runtime = ctx.host.agent
     compact_thread = getattr(runtime, "compact", None)
     if compact_thread is None:
         await ctx.reply("Compacting is not available on this bot.")
         return
     conv = await ctx.conversation()
-    if ctx.manager.lane_state(conv.thread_id) != "idle":
+    if ctx.host.lane_state(conv.thread_id) != "idle":
         await ctx.reply("I'm still answering in this conversation. Send /compact again when I'm done.")
         return
     try:
-        result = await compact_thread(conv.thread_id, ctx.manager.model_for(conv))
+        result = await compact_thread(conv.thread_id, ctx.host.model_for(conv))
     except ThreadChanged:
         await ctx.reply("This conversation moved on while I was compacting it. Send /compact again.")
         return

@@ -39,7 +39,7 @@ def _rejection(exc: CodeRejected, provider: str) -> str:
 
 async def connect(ctx: CommandContext) -> None:
     message = ctx.message
-    page = ctx.manager.settings.server.public_url.rstrip("/") + "/connect"
+    page = ctx.host.settings.server.public_url.rstrip("/") + "/connect"
     store = ctx.connections
     if store is None:
         await ctx.reply("Connecting accounts is not available on this server.")

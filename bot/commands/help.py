@@ -5,13 +5,13 @@ from bot.commands.base import Command, CommandContext
 
 async def show_help(ctx: CommandContext) -> None:
     lines = ["Commands:"]
-    for command in ctx.manager.commands.commands:
+    for command in ctx.host.listed_commands():
         usage = f" {command.usage}" if command.usage else ""
         lines.append(f"/{command.name}{usage} — {command.help}")
     # Commands a channel handles itself (the terminal's /quit) never reach the registry.
-    channel = ctx.manager.channels.get(ctx.message.provider)
+    channel = ctx.host.channels.get(ctx.message.provider)
     lines.extend(f"/{name} — {text}" for name, text in (channel.local_commands if channel else ()))
-    skills = ctx.manager.agent.skill_names()
+    skills = ctx.host.agent.skill_names()
     if skills:
         lines.append(
             "Skills: " + ", ".join(f"/{name}" for name in skills) + " (e.g. /" + skills[0] + " TASK)"

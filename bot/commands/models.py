@@ -4,9 +4,9 @@ from bot.commands.base import Command, CommandContext
 
 
 async def models(ctx: CommandContext) -> None:
-    names = ctx.manager.agent.model_names()
+    names = ctx.host.agent.model_names()
     conv = await ctx.conversation()
-    current = ctx.manager.model_for(conv)
+    current = ctx.host.model_for(conv)
     wanted = ctx.args.strip()
     if not wanted:
         listing = "\n".join(
@@ -17,7 +17,7 @@ async def models(ctx: CommandContext) -> None:
     if wanted not in names:
         await ctx.reply(f"Unknown model {wanted!r}. Available: {', '.join(names)}.")
         return
-    await ctx.manager.threads.set_model(conv.key, ctx.identity.owner, wanted)
+    await ctx.host.threads.set_model(conv.key, ctx.identity.owner, wanted)
     await ctx.reply(f"This conversation now uses {wanted}.")
 
 

@@ -24,12 +24,12 @@ RESEND = "I'm too busy to take your earlier message right now: please send it ag
 
 
 async def pair(ctx: CommandContext) -> None:
-    manager = ctx.manager
-    store = manager.trust.pairing
+    host = ctx.host
+    store = host.pairing
     if store is None:
         await ctx.reply("Pairing is not available on this bot.")
         return
-    if not manager.is_admin(ctx.message):
+    if not host.is_admin(ctx.message):
         await ctx.reply("Sorry, only an admin of this bot can approve pairing requests.")
         return
     words = ctx.args.split()
@@ -79,8 +79,8 @@ async def _listing(ctx: CommandContext, provider: str, now: float) -> None:
     if not ctx.message.is_private:
         await ctx.reply("Send /pair list to me in a private chat: who is waiting is not for a group.")
         return
-    assert ctx.manager.trust.pairing is not None
-    waiting = await ctx.manager.trust.pairing.pending(provider, now)
+    assert ctx.host.pairing is not None
+    waiting = await ctx.host.pairing.pending(provider, now)
     if not waiting:
         await ctx.reply("Nobody is waiting for pairing here.")
         return
@@ -94,13 +94,13 @@ async def _welcome(ctx: CommandContext, request: PairingRequest) -> None:
     Through the inbox like anything a person sends (durable, one instance runs it), under its own id
     (``paired:CODE``), so it is routed afresh — now from a member.
     """
-    manager = ctx.manager
+    host = ctx.host
     message = replace(request.message, platform_message_id=f"paired:{request.code}")
-    await manager.send_notice(message, WELCOME)
+    await host.send_notice(message, WELCOME)
     try:
-        await manager.bus.publish(message)
+        await host.publish(message)
     except Backpressure:
-        await manager.send_notice(message, RESEND)
+        await host.send_notice(message, RESEND)
 
 
 COMMAND = Command(

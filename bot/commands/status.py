@@ -6,18 +6,18 @@ from bot.commands.base import Command, CommandContext
 
 async def show_status(ctx: CommandContext) -> None:
     conv = await ctx.conversation()
-    model = ctx.manager.model_for(conv)
-    state = ctx.manager.lane_state(conv.thread_id)
+    model = ctx.host.model_for(conv)
+    state = ctx.host.lane_state(conv.thread_id)
     lines = [
         f"Thread: {conv.thread_id}",
         f"Model: {model}",
         f"State: {state}",
     ]
-    usage_store = getattr(ctx.manager.agent, "usage", None)
+    usage_store = getattr(ctx.host.agent, "usage", None)
     if isinstance(usage_store, UsageStore):
         usage = await usage_store.get(conv.thread_id)
         lines.append(usage.describe() if usage is not None else "Tokens: none used yet in this thread")
-    for provider in ctx.manager.status_providers:
+    for provider in ctx.host.status_providers:
         extra = await provider(conv)
         if extra:
             lines.append(extra)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.commands.base import Command, CommandContext
-from bot.manager import StopResult
+from bot.turns import StopResult
 
 ANSWERS = {
     StopResult.STOPPED: "Stopping the current reply.",
@@ -15,9 +15,9 @@ ANSWERS = {
 async def stop(ctx: CommandContext) -> None:
     conv = await ctx.conversation()
     token = ctx.args.split()[0] if ctx.args else None
-    result = await ctx.manager.stop_turn(ctx.message, conv.thread_id, token)
+    result = await ctx.host.stop_turn(ctx.message, conv.thread_id, token)
     if result is StopResult.NOT_YOURS:
-        await ctx.manager.send_notice(
+        await ctx.host.send_notice(
             ctx.message,
             "Sorry, only the person who asked (or an admin) can stop this reply.",
             private=True,
@@ -28,7 +28,7 @@ async def stop(ctx: CommandContext) -> None:
         # A Stop button: the answer itself ends with "⏹ Stopped."; only a stale button needs a word,
         # and only to the person who pressed it.
         if result is not StopResult.STOPPED:
-            await ctx.manager.send_notice(ctx.message, ANSWERS[result], private=True)
+            await ctx.host.send_notice(ctx.message, ANSWERS[result], private=True)
         return
     await ctx.reply(ANSWERS[result])
 

@@ -6,7 +6,7 @@ from bot.commands.base import Command, CommandContext
 
 
 async def show_tools(ctx: CommandContext) -> None:
-    agent = ctx.manager.agent
+    agent = ctx.host.agent
     lines = ["Tools I can use:"]
     lines.extend(f"• {name} — {text}" for name, text in agent.tool_descriptions())
     servers = agent.mcp_status()

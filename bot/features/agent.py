@@ -18,7 +18,8 @@ from sqlalchemy import MetaData
 
 from agent import tables as agent_tables
 from agent.events import Agent
-from bot.manager import AfterTurnHook, ChannelManager, FollowUp, TurnOutcome
+from bot.manager import ChannelManager
+from bot.turns import AfterTurnHook, FollowUp, TurnOutcome
 
 if TYPE_CHECKING:
     from agent.memory import MemoryService

@@ -14,18 +14,15 @@ shows a spinner on the button. The answer is empty on purpose; what the press di
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import telegram.error as tg_errors
 from telegram import CallbackQuery, MaybeInaccessibleMessage, Message
 from telegram.constants import ChatType
 
 from channels.errors import ChannelError
-from channels.telegram.transport import map_error
+from channels.telegram.transport import TelegramHost, map_error
 from channels.types import InboundMessage, Sender
-
-if TYPE_CHECKING:
-    from channels.telegram.channel import TelegramChannel
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +33,7 @@ PRESS_ID_PREFIX = "callback:"
 ANSWER_TIMEOUT = 5.0
 
 
-def press_message(channel: TelegramChannel, query: CallbackQuery) -> InboundMessage | None:
+def press_message(channel: TelegramHost, query: CallbackQuery) -> InboundMessage | None:
     """The press as an inbound message, or None for a query that is no button of ours."""
     message = query.message
     user = query.from_user
@@ -71,7 +68,7 @@ def press_message(channel: TelegramChannel, query: CallbackQuery) -> InboundMess
     )
 
 
-def _chain_of(channel: TelegramChannel, message: MaybeInaccessibleMessage) -> str:
+def _chain_of(channel: TelegramHost, message: MaybeInaccessibleMessage) -> str:
     """The reply chain of the bot message a button is on, as the chat's own messages name it.
 
     The transport remembered every message it sent; after a restart the quoted message (the one the bot
@@ -87,7 +84,7 @@ def _chain_of(channel: TelegramChannel, message: MaybeInaccessibleMessage) -> st
     return f"chain:{message.message_id}"
 
 
-async def answer(channel: TelegramChannel, query: CallbackQuery) -> None:
+async def answer(channel: TelegramHost, query: CallbackQuery) -> None:
     """``answerCallbackQuery`` within the bot's budget; a refusal is logged, never raised.
 
     A query answered before (the same press redelivered after a crash) is refused by Telegram as

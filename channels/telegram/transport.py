@@ -19,19 +19,17 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import telegram.error as tg_errors
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, ReplyParameters
 from telegram.constants import ChatAction, InlineKeyboardButtonLimit, ParseMode
 
 from channels import errors
-from channels.reply import Budget, NativeStream, ReplyTransport
+from channels.reply import Budget, NativeStream, RateBudget, ReplyTransport
 from channels.telegram.markup import markdown_to_html
 from channels.types import Action, InboundMessage
-
-if TYPE_CHECKING:
-    from channels.telegram.channel import TelegramChannel
+from config.channels.telegram import TelegramConfig
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +164,30 @@ class TelegramDraft(NativeStream):
         return None
 
 
+class TelegramHost(Protocol):
+    """What a reply and a button press need of their channel (a TelegramChannel): its config, bot and
+    bot-wide budget, and the reply chains and draft ids it keeps. Typed here rather than by importing the
+    channel, which imports this module: no import circle (tests/foundation/test_import_graph.py)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def config(self) -> TelegramConfig: ...
+    @property
+    def bot(self) -> Bot: ...
+    @property
+    def bot_budget(self) -> RateBudget: ...
+    def next_draft_id(self) -> int: ...
+    def chain_of(self, chat_id: int, message_id: int) -> str | None: ...
+    def remember_reply(self, chat_id: int, message_id: int, topic: str | None) -> None: ...
+
+
 class TelegramTransport(ReplyTransport):
     """Answers one inbound message in its chat, topic or reply chain."""
 
     supports_actions = True
 
-    def __init__(self, channel: TelegramChannel, message: InboundMessage) -> None:
+    def __init__(self, channel: TelegramHost, message: InboundMessage) -> None:
         self.channel = channel
         self.message = message
         self.chat_id = int(message.chat)

@@ -40,7 +40,7 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 async def settle(service: Service) -> None:
     for _ in range(500):
-        if not service.bus.load and service.manager is not None and not service.manager._lanes:
+        if not service.bus.load and service.manager is not None and not service.manager.lanes.active:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("turn did not finish")

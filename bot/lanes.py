@@ -1,0 +1,313 @@
+"""The lane scheduler: each agent thread's turns, one at a time and in order.
+
+A conversation maps to an agent thread, and each thread has a lane: a FIFO of turns with at most one
+running. Different threads run at once (bounded by the turn runner's slots). The scheduler shows a
+message that joins a busy lane as "⏳ Queued" (never above the message of the turn ahead of it), holds a
+thread's cluster claim for hidden follow-ups, and stops or abandons the running turn on request. What a
+turn does once it runs is the turn runner's job (:mod:`bot.turn_runner`); the scheduler only calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from agent.events import TrustLevel
+from bot.bus import MessageBus
+from bot.identity import Identity
+from bot.inbox import PENDING, Inbox
+from bot.logs import trace_id_var
+from bot.threads import Conversation, ThreadStore
+from bot.turns import AfterDelivery, BeforeStart, Lane, StopResult, Turn
+from channels.base import Channel
+from channels.errors import ChannelError
+from channels.types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+PAUSED_FOR_RESTART = "⏸ I'm restarting; I'll carry on with this when I'm back."
+#: How long a "⏳ Queued" notice waits for the message of the turn ahead of it to appear first. That is
+#: usually milliseconds; longer only when the turn ahead waits for a free turn slot (bus.max_concurrent_turns).
+QUEUED_NOTICE_WAIT_SECONDS = 2.0
+
+
+#: How often a stopped turn that is still running is cancelled again (see _keep_cancelling).
+RECANCEL_SECONDS = 0.25
+
+
+async def _keep_cancelling(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` again until it ends: one cancellation can be lost.
+
+    Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
+    awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
+    that step used to take effect only when the model's stream ended (20 s and more, measured on the
+    Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
+    """
+    while not task.done():
+        await asyncio.sleep(RECANCEL_SECONDS)
+        if not task.done():
+            task.cancel()
+
+
+#: Runs a turn up to its delivered final reply: ``(text, stopped, failed)``, or None (see bot/turn_runner.py).
+RunTurn = Callable[[Turn, Lane], Awaitable[tuple[str, bool, bool] | None]]
+#: After the reply is delivered and the lane released: mark the entry done, run the after-turn hooks.
+FinishTurn = Callable[[Turn, str, bool, bool], Awaitable[None]]
+
+
+class LaneScheduler:
+    """Per-thread FIFO lanes, queued notices, cluster holds, and stopping the running turn."""
+
+    def __init__(
+        self,
+        *,
+        bus: MessageBus,
+        inbox: Inbox,
+        threads: ThreadStore,
+        channels: Mapping[str, Channel],
+        is_admin: Callable[[InboundMessage], bool],
+        run: RunTurn,
+        finish: FinishTurn,
+    ) -> None:
+        self.bus = bus
+        self.inbox = inbox
+        self.threads = threads
+        self.channels = channels
+        self.is_admin = is_admin
+        self._run_turn = run
+        self._finish_turn = finish
+        self._lanes: dict[str, Lane] = {}
+        #: Tasks that re-cancel a stopped turn until it ends (see _keep_cancelling).
+        self._watchers: set[asyncio.Task[None]] = set()
+        #: Set once the service is stopping: running turns finish; hidden follow-ups wait for the next start.
+        self.stopping = False
+
+    @property
+    def active(self) -> int:
+        """Threads that have a lane now (a turn running or queued, or a lane just created)."""
+        return len(self._lanes)
+
+    def tasks(self) -> set[asyncio.Task[None]]:
+        """What still runs: lane workers and stop watchers (the manager waits on them when it stops)."""
+        busy = {lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()}
+        return busy | {t for t in self._watchers if not t.done()}
+
+    def abandon(self, entry_id: str) -> None:
+        """Another instance took this entry's claim over (ours lapsed): stop the turn, reply nothing more.
+
+        ``entry_id`` may also be a hidden turn's hold on the thread's claim."""
+        for lane in self._lanes.values():
+            current = lane.current
+            if (
+                current is not None
+                and entry_id in (current.entry_id, current.hold)
+                and lane.worker is not None
+            ):
+                lane.worker.cancel()
+
+    async def conversation_for(self, message: InboundMessage, identity: Identity) -> Conversation:
+        return await self.threads.get_or_create(message.conversation_key, identity.owner, message.thread_id)
+
+    def lane_state(self, thread_id: str) -> str:
+        lane = self._lanes.get(thread_id)
+        if lane is None or (lane.current is None and not lane.pending):
+            return "idle"
+        queued = len(lane.pending)
+        return "running" + (f", {queued} queued" if queued else "")
+
+    async def stop_turn(
+        self, message: InboundMessage, thread_id: str, token: str | None = None
+    ) -> StopResult:
+        """``/stop``: cancel the thread's running turn here, or on the instance that runs it.
+
+        With ``token`` (a Stop button) only the turn that button belongs to is stopped, and only for the
+        person who asked for it or an admin: a stale button never stops the next answer, and nobody
+        stops somebody else's answer by pressing its button.
+        """
+        lane = self._lanes.get(thread_id)
+        turn = lane.current if lane is not None else None
+        cluster = self.bus.cluster
+        if token is not None:
+            if turn is not None and turn.token == token:
+                asker: InboundMessage | None = turn.message
+            elif cluster is not None:  # it may run on another instance: its inbox entry names the asker
+                entry = await self.inbox.get(token)
+                asker = entry.message if entry is not None and entry.status == PENDING else None
+            else:
+                asker = None
+            if asker is None:
+                return StopResult.FINISHED
+            if (
+                asker.sender.id != message.sender.id or asker.provider != message.provider
+            ) and not self.is_admin(message):
+                return StopResult.NOT_YOURS
+        if self.cancel_running(thread_id, token):
+            return StopResult.STOPPED
+        if cluster is not None and await cluster.stop_elsewhere(message, thread_id, token):
+            return StopResult.STOPPED
+        return StopResult.FINISHED if token is not None else StopResult.NOTHING
+
+    def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
+        """Cancel the thread's running turn (only the one ``token`` names, when given)."""
+        lane = self._lanes.get(thread_id)
+        if lane is None or lane.agent_task is None or lane.agent_task.done():
+            return False
+        if token is not None and (lane.current is None or lane.current.token != token):
+            return False
+        lane.stop_requested = True
+        task = lane.agent_task
+        task.cancel()
+        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
+        self._watchers.add(watch)
+        watch.add_done_callback(self._watchers.discard)
+        return True
+
+    async def submit_turn(
+        self,
+        message: InboundMessage,
+        identity: Identity,
+        *,
+        text: str,
+        entry_id: str | None = None,
+        reply_ref: str | None = None,
+        reply_text: str | None = None,
+        hidden: bool = False,
+        system_prompt: str | None = None,
+        skill: str | None = None,
+        notice: str | None = None,
+        before_start: BeforeStart | None = None,
+        after_delivery: AfterDelivery | None = None,
+        trust: TrustLevel | None = None,
+    ) -> None:
+        """Queue a turn on the conversation's thread; it starts now if the thread is idle.
+
+        ``trust`` is the asker's level (bot/trust.py); None decides it from the message when it runs."""
+        conversation = await self.conversation_for(message, identity)
+        turn = Turn(
+            message=message,
+            identity=identity,
+            conversation=conversation,
+            text=text,
+            trace_id=trace_id_var.get() or "-",
+            entry_id=entry_id,
+            reply_ref=reply_ref,
+            reply_text=reply_text,
+            hidden=hidden,
+            system_prompt=system_prompt,
+            skill=skill,
+            before_start=before_start,
+            after_delivery=after_delivery,
+            trust=trust,
+        )
+        if entry_id is not None:
+            turn.token = entry_id
+        if hidden and self.bus.cluster is not None:  # keep the thread's claim for it (None: acquired later)
+            turn.hold = self.bus.cluster.hold(message)
+        lane = self._lanes.get(conversation.thread_id)
+        if lane is None:
+            lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
+        busy = lane.current is not None or bool(lane.pending)
+        if busy and not hidden:
+            ahead = len(lane.pending) + 1
+            before = lane.pending[-1] if lane.pending else lane.current
+            if before is not None:  # its placeholder may be on its way right now: not above it
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
+            turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
+            try:
+                await turn.reply.start(
+                    f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
+                )
+            except ChannelError as exc:
+                log.info("could not show the queued notice: %s", exc)
+            turn.shown.set()
+            await self._remember_notice(turn)
+        elif notice:
+            turn.reply = self.channels[message.provider].open_reply(message)
+            with contextlib.suppress(ChannelError):
+                await turn.reply.start(notice)
+        lane.pending.append(turn)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def _remember_notice(self, turn: Turn) -> None:
+        """Store the queued notice's reference with the inbox entry now, not when the turn starts.
+
+        The turn may start minutes later; if the process dies before that, the resumed turn finds the
+        reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
+        """
+        ref = turn.reply.ref if turn.reply is not None else None
+        if turn.entry_id is None or ref is None or ref == turn.reply_ref:
+            return
+        try:
+            await self.inbox.save_reply_ref(turn.entry_id, ref)
+        except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
+            log.warning("saving the queued notice's reference failed: %s", exc)
+            return
+        turn.reply_ref = ref
+
+    async def _drain_lane(self, lane: Lane) -> None:
+        try:
+            while lane.pending:
+                turn = lane.pending.popleft()
+                if self.stopping and turn.hidden:
+                    log.info("not starting a hidden follow-up during shutdown; it resumes at next start")
+                    if turn.reply is not None:  # its notice ("continuing…") must not look like work
+                        with contextlib.suppress(Exception):
+                            await turn.reply.finish(PAUSED_FOR_RESTART)
+                    if turn.hold is not None:
+                        self.bus.release(turn.hold)
+                    turn.shown.set()
+                    continue
+                if turn.hidden and self.bus.cluster is not None and turn.hold is None:
+                    turn.hold = await self._acquire_thread(turn)
+                    if turn.hold is None:  # shutting down meanwhile: the step resumes at next start
+                        turn.shown.set()
+                        continue
+                lane.current = turn
+                lane.stop_requested = False
+                token = trace_id_var.set(turn.trace_id)
+                try:
+                    delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
+                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
+                    # so a message sent right after the reply starts next instead of reading "Queued".
+                    lane.current = None
+                    lane.agent_task = None
+                    if delivered is not None:
+                        await self._finish_turn(turn, *delivered)
+                finally:
+                    trace_id_var.reset(token)
+                    lane.current = None
+                    lane.agent_task = None
+                    turn.shown.set()
+                    if turn.hold is not None:
+                        self.bus.release(turn.hold)
+        except asyncio.CancelledError:
+            for turn in lane.pending:  # left for the next start: still pending in the inbox
+                turn.shown.set()
+                if turn.entry_id:
+                    self.bus.release(turn.entry_id)
+                if turn.hold is not None:
+                    self.bus.release(turn.hold)
+            raise
+        finally:
+            if not lane.pending and self._lanes.get(lane.thread_id) is lane:
+                del self._lanes[lane.thread_id]
+
+    async def _acquire_thread(self, turn: Turn) -> str | None:
+        """Cluster only: wait until this instance may run a hidden turn of the thread (no other
+        instance runs one of its turns); None when the service stops first."""
+        cluster = self.bus.cluster
+        assert cluster is not None
+        while not self.stopping:
+            try:
+                hold = await cluster.acquire(turn.message)
+            except Exception as exc:  # PostgreSQL briefly away: try again
+                log.warning("cluster: claiming a thread for a follow-up failed: %s", exc)
+                hold = None
+            if hold is not None:
+                return hold
+            await asyncio.sleep(min(1.0, cluster.poll_seconds))
+        return None

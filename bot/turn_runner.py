@@ -1,0 +1,389 @@
+"""The turn runner: one turn, from its placeholder to its delivered answer and what comes after.
+
+It opens (or reuses) the turn's reply, shows the placeholder, saves the message's files into the owner's
+uploads, builds the agent's request at the turn's trust level, and streams the agent's text and tool
+progress into the reply; ``/stop`` keeps what was written and marks it stopped, a failure ends the reply
+with one plain sentence and a trace id. Once the answer is delivered it marks the inbox entry done and
+runs the after-turn hooks (memory, goals), which may queue a follow-up turn. Which turn runs when is the
+lane scheduler's job (:mod:`bot.lanes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from agent.errors import describe_error
+from agent.events import (
+    Agent,
+    TextDelta,
+    TextWithdrawn,
+    ToolFinished,
+    ToolStarted,
+    TrustLevel,
+    TurnFinished,
+    TurnRequest,
+)
+from agent.paths import ThreadPaths, safe_filename, unique_path
+from bot import metrics
+from bot.approvals import ApprovalDesk, ChatApproval
+from bot.bus import MessageBus
+from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
+from bot.inbox import Inbox
+from bot.redelivery import FinalDelivery
+from bot.schedule_desk import ScheduleDesk
+from bot.schedules import ScheduleBook
+from bot.settle import Settler
+from bot.threads import Conversation
+from bot.trust import lowest, profile_for
+from bot.turns import (
+    PLACEHOLDER,
+    STOPPED_NOTE,
+    AfterTurnHook,
+    Lane,
+    OnTurnError,
+    SubmitTurn,
+    Turn,
+    TurnError,
+    TurnOutcome,
+    TurnStage,
+    approval_mode,
+    live_actions,
+)
+from channels.base import Channel
+from channels.errors import ChannelError, FileTooLarge
+from channels.reply import ReplyStream
+from channels.types import InboundMessage
+from config.schema import Settings
+
+log = logging.getLogger(__name__)
+
+#: The level a message's sender has now (their identity resolved again): see :meth:`TurnRunner._turn_level`.
+LevelNow = Callable[[InboundMessage, Channel], Awaitable[TrustLevel]]
+
+
+class TurnRunner:
+    """Runs turns the lane scheduler hands it, at most ``bus.max_concurrent_turns`` at once."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        agent: Agent,
+        bus: MessageBus,
+        inbox: Inbox,
+        channels: Mapping[str, Channel],
+        storage: StorageRetry,
+        settler: Settler,
+        level_now: LevelNow,
+        submit: SubmitTurn,
+        schedules: ScheduleBook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.agent = agent
+        self.bus = bus
+        self.inbox = inbox
+        self.channels = channels
+        self.storage = storage
+        #: A final reply that hits a rate limit or a 5xx is delivered later, from its saved answer.
+        self.delivery = FinalDelivery(inbox.save_answer, storage.call)
+        self.level_now = level_now
+        self.submit_turn = submit
+        self.schedules = schedules
+        #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
+        self.approvals: ApprovalDesk | None = None
+        self.after_turn_hooks: list[AfterTurnHook] = []
+        #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
+        self.on_turn_error: OnTurnError | None = None
+        self.data_dir = Path(settings.data_dir)
+        self._turn_slots = asyncio.Semaphore(settings.bus.max_concurrent_turns)
+        self._complete = settler.complete
+        self._fail = settler.fail
+
+    def model_for(self, conversation: Conversation) -> str:
+        names = self.agent.model_names()
+        return conversation.model if conversation.model in names else names[0]
+
+    async def run(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
+        """The turn, retried in place while storage is away, inside its log line and metrics."""
+        with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
+            return await self.storage.run_turn(turn, functools.partial(self._run_turn, turn, lane))
+
+    async def _run_turn(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
+        """Run the turn up to its delivered final reply: ``(text, stopped, failed)``, or None when it
+        did not run or its failure is already recorded. :meth:`_finish_turn` does the rest."""
+        channel = self.channels[turn.message.provider]
+        if turn.before_start is not None and not await self._may_start(turn, channel):
+            return None
+        reply: ReplyStream | None = None
+        try:
+            async with self._turn_slots:
+                reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
+                try:
+                    await reply.start(PLACEHOLDER, live_actions(turn))
+                except ChannelError as exc:
+                    log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
+                turn.shown.set()
+                if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
+                    self.inbox.set_reply_ref(turn.entry_id, reply.ref)
+                files: tuple[Path, ...]
+                if turn.reply_text is not None:
+                    final, files, stopped, failed = turn.reply_text, (), False, False
+                else:
+                    final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
+                    metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
+                try:
+                    # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
+                    await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
+                except Exception as exc:
+                    log.warning("delivering the final reply failed: %s", exc)
+                    metrics.mark_outcome("delivery_failed")
+                    await self._report(turn, "delivery", exc)
+                    if turn.entry_id:
+                        await self._fail(
+                            turn.entry_id,
+                            f"reply delivery failed: {exc}",
+                            reply_text=final,
+                            message=turn.message,
+                        )
+                    return None
+        except asyncio.CancelledError:
+            if turn.entry_id:
+                self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
+            raise
+        except Exception as exc:
+            if is_storage_error(exc):  # not the message's fault: run again once storage is back
+                metrics.mark_outcome("storage_unavailable")
+                if isinstance(exc, StorageUnavailable):
+                    raise
+                raise StorageUnavailable(reply) from exc
+            log.exception("turn failed outside the agent")
+            metrics.mark_outcome("error")
+            await self._report(turn, "turn", exc)
+            if turn.entry_id:
+                shown = reply.ref if reply is not None else turn.reply_ref  # replaced by a dead-letter note
+                await self._fail(
+                    turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
+                )
+            return None
+        return final, stopped, failed
+
+    async def finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
+        """After the reply is delivered and the lane released: mark the entry done, then the hooks.
+
+        In a cluster the thread's claim is held until the hooks have run: a follow-up they start
+        takes its own hold first, so the thread never looks free to another instance in between."""
+        cluster = self.bus.cluster
+        finishing = cluster.hold(turn.message) if cluster is not None else None
+        try:
+            if turn.entry_id:
+                try:
+                    await self._complete(turn.entry_id)
+                except asyncio.CancelledError:
+                    self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
+                    raise
+            if turn.after_delivery is not None:
+                try:
+                    await turn.after_delivery(final, stopped, failed)
+                except Exception:
+                    log.exception("after-delivery callback failed")
+            await self._after_turn(turn, final, stopped=stopped, failed=failed)
+        finally:
+            if finishing is not None:
+                self.bus.release(finishing)
+
+    async def _report(self, turn: Turn, stage: TurnStage, exc: BaseException) -> None:
+        """Tell the error hook about a failed turn. The hook's own failure is logged and goes no
+        further: the turn's reply and inbox entry end exactly as they would without a hook."""
+        if self.on_turn_error is None:
+            return
+        failure = TurnError(turn.message, turn.conversation.thread_id, turn.trace_id, stage, exc, turn.hidden)
+        try:
+            await self.on_turn_error(failure)
+        except Exception:
+            log.exception("the on_turn_error hook failed")
+
+    async def _may_start(self, turn: Turn, channel: Channel) -> bool:
+        """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
+        assert turn.before_start is not None
+        try:
+            refusal = await turn.before_start()
+        except Exception:
+            log.exception("a turn's start check failed; not running it")
+            refusal = "⚠️ Something went wrong, so I did not run this step."
+        if refusal is None:
+            return True
+        reply = turn.reply or channel.open_reply(turn.message)
+        try:
+            await reply.finish(refusal)
+        except Exception as exc:
+            log.info("could not show why a turn did not run: %s", exc)
+        return False
+
+    def _turn_record(self, turn: Turn) -> metrics.TurnRecord:
+        m = turn.message
+        return metrics.TurnRecord(
+            trace_id=turn.trace_id,
+            provider=m.provider,
+            chat=metrics.chat_hash(m.provider, m.workspace, m.chat),
+            thread=turn.conversation.thread_id,
+            model=self.model_for(turn.conversation),
+            hidden=turn.hidden,
+            received_at=None if turn.hidden else m.received_at,
+        )
+
+    async def _stream_agent(
+        self, turn: Turn, lane: Lane, reply: ReplyStream, channel: Channel
+    ) -> tuple[str, tuple[Path, ...], bool, bool]:
+        parts: list[str] = []
+        progress: list[str | None] = [None]
+        result: dict[str, object] = {}
+
+        def render() -> str:
+            body = "".join(parts)
+            if progress[0]:
+                return f"{body}\n\n{progress[0]}" if body else progress[0]
+            return body or PLACEHOLDER
+
+        text = turn.text
+        attachments, notices = await self._store_files(turn, channel)
+        if notices:
+            progress[0] = " ".join(notices)
+        if attachments:
+            text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
+        level = await self._turn_level(turn, channel)
+        # A guest's turn may only chat, and its sandbox never gets the channel's secrets.
+        profile = profile_for(level)
+        request = TurnRequest(
+            thread_id=turn.conversation.thread_id,
+            owner=turn.identity.owner,
+            text=text,
+            model=self.model_for(turn.conversation),
+            attachments=attachments,
+            hidden=turn.hidden,
+            system_prompt=turn.system_prompt,
+            secrets=await channel.run_secrets(turn.message) if profile.secrets else {},
+            sender_name=turn.message.sender.name,
+            skill=turn.skill,
+            scheduler=(
+                ScheduleDesk(self.schedules, turn.message, turn.identity.owner, level)
+                if self.schedules and level != "guest"
+                else None
+            ),
+            approvals=(
+                ChatApproval(self.approvals, turn.message, turn.conversation.thread_id)
+                if self.approvals
+                else None
+            ),
+            approval_mode=approval_mode(turn.conversation.approval),
+            trust=level,
+            profile=profile,
+        )
+
+        async def consume() -> None:
+            async for event in self.agent.run(request):
+                metrics.observe_event(event)
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(
+                    event, TextWithdrawn
+                ):  # a cut-off answer asked for again (agent/stream_end.py)
+                    shown = "".join(parts)
+                    parts[:] = [shown[: max(0, len(shown) - event.chars)]]
+                elif isinstance(event, ToolStarted):
+                    progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
+                elif isinstance(event, ToolFinished):
+                    progress[0] = None
+                elif isinstance(event, TurnFinished):
+                    result["text"], result["files"] = event.text, event.files
+                    progress[0] = None
+                reply.update(render())
+
+        lane.agent_task = asyncio.create_task(consume(), name="agent-turn")
+        try:
+            await lane.agent_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not lane.stop_requested or (current is not None and current.cancelling()):
+                lane.agent_task.cancel()
+                raise
+            partial = "".join(parts).rstrip()
+            return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
+        except Exception as exc:
+            if is_storage_error(exc):
+                raise StorageUnavailable(reply, "".join(parts)) from exc
+            log.exception("agent turn failed")
+            await self._report(turn, "agent", exc)
+            sentence = f"⚠️ {describe_error(exc)} (trace {turn.trace_id})"
+            partial = "".join(parts).rstrip()
+            return (f"{partial}\n\n{sentence}" if partial else sentence), (), False, True
+        final = str(result.get("text") or "".join(parts))
+        if notices:  # e.g. a skipped oversize file: the user must still see it once streaming is over
+            final = "\n".join(notices) + "\n\n" + final
+        return final, tuple(result.get("files", ())), False, False  # type: ignore[arg-type]
+
+    async def _turn_level(self, turn: Turn, channel: Channel) -> TrustLevel:
+        """The level a turn runs at: the one decided when it was asked for; a follow-up (a goal step,
+        perhaps resumed after a restart) also never above its creator's level now."""
+        if turn.trust is not None and not turn.hidden:
+            return turn.trust
+        now = await self.level_now(turn.message, channel)
+        return now if turn.trust is None else lowest(turn.trust, now)
+
+    async def _store_files(self, turn: Turn, channel: Channel) -> tuple[list[str], list[str]]:
+        """Save inbound files into the owner's uploads; return agent-visible paths and user notices."""
+        files = turn.message.files
+        if not files or turn.reply_text is not None:
+            return [], []
+        paths = ThreadPaths(self.data_dir, turn.identity.owner, turn.conversation.thread_id)
+        await asyncio.to_thread(paths.ensure)
+        limit = self.settings.sandbox.max_upload_bytes
+        stored: list[str] = []
+        notices: list[str] = []
+        for file in files:
+            try:
+                data = await channel.download(file, limit)
+            except FileTooLarge as exc:
+                notices.append(
+                    f"📎 {file.name} is too large ({exc.size // 1024} KiB; limit {exc.limit // 1024} KiB), so I skipped it."
+                )
+                continue
+            except (ChannelError, NotImplementedError) as exc:
+                log.warning("downloading %s failed: %s", file.name, exc)
+                notices.append(f"📎 I couldn't download {file.name}.")
+                continue
+            target = await asyncio.to_thread(self._write_upload, paths.uploads, file.name, data)
+            stored.append(paths.virtual(target))
+        return stored, notices
+
+    @staticmethod
+    def _write_upload(directory: Path, name: str, data: bytes) -> Path:
+        target = unique_path(directory, safe_filename(name))
+        target.write_bytes(data)
+        return target
+
+    async def _after_turn(self, turn: Turn, text: str, *, stopped: bool, failed: bool) -> None:
+        outcome = TurnOutcome(
+            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed
+        )
+        for hook in self.after_turn_hooks:
+            try:
+                follow = await hook(outcome)
+            except Exception:
+                log.exception("after-turn hook failed")
+                continue
+            if follow is not None:
+                await self.submit_turn(
+                    turn.message,
+                    turn.identity,
+                    text=follow.text,
+                    hidden=follow.hidden,
+                    system_prompt=follow.system_prompt,
+                    notice=follow.notice,
+                    before_start=follow.before_start,
+                    after_delivery=follow.after_delivery,
+                    trust=turn.trust,
+                )

@@ -1,0 +1,193 @@
+"""The vocabulary shared by the router, the lane scheduler, the turn runner and the commands.
+
+A turn (one message's answer, or a hidden follow-up), the lane a thread's turns wait in, what a finished
+turn looked like, and the hooks around it. These are plain data and callable types with no behaviour of
+their own, kept apart from :mod:`bot.manager` so the commands, the agent feature and the goal runner can
+name them without importing the manager (which imports the commands): no import circle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from agent.events import TrustLevel
+from bot.identity import Identity
+from bot.threads import Conversation
+from channels.reply import ReplyStream
+from channels.types import Action, InboundMessage
+
+PLACEHOLDER = "…"
+STOPPED_NOTE = "⏹ Stopped."
+STOP_LABEL = "⏹ Stop"
+
+ApprovalMode = Literal["never", "risky", "always"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("never", "risky", "always")
+
+
+def approval_mode(stored: str | None) -> ApprovalMode | None:
+    """A conversation's stored ``/approval`` override, or None (also for a value this build lacks)."""
+    for mode in APPROVAL_MODES:
+        if stored == mode:
+            return mode
+    return None
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    """What a finished turn looked like; after-turn hooks (goals, memory) read it."""
+
+    message: InboundMessage
+    identity: Identity
+    conversation: Conversation
+    text: str
+    hidden: bool
+    stopped: bool
+    failed: bool
+
+
+class StopResult(enum.Enum):
+    """What a ``/stop`` (typed, or a Stop button's ``/stop TOKEN``) did."""
+
+    STOPPED = "stopped"  # the turn is being cancelled (here, or on the instance that runs it)
+    NOTHING = "nothing"  # no turn runs in this conversation
+    FINISHED = "finished"  # the button's turn is not the one running (it ended; its button is stale)
+    NOT_YOURS = "not_yours"  # the button's turn was asked for by somebody else
+
+
+#: Asked right before a turn starts: None to run it, or a sentence that ends its reply instead.
+BeforeStart = Callable[[], Awaitable[str | None]]
+#: Told once the turn's final reply is delivered: (text, stopped, failed).
+AfterDelivery = Callable[[str, bool, bool], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A hook's request to run another (usually hidden) turn on the same thread.
+
+    Hidden follow-ups are not started once the manager is stopping: their owner must have recorded
+    them durably (goal continuations are) and resubmit them at the next start.
+    """
+
+    text: str
+    hidden: bool = True
+    notice: str | None = None
+    system_prompt: str | None = None
+    before_start: BeforeStart | None = None
+    after_delivery: AfterDelivery | None = None
+
+
+AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
+StatusProvider = Callable[[Conversation], Awaitable[str | None]]
+
+
+@dataclass(slots=True)
+class Turn:
+    message: InboundMessage
+    identity: Identity
+    conversation: Conversation
+    text: str
+    trace_id: str
+    entry_id: str | None = None
+    reply_ref: str | None = None
+    reply_text: str | None = None
+    hidden: bool = False
+    system_prompt: str | None = None
+    skill: str | None = None
+    reply: ReplyStream | None = None
+    before_start: BeforeStart | None = None
+    after_delivery: AfterDelivery | None = None
+    #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide when it runs.
+    trust: TrustLevel | None = None
+    #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
+    #: Its inbox entry id where it has one, so any instance can look up who asked.
+    token: str = field(default_factory=lambda: secrets.token_hex(6))
+    #: Cluster only, for a turn no inbox entry stands for (a hidden follow-up): its hold on the
+    #: thread's claim, so no other instance starts a turn of the thread while it runs.
+    hold: str | None = None
+    #: Set once the turn's first message is in the chat (placeholder or queued notice), or once it
+    #: leaves the lane without one: a later turn's "⏳ Queued" notice waits for it, so the chat shows
+    #: the messages in the order they were asked.
+    shown: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(slots=True)
+class Lane:
+    """One thread's queue. ``agent_task`` is the cancellable part of the running turn."""
+
+    thread_id: str
+    pending: deque[Turn] = field(default_factory=deque)
+    current: Turn | None = None
+    agent_task: asyncio.Task[None] | None = None
+    stop_requested: bool = False
+    worker: asyncio.Task[None] | None = None
+
+
+def live_actions(turn: Turn) -> tuple[Action, ...]:
+    """The buttons a turn's reply shows while it streams: Stop, for this turn only."""
+    return (Action(f"/stop {turn.token}", STOP_LABEL, "danger"),)
+
+
+#: Where a failed turn broke: ``agent`` (the model or a tool), ``delivery`` (sending the final answer to
+#: the platform) or ``turn`` (the bot itself, e.g. a file it could not save).
+TurnStage = Literal["agent", "delivery", "turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """A turn that failed, for the service's one error hook (:attr:`bot.manager.ChannelManager.on_turn_error`).
+
+    Storage faults are not reported here: they are not the turn's failure, and the turn runs again in
+    place once the database is back (bot/faults.py)."""
+
+    message: InboundMessage
+    thread_id: str
+    #: The id the user saw in the reply's ``(trace …)`` and every log line of the turn carries.
+    trace_id: str
+    stage: TurnStage
+    error: BaseException
+    hidden: bool
+
+
+OnTurnError = Callable[[TurnError], Awaitable[None]]
+
+
+class SubmitTurn(Protocol):
+    """Queue a turn on a conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
+
+    async def __call__(
+        self,
+        message: InboundMessage,
+        identity: Identity,
+        *,
+        text: str,
+        entry_id: str | None = None,
+        reply_ref: str | None = None,
+        reply_text: str | None = None,
+        hidden: bool = False,
+        system_prompt: str | None = None,
+        skill: str | None = None,
+        notice: str | None = None,
+        before_start: BeforeStart | None = None,
+        after_delivery: AfterDelivery | None = None,
+        trust: TrustLevel | None = None,
+    ) -> None: ...
+
+
+class SendNotice(Protocol):
+    """A one-off answer in a message's conversation (:meth:`bot.settle.Settler.send_notice`)."""
+
+    async def __call__(
+        self,
+        message: InboundMessage,
+        text: str,
+        *,
+        private: bool = False,
+        actions: Sequence[Action] = (),
+        resume_ref: str | None = None,
+    ) -> str | None: ...
