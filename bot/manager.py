@@ -30,6 +30,7 @@ from bot.pairing import PairingStore
 from bot.router import Router
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.trust import TrustPolicy
 from bot.turn_runner import TurnRunner
@@ -77,8 +78,11 @@ class ChannelManager:
         connections: ConnectionStore | None = None,
         schedules: ScheduleBook | None = None,
         pairing: PairingStore | None = None,
+        eraser: ThreadEraser | None = None,
     ) -> None:
         self.settings = settings
+        #: Deletes a thread's history, rows and files for good (``/forget``); None: not offered.
+        self.eraser = eraser
         self.bus = bus
         self.inbox = inbox
         self.threads = threads

@@ -61,7 +61,7 @@ from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
 from bot.router import ROUTE_CONNECTIONS
-from bot.thread_retention import AbandonedThreads
+from bot.thread_retention import AbandonedThreads, ThreadEraser
 from bot.threads import ThreadStore
 from bot.version import VERSION
 from channels.base import Channel
@@ -147,7 +147,8 @@ class Service:
         self.agent_feature = AgentFeature()
         # Finished inbox entries and GitHub deliveries older than database.retention_days are deleted,
         # and threads no conversation uses any more (after /new) once idle that long.
-        abandoned = AbandonedThreads(self.db, Path(settings.data_dir), self._forget_histories)
+        self.eraser = ThreadEraser(self.db, Path(settings.data_dir), self._forget_histories)
+        abandoned = AbandonedThreads(self.eraser)
         self.retention = Retention(
             settings.database.retention_days, [self.inbox, self.github.store, abandoned]
         )
@@ -315,6 +316,7 @@ class Service:
             connections=self.connections.store,
             schedules=self.schedules.book,
             pairing=pairing_module.PairingStore(self.db),
+            eraser=self.eraser,
         )
         if self.settings.sandbox.approval != "never":  # risky commands wait for /approve in their chat
             self.manager.approvals = ApprovalDesk(

@@ -42,30 +42,46 @@ THREAD_ROWS = (
 ForgetHistories = Callable[[list[str]], Awaitable[object]]
 
 
-class AbandonedThreads:
-    retention_label = "abandoned threads"
+class ThreadEraser:
+    """Deletes threads for good: their history (checkpoints), thread rows and folders of every owner.
+
+    Used by retention (abandoned threads) and by ``/forget`` (this chat's thread, at once)."""
 
     def __init__(self, db: Database, data_dir: Path, forget_histories: ForgetHistories) -> None:
         self.db = db
         self.data_dir = data_dir
         self.forget_histories = forget_histories
 
+    async def folders(self) -> dict[str, list[Path]]:
+        return await asyncio.to_thread(_thread_folders, self.data_dir)
+
+    async def erase(self, thread_ids: list[str], folders: dict[str, list[Path]] | None = None) -> None:
+        if not thread_ids:
+            return
+        folders = await self.folders() if folders is None else folders
+        await self.forget_histories(thread_ids)
+        async with self.db.engine.begin() as conn:
+            for table in THREAD_ROWS:
+                await conn.execute(delete(table).where(table.c.thread_id.in_(thread_ids)))
+        await asyncio.to_thread(_remove, [path for tid in thread_ids for path in folders.get(tid, [])])
+
+
+class AbandonedThreads:
+    retention_label = "abandoned threads"
+
+    def __init__(self, eraser: ThreadEraser) -> None:
+        self.eraser = eraser
+
     async def prune_finished(self, before: float, limit: int) -> int:
-        folders = await asyncio.to_thread(_thread_folders, self.data_dir)
+        folders = await self.eraser.folders()
         if not folders:
             return 0
-        async with self.db.engine.connect() as conn:
+        async with self.eraser.db.engine.connect() as conn:
             in_use = {row[0] for row in await conn.execute(select(conversations_table.c.thread_id))}
         candidates = [tid for tid in folders if tid not in in_use]
         idle = await asyncio.to_thread(_idle_since, {tid: folders[tid] for tid in candidates}, before)
         chosen = sorted(idle)[:limit]
-        if not chosen:
-            return 0
-        await self.forget_histories(chosen)
-        async with self.db.engine.begin() as conn:
-            for table in THREAD_ROWS:
-                await conn.execute(delete(table).where(table.c.thread_id.in_(chosen)))
-        await asyncio.to_thread(_remove, [path for tid in chosen for path in folders[tid]])
+        await self.eraser.erase(chosen, folders)
         return len(chosen)
 
 

@@ -21,6 +21,7 @@ from bot.approvals import ApprovalDesk
 from bot.identity import Identity
 from bot.pairing import PairingStore
 from bot.schedules import ScheduleBook
+from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.turns import StatusProvider, StopResult
 from channels.base import Channel
@@ -77,6 +78,8 @@ class CommandHost(Protocol):
     def pairing(self) -> PairingStore | None: ...
     @property
     def status_providers(self) -> Sequence[StatusProvider]: ...
+    @property
+    def eraser(self) -> ThreadEraser | None: ...
 
     def listed_commands(self) -> Sequence[Command]:
         """The chat commands, by name (what ``/help`` lists)."""

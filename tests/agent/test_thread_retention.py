@@ -67,3 +67,37 @@ async def test_a_thread_left_by_new_is_deleted_after_retention_and_the_current_o
 
         assert await h.ask("the current thread still works") == "written"
         await h.idle()
+
+
+async def test_forget_deletes_this_chats_conversation_now_and_only_its_owner_or_an_admin_may(tmp_path, llm):
+    from channels.memory import MemoryChannel
+
+    llm.default_reply = model
+    settings = agent_settings(tmp_path, llm, sandbox={"mode": "host"})
+    chat = MemoryChannel("memory", admins=["lead"])
+    data = Path(settings.data_dir)
+    checkpoints = data / "switchboard-checkpoints.db"
+    async with Harness.running(settings, channels={"memory": chat}) as h:
+        assert await h.ask("secret plans") == "written"
+        [old] = list(data.glob("users/*/threads/*"))
+        assert await h.ask("/forget") == (
+            "This deletes this chat's conversation for good: everything I was told and answered here, and "
+            "the files of this conversation. Send /forget yes to do it."
+        )
+        assert old.exists(), "asking changes nothing"
+        assert (await h.ask("/forget yes")).startswith("🧹 Forgotten")
+        assert not old.exists()
+        assert old.name not in checkpointed_threads(checkpoints)
+        assert await h.ask("new start") == "written"
+        assert "secret plans" not in str(llm.completions[-1]["messages"]), (
+            "the model was told nothing of before"
+        )
+
+        group = {"chat": "team", "private": False, "mentioned": True}
+        assert await h.ask("group notes", **group) == "written"
+        await h.ask("/forget yes", **group)
+        refusal = await chat.wait_for_text("Only an admin of this chat", chat="team")
+        assert refusal is not None
+        await h.ask("/forget yes", sender="lead", sender_name="Lee", **group)
+        await chat.wait_for_text("🧹 Forgotten", chat="team")
+        await h.idle()
