@@ -34,7 +34,7 @@ from agent.events import (
     TurnRequest,
 )
 from agent.paths import ThreadPaths, safe_filename, unique_path
-from bot import metrics
+from bot import metrics, tracing
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.commands import Command, CommandContext, CommandRegistry, parse_command
@@ -325,14 +325,15 @@ class ChannelManager:
     # --- inbound -----------------------------------------------------------------------------------
     async def _handle_entry(self, entry: InboxEntry) -> None:
         message = entry.message
-        token = trace_id_var.set(entry.id[:12])
+        token = trace_id_var.set(tracing.trace_id_of(message) or entry.id)  # tracing: the id stored at accept
         key = message.conversation_key
         lock, users = self._conversation_locks.get(key, (asyncio.Lock(), 0))
         self._conversation_locks[key] = (lock, users + 1)
         try:
             # The lock keeps a conversation's messages in arrival order up to their lane.
             async with lock, self._route_slots:
-                await self.storage.call("routing a message", lambda: self._route(entry))
+                with tracing.span("route", message):  # tracing
+                    await self.storage.call("routing a message", lambda: self._route(entry))
         except asyncio.CancelledError:
             self.bus.release(entry.id)
             raise
@@ -624,7 +625,11 @@ class ChannelManager:
                 lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
                 try:
-                    with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
+                    # the per-turn log line and metrics; tracing: the turn's span (model/tools inside)
+                    with (
+                        metrics.observe_turn(self._turn_record(turn)),
+                        tracing.span("turn", turn.message, under_receive=True),
+                    ):
                         delivered = await self.storage.run_turn(
                             turn, functools.partial(self._run_turn, turn, lane)
                         )
@@ -679,7 +684,8 @@ class ChannelManager:
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
-                    await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
+                    with tracing.span("reply", turn.message):  # tracing
+                        await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
@@ -826,6 +832,9 @@ class ChannelManager:
             approval_mode=approval_mode(turn.conversation.approval),
             trust=level,
             profile=profile,
+            # tracing: LangSmith/Langfuse run metadata and the model/tools spans
+            metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
+            callbacks=tracing.agent_callbacks(),
         )
 
         async def consume() -> None:
