@@ -4,14 +4,23 @@ API's ``X-Trace-Id`` header (bot/tracing.py)."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import logging
 import re
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import httpx
 import pytest
 import yaml
 from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -154,3 +163,76 @@ async def test_a_message_handed_in_during_a_request_joins_the_requests_trace(set
         [entry] = await h.service.inbox.entries()
     assert tracing.trace_id_of(entry.message) == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert {hex_trace(s) for s in spans.get_finished_spans()} == {"4bf92f3577b34da6a3ce929d0e0e4736"}
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace receiver on loopback: keeps each decoded ``ExportTraceServiceRequest``."""
+
+    received: ClassVar[list[ExportTraceServiceRequest]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        _Collector.received.append(request)
+        self.send_response(200 if self.path == "/v1/traces" else 404)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(ExportTraceServiceResponse().SerializeToString())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+EXPORT_SCRIPT = """
+import sys
+from opentelemetry import trace
+from bot import tracing
+from bot.logs import trace_id_var
+from config.schema import TracingConfig
+
+assert tracing.configure(TracingConfig(otlp_endpoint=sys.argv[1], service_name="sb-test"))
+trace_id_var.set("4bf92f3577b34da6a3ce929d0e0e4736")
+with tracing.span("route"):
+    pass
+trace.get_tracer_provider().shutdown()  # flushes the batch
+"""
+
+
+def test_configured_otlp_export_sends_the_turns_spans_to_the_collector():
+    _Collector.received.clear()
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = subprocess.run(
+            [sys.executable, "-c", EXPORT_SCRIPT, url], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    [request] = _Collector.received
+    [resource_spans] = request.resource_spans
+    service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+    [exported] = [s for scope in resource_spans.scope_spans for s in scope.spans]
+    assert (service, exported.name, exported.trace_id.hex()) == (
+        "sb-test",
+        "route",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+    )
+
+
+def test_serve_with_export_configured_but_no_opentelemetry_stops_with_the_install_line(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"tracing": {"otlp_endpoint": "http://127.0.0.1:9"}}))
+    # This environment has the [otel] extra: hide its exporter, as an install without it would lack it.
+    script = (
+        "import sys; sys.modules['opentelemetry.exporter.otlp.proto.http.trace_exporter'] = None; "
+        "from bot.cli import main; sys.exit(main(['serve', '--config', sys.argv[1]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "pip install 'switchboard-chatops[otel]'" in done.stderr
