@@ -236,3 +236,29 @@ def test_serve_with_export_configured_but_no_opentelemetry_stops_with_the_instal
     )
     assert done.returncode == 2
     assert "pip install 'switchboard-chatops[otel]'" in done.stderr
+
+
+WITHOUT_OTEL_SCRIPT = """
+import sys
+sys.modules["opentelemetry"] = None  # as an install without the [otel] extra
+from bot import tracing
+from bot.logs import trace_id_var
+from channels.types import InboundMessage, Sender
+
+message = InboundMessage("memory", "", "chat-1", Sender("u1", "Ann"), "hi", "m1")
+with tracing.receive(message) as trace_id:
+    assert trace_id_var.get() == trace_id
+    with tracing.span("store", message):
+        pass
+assert trace_id_var.get() is None and tracing.trace_id_of(message) == trace_id
+assert tracing.agent_callbacks() == []
+print(trace_id)
+"""
+
+
+def test_without_opentelemetry_a_message_still_gets_and_keeps_its_trace_id():
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert TRACE_ID.fullmatch(done.stdout.strip())
