@@ -5,9 +5,9 @@ The id is given where a message is accepted (:func:`receive`, around the inbox w
 the message itself — ``context["traceparent"]``, W3C form — so a turn resumed after a restart keeps it,
 and the operator can take the id from a log line or an inbox row to the tracing backend.
 
-OpenTelemetry is optional (the ``[otel]`` extra). Without it every function here still carries the id
-(logs and the header work) and spans cost nothing; with it, spans go to whatever tracer provider is set
-— the OTLP exporter :func:`configure` installs, or a test's in-memory one. Span names follow the turn:
+OpenTelemetry is optional (the ``[otel]`` extra). Without it, or with no tracer provider set, every
+function here still carries the id (logs and the header work) and no span is made; with one, spans go
+to it — the OTLP exporter :func:`configure` installs, or a test's in-memory one. Span names follow the turn:
 ``receive`` → ``store`` → ``route`` → ``turn`` (``model`` / ``tools`` inside) → ``reply``.
 """
 
@@ -82,6 +82,14 @@ def trace_id_of(message: InboundMessage) -> str | None:
     return parsed[0] if parsed else None
 
 
+def _spans_wanted() -> bool:
+    """True once a tracer provider is set (:func:`configure`, a test's): before that, spans would be
+    thrown away, so the per-message path skips making them."""
+    return otel_trace is not None and not isinstance(
+        otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider
+    )
+
+
 def _parent_context(trace_id: str, message: InboundMessage | None, under_receive: bool) -> Any:
     """The OpenTelemetry context a span of ``trace_id`` starts in: the current span if it belongs to
     the trace (unless ``under_receive``), else the message's ``receive`` span (named by its stored
@@ -113,7 +121,7 @@ def span(
     ``under_receive`` starts it under ``message``'s ``receive`` span whatever span is current: a turn,
     whose lane task may have been started by another message's routing."""
     trace_id = valid_trace_id(trace_id_var.get())
-    if otel_trace is None or trace_id is None:
+    if trace_id is None or not _spans_wanted():
         yield
         return
     if message is not None:
@@ -138,7 +146,7 @@ def receive(message: InboundMessage) -> Iterator[str]:
     try:
         with span("receive", message):
             span_id = secrets.token_hex(8)
-            if otel_trace is not None:
+            if _spans_wanted():
                 context = otel_trace.get_current_span().get_span_context()
                 if context.is_valid:
                     span_id = f"{context.span_id:016x}"
@@ -187,7 +195,7 @@ class AgentSpans(BaseCallbackHandler):
 
 def agent_callbacks() -> list[BaseCallbackHandler]:
     """The callbacks an agent run gets: its step spans when OpenTelemetry is installed."""
-    return [AgentSpans()] if otel_trace is not None else []
+    return [AgentSpans()] if _spans_wanted() else []
 
 
 _RUN_KEYS = ("provider", "thread_id")
