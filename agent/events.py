@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from langchain_core.callbacks import BaseCallbackHandler
+
     from agent.goals import GoalKeeper
     from agent.memory import MemoryService
 
@@ -122,6 +124,10 @@ class TurnRequest:
     #: The sender's trust level and what it may make the agent do (decided at the edge by the bot).
     trust: TrustLevel = "member"
     profile: ToolProfile = FULL_PROFILE
+    #: Shown with the run in LangSmith / Langfuse (the bot's trace id, provider, thread): docs/operations.md.
+    metadata: dict[str, str] = field(default_factory=dict)
+    #: LangChain callbacks for this run (the bot's OpenTelemetry step spans).
+    callbacks: list[BaseCallbackHandler] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

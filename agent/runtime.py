@@ -103,6 +103,8 @@ CHECKPOINT_RECONNECT_SECONDS = 2.0
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
+#: The agent run's name in LangSmith / Langfuse (its metadata carries the trace id, provider, thread).
+RUN_NAME = "switchboard turn"
 CANCELLED_TOOL_RESULT = "(not finished: the user stopped this turn before the tool completed)"
 
 
@@ -828,6 +830,9 @@ class AgentRuntime:
         config: RunnableConfig = {
             "configurable": {"thread_id": request.thread_id, "run_key": key},
             "recursion_limit": self.settings.agent.recursion_limit,
+            "run_name": RUN_NAME,
+            "metadata": dict(request.metadata),
+            "callbacks": list(request.callbacks),
         }
         stream = StreamMasker(masker)
         last_id: str | None = None

@@ -20,10 +20,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot import metrics, opsmetrics
+from bot import metrics, opsmetrics, tracing
 from bot.gc_tuning import tune_gc
+from bot.logs import trace_id_var
 from bot.service import VERSION, Service
 from config.schema import Settings
 from connections.auth import AuthError, user_from_header
@@ -116,12 +117,39 @@ class SwitchboardApp(FastAPI):
         self.direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and self.direct:
-            endpoint = self.direct.get(route_path(scope))
-            if endpoint is not None:
-                await endpoint(scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        # Every response names its trace (bot/tracing.py); a message the request hands in joins it.
+        trace_id = request_trace_id(scope)
+        token = trace_id_var.set(trace_id)
+        header = (tracing.HEADER.lower().encode(), trace_id.encode())
+
+        async def send_traced(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        try:
+            if scope["method"] == "POST" and self.direct:
+                endpoint = self.direct.get(route_path(scope))
+                if endpoint is not None:
+                    await endpoint(scope, receive, send_traced)
+                    return
+            await super().__call__(scope, receive, send_traced)
+        finally:
+            trace_id_var.reset(token)
+
+
+def request_trace_id(scope: Scope) -> str:
+    """The request's valid ``X-Trace-Id`` (the caller's trace, joined), else a new id."""
+    wanted = tracing.HEADER.lower().encode()
+    for name, value in scope.get("headers", ()):
+        if name == wanted:
+            given = tracing.valid_trace_id(value.decode("latin-1"))
+            if given is not None:
+                return given
+    return tracing.new_trace_id()
 
 
 def create_app(

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from bot import tracing
 from bot.inbox import FAILED, Inbox, InboxEntry
 from channels.errors import Backpressure
 from channels.types import InboundMessage
@@ -79,7 +80,9 @@ class MessageBus:
             raise Backpressure(f"inbox full ({self.capacity} unfinished messages)")
         self._reserve()
         try:
-            entry = await self.inbox.accept(message)
+            # The trace id is given here and stored with the message (bot/tracing.py).
+            with tracing.receive(message), tracing.span("store", message):
+                entry = await self.inbox.accept(message)
         except BaseException:
             self._unreserve()
             raise

@@ -45,6 +45,23 @@ def preflight_extras(settings: Settings) -> None:
         raise SystemExit(EXIT_CONFIG)
 
 
+def preflight_tracing(settings: Settings) -> None:
+    """Install the OTLP span exporter when configured; stop in one line if the ``[otel]`` extra is missing."""
+    import os
+
+    if not settings.tracing.otlp_endpoint and not any(
+        os.environ.get(name) for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return  # nothing to export: spare the start-up the import (bot.tracing.OTLP_ENV has the same names)
+    from bot.tracing import TracingUnavailable, configure
+
+    try:
+        configure(settings.tracing)
+    except TracingUnavailable as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
 def preflight_sandbox(settings: Settings) -> None:
     """Fail before anything starts, in one line, when the configured sandbox cannot run here."""
     if settings.sandbox.mode != "bwrap":
@@ -155,6 +172,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, secret_values(settings), fmt=args.log_format)
     preflight_auth(settings)
     preflight_extras(settings)
+    preflight_tracing(settings)
     preflight_data_dir(settings)
     preflight_sandbox(settings)
     # Until the service can apply a reload, a SIGHUP (a supervisor's "reload") must not end the process.

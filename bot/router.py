@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from agent.events import Agent, TrustLevel
+from bot import tracing
 from bot.bus import MessageBus
 from bot.commands import Command, CommandContext, CommandHost, CommandRegistry, parse_command
 from bot.faults import StorageRetry
@@ -99,14 +100,15 @@ class Router:
 
     async def handle(self, entry: InboxEntry) -> None:
         message = entry.message
-        token = trace_id_var.set(entry.id[:12])
+        token = trace_id_var.set(tracing.trace_id_of(message) or entry.id)  # the id stored at accept
         key = message.conversation_key
         lock, users = self._conversation_locks.get(key, (asyncio.Lock(), 0))
         self._conversation_locks[key] = (lock, users + 1)
         try:
             # The lock keeps a conversation's messages in arrival order up to their lane.
             async with lock, self._route_slots:
-                await self.storage.call("routing a message", lambda: self._route(entry))
+                with tracing.span("route", message):
+                    await self.storage.call("routing a message", lambda: self._route(entry))
         except asyncio.CancelledError:
             self.bus.release(entry.id)
             raise

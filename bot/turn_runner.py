@@ -28,7 +28,7 @@ from agent.events import (
     TurnRequest,
 )
 from agent.paths import ThreadPaths, safe_filename, unique_path
-from bot import metrics
+from bot import metrics, tracing
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
@@ -109,7 +109,11 @@ class TurnRunner:
 
     async def run(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
         """The turn, retried in place while storage is away, inside its log line and metrics."""
-        with metrics.observe_turn(self._turn_record(turn)):  # the per-turn log line and metrics
+        # The per-turn log line and metrics, and the turn's span (model and tools spans inside it).
+        with (
+            metrics.observe_turn(self._turn_record(turn)),
+            tracing.span("turn", turn.message, under_receive=True),
+        ):
             return await self.storage.run_turn(turn, functools.partial(self._run_turn, turn, lane))
 
     async def _run_turn(self, turn: Turn, lane: Lane) -> tuple[str, bool, bool] | None:
@@ -137,7 +141,8 @@ class TurnRunner:
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
-                    await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
+                    with tracing.span("reply", turn.message):
+                        await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
@@ -281,6 +286,9 @@ class TurnRunner:
             approval_mode=approval_mode(turn.conversation.approval),
             trust=level,
             profile=profile,
+            # LangSmith/Langfuse run metadata, and the model/tools spans
+            metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
+            callbacks=tracing.agent_callbacks(),
         )
 
         async def consume() -> None:

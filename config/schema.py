@@ -294,6 +294,16 @@ class BusConfig(Section):
     retry_poll_seconds: float = Field(2, gt=0)
 
 
+class TracingConfig(Section):
+    """OpenTelemetry span export (docs/operations.md#tracing); needs the ``[otel]`` extra when set."""
+
+    #: OTLP/HTTP collector base URL (``/v1/traces`` is appended); None: export only if the standard
+    #: ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable is set, else spans are not exported.
+    otlp_endpoint: str | None = None
+    #: The ``service.name`` resource attribute the spans carry.
+    service_name: str = "switchboard"
+
+
 class ClusterConfig(Section):
     """Several instances on one PostgreSQL database (docs/scale-out.md); ignored with SQLite."""
 
@@ -347,6 +357,7 @@ class Settings(Section):
     bus: BusConfig = Field(default_factory=BusConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
     @model_validator(mode="after")
     def _unique_model_names(self) -> Settings:

@@ -16,7 +16,9 @@ from pydantic import BaseModel
 
 # Names that look like credentials. Matched against the upper-cased variable or key name.
 SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSW|PASSPHRASE|PWD$|CREDENTIAL|AUTH|COOKIE|SESSION|DSN|DATABASE_URL|DB_URL|_URI$|PRIVATE)"
+    r"(KEY|TOKEN|SECRET|PASSW|PASSPHRASE|PWD$|CREDENTIAL|AUTH|COOKIE|SESSION|DSN|DATABASE_URL|DB_URL|_URI$|PRIVATE"
+    # OTEL_EXPORTER_OTLP_HEADERS: "Authorization=Basic …" for a tracing backend (docs/operations.md#tracing)
+    r"|_HEADERS$)"
 )
 # A few harmless names that contain a secret-looking fragment.
 ALLOWED_NAMES = frozenset({"PWD", "OLDPWD", "PRIVATE_KEY_PATH", "AUTH_MODE", "MODE"})
@@ -102,6 +104,8 @@ def known_secrets(settings: BaseModel, environ: Mapping[str, str] | None = None)
     for name, value in (environ or {}).items():
         if is_secret_name(name):
             found.add(value)
+        if name.upper().endswith("_HEADERS"):  # each header's value too (``k=v,k2=v2``, the OTel form)
+            found.update(v.strip() for _, _, v in (h.partition("=") for h in value.split(",")) if v)
         password = url_password(value)
         if password:
             found.add(password)

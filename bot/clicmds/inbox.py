@@ -47,6 +47,8 @@ def _where(entry: InboxEntry) -> str:
 
 
 async def _list(settings: Settings, failed: bool, limit: int) -> int:
+    from bot.tracing import trace_id_of
+
     db, inbox = await _open_inbox(settings)
     try:
         entries = await inbox.entries(failed_only=failed, limit=limit)
@@ -56,11 +58,13 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
         print("no failed messages" if failed else "no messages recorded")
         return 0
     now = time.time()
-    print(f"{'ENTRY':32} {'WHERE':28} {'STATUS':8} {'TRIES':>5} {'AGE':>5}  DETAIL")
+    print(f"{'ENTRY':32} {'TRACE':32} {'WHERE':28} {'STATUS':8} {'TRIES':>5} {'AGE':>5}  DETAIL")
     for e in entries:
         detail = (e.error or e.message.text).replace("\n", " ")[:80]
+        trace = trace_id_of(e.message) or e.id  # an entry stored before trace ids: its id was the trace
         print(
-            f"{e.id:32} {_where(e):28} {e.status:8} {e.attempts:>5} {_age(now - e.created_at):>5}  {detail}"
+            f"{e.id:32} {trace:32} {_where(e):28} {e.status:8} {e.attempts:>5} "
+            f"{_age(now - e.created_at):>5}  {detail}"
         )
     return 0
 

@@ -58,3 +58,20 @@ def _pythonpath() -> dict[str, str]:
     import os
 
     return {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
+def test_a_tracing_backends_auth_header_never_reaches_the_sandbox_and_is_masked() -> None:
+    """``OTEL_EXPORTER_OTLP_HEADERS`` carries Langfuse's (or a collector's) credentials (docs/operations.md)."""
+    from agent.sandbox import scrubbed_environment
+    from config.schema import Settings
+    from config.secrets import known_secrets
+
+    auth = "Basic cGstbGYtMTIzNDU2Nzg6c2stbGYtYWJjZGVmZ2g="
+    environ = {
+        "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization={auth},x-langfuse-ingestion-version=4",
+        "LANG": "C",
+    }
+    assert scrubbed_environment(environ) == {"LANG": "C"}
+    masker = SecretMasker()
+    masker.add(known_secrets(Settings(), environ))
+    assert masker(f"the header was {auth}") == "the header was ***"
