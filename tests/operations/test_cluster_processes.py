@@ -361,7 +361,13 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
             seconds=180,  # 300 answers: ~40 s quiet; one loaded run of both suites at once took over 120
             progress=lambda: f"{sum(len(tg.bot_messages(c)) for c in chats)} of {before} answered",
         )
-        until(lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)), seconds=10)
+        until(
+            lambda: all(m.text.startswith("echo") for c in chats for m in tg.bot_messages(c)),
+            seconds=10,
+            progress=lambda: [
+                m.text for c in chats for m in tg.bot_messages(c) if not m.text.startswith("echo")
+            ][:5],
+        )
         assert conflicts(tg) == 0, "two instances polled getUpdates at once"
         assert tg.bot_messages(900)[0].text != essay.strip(), "the essay must still be streaming"
         # Counted when a turn's record closes, a moment after its final text is visible.
