@@ -128,8 +128,8 @@ def timed(base: type[Any], clock: DoneClock) -> type[Any]:
             clock.accepted(entry)
             return entry
 
-        async def mark_done(self, entry_id: str) -> None:
-            await super().mark_done(entry_id)
+        async def mark_done(self, entry_id: str, note: str | None = None) -> None:
+            await super().mark_done(entry_id, note)
             clock.done(entry_id)
 
     return Timed
