@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import random
@@ -300,10 +301,11 @@ async def run(
     await service.start()
     keeper = None
     if variant.gc_tuned:
-        from bot.gc_tuning import start_keeper, tune_gc
+        from bot import gc_tuning
 
-        tune_gc()
-        keeper = start_keeper(lambda: service.bus.load == 0)
+        gc_tuning.tune_gc()
+        if hasattr(gc_tuning, "start_keeper"):  # a tree from before the keeper (before/after runs)
+            keeper = gc_tuning.start_keeper(lambda: service.bus.load == 0)
     latencies: list[float] = []
 
     async def send(index: int, n: int) -> None:
@@ -332,14 +334,18 @@ async def run(
         profiler.dump_stats(os.environ["BENCH_PROFILE"])
     counts = await service.inbox.counts()
     if keeper is not None:
-        from bot.gc_tuning import stop_keeper
-
-        await stop_keeper(keeper)
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
     await service.stop()
     if variant.gc_tuned:
-        from bot.gc_tuning import untune_gc
+        from bot import gc_tuning
 
-        untune_gc()
+        if hasattr(gc_tuning, "untune_gc"):
+            gc_tuning.untune_gc()
+        else:
+            gc.unfreeze()
+            gc.set_threshold(700, 10, 10)
     return {**result, "not_done": sum(n for status, n in counts.items() if status != "done")}
 
 
