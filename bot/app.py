@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bot import metrics
-from bot.gc_tuning import start_keeper, stop_keeper, tune_gc
+from bot.gc_tuning import start_keeper, stop_keeper, tune_gc, untune_gc
 from bot.service import VERSION, Service
 from config.schema import Settings
 from connections.auth import AuthError, user_from_header
@@ -174,6 +174,9 @@ def create_app(
                 watcher.cancel()
             await stop_keeper(keeper[0] if keeper else None)
             await service.stop()
+            if keeper:  # an embedding process (tests) goes on: its collector is its own again
+                keeper.clear()
+                untune_gc()
 
     app = SwitchboardApp(
         title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None
