@@ -15,8 +15,9 @@ chats reached the old generation by the hundred thousand, and full collections o
   reference counting is freed as usual, frozen or not. Only garbage *cycles* among frozen objects wait
   (about 7 objects per message in ``bench/manager.py``).
 * **Full collections when idle**: :class:`GcKeeper` unfreezes, collects everything (freeing those
-  cycles) and freezes what is left when no message is in flight — or, at the latest, after
-  ``FULL_EVERY`` seconds of uninterrupted load, the one pause left (it walks the whole heap).
+  cycles) and freezes what is left when no message is in flight and enough was frozen since the last
+  time (``FULL_AFTER_YOUNG`` young collections) — or, at the latest, after ``FULL_EVERY`` seconds, the
+  one pause left under uninterrupted load (it walks the whole heap).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ CHECK_EVERY = 2.0
 FULL_EVERY = 1800.0
 #: No full collection sooner than this after the last one, even when idle (seconds).
 FULL_AT_MOST_EVERY = 60.0
+#: Nor before this many young collections froze their survivors (~500,000 net allocations): a quiet bot
+#: that answers a message a minute would otherwise pay a full walk of the heap after each one.
+FULL_AFTER_YOUNG = 100
 
 
 def freeze_survivors(phase: str, info: dict[str, int]) -> None:
@@ -86,10 +90,12 @@ class GcKeeper:
         *,
         full_every: float = FULL_EVERY,
         full_at_most_every: float = FULL_AT_MOST_EVERY,
+        full_after_young: int = FULL_AFTER_YOUNG,
     ) -> None:
         self.idle = idle
         self.full_every = full_every
         self.full_at_most_every = full_at_most_every
+        self.full_after_young = full_after_young
         self._seen = _young_collections()
         self._last_full = time.monotonic()
         self.full_collections = 0
@@ -97,9 +103,13 @@ class GcKeeper:
     def step(self) -> bool:
         """One look; True when it collected (something was frozen since the last time, and it is time)."""
         since_full = time.monotonic() - self._last_full
-        if _young_collections() == self._seen:
+        young = _young_collections() - self._seen
+        if young == 0:
             return False  # nothing frozen since the last full collection
-        if not (since_full >= self.full_every or (since_full >= self.full_at_most_every and self.idle())):
+        idle_and_worth_it = (
+            young >= self.full_after_young and since_full >= self.full_at_most_every and self.idle()
+        )
+        if not (since_full >= self.full_every or idle_and_worth_it):
             return False
         gc.unfreeze()
         gc.collect()

@@ -45,9 +45,12 @@ def test_survivors_are_frozen_and_an_idle_service_still_frees_their_cycles():
         del node
         gc.collect(0)
         assert gone() is not None
-        busy = GcKeeper(lambda: False, full_at_most_every=0)
+        busy = GcKeeper(lambda: False, full_at_most_every=0, full_after_young=1)
         assert not busy.step() and gone() is not None  # messages in flight: no full collection
-        idle = GcKeeper(lambda: True, full_at_most_every=0)
+        quiet = GcKeeper(lambda: True, full_at_most_every=0)
+        gc.collect(0)
+        assert not quiet.step() and gone() is not None  # too little frozen to be worth a full walk yet
+        idle = GcKeeper(lambda: True, full_at_most_every=0, full_after_young=1)
         gc.collect(0)  # (a young collection since the keeper started: something was frozen)
         assert idle.step() and gone() is None
         assert gc.get_freeze_count() > 0  # what is left is frozen again
