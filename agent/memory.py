@@ -14,19 +14,20 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent.context import HIDDEN_ID_PREFIX
+from agent.memory_index import FactIndex
 from agent.tables import memory_cursors, memory_facts, memory_pending, memory_profiles
 from config.schema import MemoryConfig
 
@@ -46,39 +47,6 @@ Only include durable facts worth remembering in later conversations (preferences
 projects, skills). Skip small talk, one-off requests and anything secret (passwords, tokens, keys).
 List only facts that are new or changed; return an empty list when there are none."""
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "of",
-        "to",
-        "in",
-        "on",
-        "for",
-        "with",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "i",
-        "my",
-        "me",
-        "you",
-        "your",
-        "it",
-        "this",
-        "that",
-        "at",
-        "as",
-        "by",
-    ]
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Fact:
@@ -95,17 +63,6 @@ class CandidateFact:
     content: str
     category: str
     confidence: float
-
-
-def words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
-
-
-def similarity(a: str, b: str) -> float:
-    wa, wb = words(a), words(b)
-    if not wa or not wb:
-        return 1.0 if a.strip().lower() == b.strip().lower() else 0.0
-    return len(wa & wb) / len(wa | wb)
 
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
@@ -142,9 +99,9 @@ def parse_extraction(text: str) -> tuple[list[CandidateFact], str | None] | None
     return facts, (str(summary).strip()[:1000] or None) if summary else None
 
 
-def estimate_tokens(text: str) -> int:
-    """About four characters per token: close enough for a prompt budget, and needs no tokenizer."""
-    return max(1, len(text) // 4)
+#: Owners whose indexed facts stay cached, and how many facts all of them may hold together.
+VIEW_OWNERS = 256
+VIEW_FACTS = 200_000
 
 
 class MemoryStore:
@@ -152,6 +109,55 @@ class MemoryStore:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        #: owner -> (version, index): see :meth:`view`. Most recently used last.
+        self._views: OrderedDict[str, tuple[tuple[Any, ...], FactIndex]] = OrderedDict()
+        self._viewed_facts = 0
+
+    async def view(self, owner: str) -> tuple[FactIndex, str | None]:
+        """The owner's facts, indexed, and summary — what every turn reads.
+
+        One aggregate query says whether the facts changed since they were indexed (count, newest and
+        sum of ``updated_at``: any insert, update or delete moves one of them, whichever instance made
+        it); only then are the rows read and indexed again, in a worker thread. ``merge`` re-indexes
+        right after its own writes, so a turn normally finds the index current. The aggregate runs in the
+        database (for SQLite on aiosqlite's thread): a turn's cost on the event loop no longer grows with
+        the facts.
+        """
+        c = memory_facts.c
+        summary_of = select(memory_profiles.c.summary).where(memory_profiles.c.owner == owner)
+        query = select(
+            func.count(c.id), func.max(c.updated_at), func.sum(c.updated_at), summary_of.scalar_subquery()
+        ).where(c.owner == owner)
+        async with self.engine.connect() as conn:
+            count, newest, total, summary = (await conn.execute(query)).one()
+        version = (count, newest, total)
+        cached = self._views.get(owner)
+        if cached is not None and cached[0] == version:
+            self._views.move_to_end(owner)
+            return cached[1], summary
+        # Indexing 10,000 facts is ~80 ms of CPU: done in a worker thread, the loop keeps serving chats.
+        index = (
+            await asyncio.to_thread(FactIndex.build, await self.facts(owner))
+            if count
+            else FactIndex.build([])
+        )
+        self._remember(owner, version, index)
+        return index, summary
+
+    def _remember(self, owner: str, version: tuple[Any, ...], index: FactIndex) -> None:
+        old = self._views.pop(owner, None)
+        if old is not None:
+            self._viewed_facts -= len(old[1].facts)
+        self._views[owner] = (version, index)
+        self._viewed_facts += len(index.facts)
+        while len(self._views) > VIEW_OWNERS or (self._viewed_facts > VIEW_FACTS and len(self._views) > 1):
+            _owner, (_version, dropped) = self._views.popitem(last=False)
+            self._viewed_facts -= len(dropped.facts)
+
+    def _forget_view(self, owner: str) -> None:
+        old = self._views.pop(owner, None)
+        if old is not None:
+            self._viewed_facts -= len(old[1].facts)
 
     async def facts(self, owner: str) -> list[Fact]:
         async with self.engine.connect() as conn:
@@ -183,11 +189,14 @@ class MemoryStore:
     ) -> None:
         """Add new facts, fold near-duplicates into existing ones, evict the weakest above the cap."""
         now = time.time()
-        existing = await self.facts(owner)
+        self._forget_view(owner)
+        # Indexed once: each candidate is compared only with the facts that share a word with it.
+        existing = FactIndex.build(await self.facts(owner))
         async with self.engine.begin() as conn:
             for candidate in candidates:
-                match = max(existing, key=lambda f: similarity(f.content, candidate.content), default=None)
-                if match is not None and similarity(match.content, candidate.content) >= DUPLICATE_SIMILARITY:
+                found = existing.best_match(candidate.content)
+                if found is not None and found[1] >= DUPLICATE_SIMILARITY:
+                    match = found[0]
                     await conn.execute(
                         update(memory_facts)
                         .where(memory_facts.c.id == match.id)
@@ -208,7 +217,7 @@ class MemoryStore:
                     now,
                 )
                 await conn.execute(insert(memory_facts).values(owner=owner, **_row(fact)))
-                existing.append(fact)
+                existing.add(fact)
             if summary:
                 await conn.execute(delete(memory_profiles).where(memory_profiles.c.owner == owner))
                 await conn.execute(
@@ -225,10 +234,12 @@ class MemoryStore:
             weakest = list(ids)
             if weakest:
                 await conn.execute(delete(memory_facts).where(memory_facts.c.id.in_(weakest)))
+        await self.view(owner)  # index the new facts now, in the extraction, not in the next turn
 
     async def clear(self, owner: str, cursors: dict[str, str | None] | None = None) -> int:
         """Forget the owner's facts and pending extractions; move the given threads' cursors (thread id →
         newest message id) past everything said so far, all in one transaction."""
+        self._forget_view(owner)
         async with self.engine.begin() as conn:
             result = await conn.execute(delete(memory_facts).where(memory_facts.c.owner == owner))
             await conn.execute(delete(memory_profiles).where(memory_profiles.c.owner == owner))
@@ -328,32 +339,7 @@ def _row(fact: Fact) -> dict[str, Any]:
 
 def render_memory(facts: Sequence[Fact], summary: str | None, query: str, token_budget: int) -> str:
     """The memory block for the system prompt: summary first, then facts by relevance, within budget."""
-    if not facts and not summary:
-        return ""
-    header = "What you remember about this user from earlier conversations (use it when it helps; do not recite it):"
-    lines = [header]
-    used = estimate_tokens(header)
-    if summary:
-        line = f"Summary: {summary}"
-        if used + estimate_tokens(line) <= token_budget:
-            lines.append(line)
-            used += estimate_tokens(line)
-    query_words = words(query)
-    newest = max((f.updated_at for f in facts), default=0.0)
-
-    def score(fact: Fact) -> float:
-        overlap = len(words(fact.content) & query_words)
-        recency = 0.1 if newest and fact.updated_at >= newest - 86400 else 0.0
-        return fact.confidence + 0.5 * overlap + recency
-
-    for fact in sorted(facts, key=score, reverse=True):
-        line = f"- {fact.content} ({fact.category})"
-        cost = estimate_tokens(line)
-        if used + cost > token_budget:
-            continue
-        lines.append(line)
-        used += cost
-    return "<memory>\n" + "\n".join(lines) + "\n</memory>" if len(lines) > 1 else ""
+    return FactIndex.build(facts).render(summary, query, token_budget)
 
 
 ModelGetter = Callable[[str | None], Any]
@@ -399,9 +385,9 @@ class MemoryService:
             log.info("rescheduled %d pending memory extraction(s)", len(self._pending))
 
     async def prompt_block(self, owner: str, query: str) -> str:
-        facts = await self.store.facts(owner)
-        summary = await self.store.summary(owner)
-        return render_memory(facts, summary, query, self.config.injection_token_budget)
+        """The memory block for a turn: one small query, then the cached index (see :meth:`MemoryStore.view`)."""
+        index, summary = await self.store.view(owner)
+        return index.render(summary, query, self.config.injection_token_budget)
 
     async def turn_finished(self, owner: str, thread_id: str, model: str | None = None) -> None:
         """Note that ``thread_id`` had a turn; extract once the owner has been quiet for the debounce.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import random
@@ -39,6 +40,7 @@ from typing import Any
 from agent.events import TextDelta, TurnFinished, TurnRequest
 from agent.goals import GoalKeeper, GoalStore
 from agent.memory import MemoryService, MemoryStore
+from bench.baseline import BaselinePath
 from bench.memory_inbox import MemoryInbox
 from bot.bus import MessageBus
 from bot.inbox import Inbox, InboxEntry
@@ -128,8 +130,8 @@ def timed(base: type[Any], clock: DoneClock) -> type[Any]:
             clock.accepted(entry)
             return entry
 
-        async def mark_done(self, entry_id: str) -> None:
-            await super().mark_done(entry_id)
+        async def mark_done(self, entry_id: str, note: str | None = None) -> None:
+            await super().mark_done(entry_id, note)
             clock.done(entry_id)
 
     return Timed
@@ -145,14 +147,118 @@ def instant_chat_model() -> Any:
 class Variant:
     """One configuration of a run; several are interleaved in one process and compared."""
 
-    inbox: str = "durable"  # or "memory"
+    inbox: str = "durable"  # or "memory", or "baseline" (bench/baseline.py: no Switchboard at all)
     hooks: bool = True
     gc_tuned: bool = False
 
     @property
     def label(self) -> str:
+        if self.inbox == "baseline":
+            return "DeerFlow-shaped in-memory baseline"
         parts = [f"{self.inbox} inbox", "hooks on" if self.hooks else "hooks off"]
         return ", ".join(parts + (["gc tuned"] if self.gc_tuned else []))
+
+
+async def run_baseline(chats: int, messages: int, rate: float | None, cold: bool) -> dict[str, float]:
+    """The same load through ``bench.baseline.BaselinePath``; the clock stops when the reply is sent."""
+    channel = MemoryChannel("bench")
+    waiters: dict[str, asyncio.Future[float]] = {}
+
+    def replied(message: InboundMessage) -> None:
+        waiter = waiters.pop(message.platform_message_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(time.perf_counter())
+
+    path = BaselinePath(channel, replied)
+    await path.start()
+    latencies: list[float] = []
+
+    async def send(index: int, n: int) -> None:
+        message = channel.make_message(f"message {n}", chat=f"chat-{index}", message_id=f"{index}-{n}")
+        done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        waiters[message.platform_message_id] = done
+        start = time.perf_counter()
+        await channel.deliver(message)
+        latencies.append(await done - start)
+
+    result = await _drive(chats, messages, rate, cold, send, latencies)
+    await path.stop()
+    return {**result, "not_done": float(len(waiters))}
+
+
+async def _drive(
+    chats: int,
+    messages: int,
+    rate: float | None,
+    cold: bool,
+    send: Any,
+    latencies: list[float],
+) -> dict[str, float]:
+    """Closed or open loop over ``send(chat index, message number)``; the timing both paths share."""
+
+    async def one_chat(index: int) -> None:
+        if rate is None:  # closed loop: the next message goes when the previous one is done
+            for n in range(messages):
+                await send(index, n)
+            return
+        # Open loop: this chat sends every chats/rate seconds whatever the replies do.
+        period = chats / rate
+        await asyncio.sleep(random.random() * period)
+        pending = []
+        for n in range(messages):
+            pending.append(asyncio.create_task(send(index, n)))
+            await asyncio.sleep(period)
+        await asyncio.gather(*pending)
+
+    if not cold:
+        await asyncio.gather(*(send(i, -1) for i in range(chats)))
+        latencies.clear()
+    collections = sum(s["collections"] for s in gc.get_stats())
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    began, cpu_began = time.perf_counter(), time.process_time()
+    try:
+        await asyncio.gather(*(one_chat(i) for i in range(chats)))
+    finally:
+        gc.callbacks.remove(pauses)
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    collections = sum(s["collections"] for s in gc.get_stats()) - collections
+    total = chats * messages
+    ordered = sorted(latencies)
+    return {
+        "messages": total,
+        "seconds": elapsed,
+        "messages_per_second": total / elapsed,
+        "cpu_ms_per_message": cpu / total * 1000,
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gc_collections": collections,
+        "gc_longest_ms": pauses.longest * 1000,
+        "gc_longest_cpu_ms": pauses.longest_cpu * 1000,
+        **{f"gc_longest_gen{g}_ms": pauses.by_generation[g] * 1000 for g in range(3)},
+    }
+
+
+class GcPauses:
+    """A ``gc.callbacks`` hook that keeps the longest collection (a pause every coroutine waits out)."""
+
+    def __init__(self) -> None:
+        self.started = self.cpu_started = 0.0
+        self.longest = self.longest_cpu = 0.0
+        self.by_generation = [0.0, 0.0, 0.0]  # the longest of each generation (CPU time)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started, self.cpu_started = time.perf_counter(), time.thread_time()
+            return
+        # Wall time includes being descheduled on a loaded machine; the thread's CPU time is what the
+        # collection itself costs (the pause on a machine with a core to spare).
+        took, cpu = time.perf_counter() - self.started, time.thread_time() - self.cpu_started
+        self.longest = max(self.longest, took)
+        self.longest_cpu = max(self.longest_cpu, cpu)
+        generation = info["generation"]
+        self.by_generation[generation] = max(self.by_generation[generation], cpu)
 
 
 async def run(
@@ -193,10 +299,13 @@ async def run(
         service.inbox = timed(Inbox, clock)(service.db, max_attempts=settings.bus.max_attempts)
     service.bus = MessageBus(service.inbox, settings.bus.queue_size)
     await service.start()
+    keeper = None
     if variant.gc_tuned:
-        from bot.gc_tuning import tune_gc
+        from bot import gc_tuning
 
-        tune_gc()
+        gc_tuning.tune_gc()
+        if hasattr(gc_tuning, "start_keeper"):  # a tree from before the keeper (before/after runs)
+            keeper = gc_tuning.start_keeper(lambda: service.bus.load == 0)
     latencies: list[float] = []
 
     async def send(index: int, n: int) -> None:
@@ -206,20 +315,6 @@ async def run(
         start = time.perf_counter()
         await channel.deliver(message)
         latencies.append(await done - start)
-
-    async def one_chat(index: int) -> None:
-        if rate is None:  # closed loop: the next message goes when the previous one is done
-            for n in range(messages):
-                await send(index, n)
-            return
-        # Open loop: this chat sends every chats/rate seconds whatever the replies do.
-        period = chats / rate
-        await asyncio.sleep(random.random() * period)
-        pending = []
-        for n in range(messages):
-            pending.append(asyncio.create_task(send(index, n)))
-            await asyncio.sleep(period)
-        await asyncio.gather(*pending)
 
     assert service.manager is not None
     if not cold:
@@ -233,38 +328,32 @@ async def run(
 
         profiler = cProfile.Profile()
         profiler.enable()
-    collections = sum(s["collections"] for s in gc.get_stats())
-    began, cpu_began = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(one_chat(i) for i in range(chats)))
+    result = await _drive(chats, messages, rate, True, send, latencies)
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(os.environ["BENCH_PROFILE"])
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-    collections = sum(s["collections"] for s in gc.get_stats()) - collections
     counts = await service.inbox.counts()
+    if keeper is not None:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
     await service.stop()
     if variant.gc_tuned:
-        gc.unfreeze()
-        gc.set_threshold(700, 10, 10)
-    total = chats * messages
-    ordered = sorted(latencies)
-    return {
-        "messages": total,
-        "seconds": elapsed,
-        "messages_per_second": total / elapsed,
-        "cpu_ms_per_message": cpu / total * 1000,
-        "p50_ms": statistics.median(ordered) * 1000,
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "gc_collections": collections,
-        "not_done": sum(n for status, n in counts.items() if status != "done"),
-    }
+        from bot import gc_tuning
+
+        if hasattr(gc_tuning, "untune_gc"):
+            gc_tuning.untune_gc()
+        else:
+            gc.unfreeze()
+            gc.set_threshold(700, 10, 10)
+    return {**result, "not_done": sum(n for status, n in counts.items() if status != "done")}
 
 
 VARIANTS = {
     "tax": [Variant("durable"), Variant("memory")],
     "hooks": [Variant(hooks=True), Variant(hooks=False)],
     "gc": [Variant(gc_tuned=True), Variant(gc_tuned=False)],
+    "baseline": [Variant("durable", gc_tuned=True), Variant("baseline")],
 }
 
 
@@ -283,7 +372,8 @@ def main() -> None:
         "--compare",
         choices=sorted(VARIANTS),
         action="append",
-        help="pairs to interleave: tax (durable vs in-memory inbox), hooks (on vs off), gc (tuned vs not); "
+        help="pairs to interleave: tax (durable vs in-memory inbox), hooks (on vs off), gc (tuned vs not), "
+        "baseline (durable vs a DeerFlow-shaped in-memory path, bench/baseline.py); "
         "default: tax and hooks",
     )
     parser.add_argument(
@@ -300,6 +390,11 @@ def main() -> None:
     for _ in range(args.rounds):
         for variant in variants:
             with tempfile.TemporaryDirectory() as tmp:
+                if variant.inbox == "baseline":
+                    results[variant].append(
+                        asyncio.run(run_baseline(args.chats, args.messages, args.rate, args.cold))
+                    )
+                    continue
                 results[variant].append(
                     asyncio.run(
                         run(
@@ -326,7 +421,9 @@ def main() -> None:
         print(
             f"{variant.label}: {m['messages']:.0f} messages in {m['seconds']:.2f}s: "
             f"{m['messages_per_second']:.0f} msg/s, latency p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, "
-            f"CPU {m['cpu_ms_per_message']:.2f} ms/message, {m['gc_collections']:.0f} GC collections, "
+            f"CPU {m['cpu_ms_per_message']:.3f} ms/message, {m['gc_collections']:.0f} GC collections "
+            f"(longest {m['gc_longest_ms']:.1f} ms wall, {m['gc_longest_cpu_ms']:.1f} ms CPU; CPU by generation "
+            f"{m['gc_longest_gen0_ms']:.1f}/{m['gc_longest_gen1_ms']:.1f}/{m['gc_longest_gen2_ms']:.1f}), "
             f"{m['not_done']:.0f} not done, "
             f"peak RSS {m['peak_rss_mib']:.0f} MiB (medians of {len(runs)})"
         )

@@ -47,7 +47,7 @@ class MemoryInbox:
         self._by_key[message.dedupe_key] = entry.id
         return entry
 
-    async def mark_done(self, entry_id: str) -> None:
+    async def mark_done(self, entry_id: str, note: str | None = None) -> None:
         self._entries[entry_id].status = DONE
 
     async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> str:

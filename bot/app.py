@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot import metrics, opsmetrics, tracing
-from bot.gc_tuning import tune_gc
+from bot.gc_tuning import start_keeper, stop_keeper, tune_gc, untune_gc
 from bot.logs import trace_id_var
 from bot.service import VERSION, Service
 from config.schema import Settings
@@ -168,6 +168,12 @@ def create_app(
     exits with it). Without it the lifespan waits for the whole start, as tests and embedders expect.
     """
     service = service or Service(settings, **service_kwargs)
+    keeper: list[asyncio.Task[None]] = []  # the GC keeper, once the service's objects are frozen
+
+    def tune() -> None:
+        tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
+        if not keeper:
+            keeper.append(start_keeper(lambda: service.bus.load == 0))
 
     async def watch_agent(report: Callable[[BaseException], None]) -> None:
         try:
@@ -177,14 +183,14 @@ def create_app(
         except BaseException as exc:
             report(exc)
             return
-        tune_gc()  # once the agent's long-lived objects exist too (bot/gc_tuning.py)
+        tune()  # once the agent's long-lived objects exist too
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         watcher: asyncio.Task[None] | None = None
         if on_agent_failed is None:
             await service.start()
-            tune_gc()  # start-up's long-lived objects out of every later collection (bot/gc_tuning.py)
+            tune()
         else:
             await service.open()
             watcher = asyncio.create_task(watch_agent(on_agent_failed), name="agent-watch")
@@ -194,7 +200,11 @@ def create_app(
         finally:
             if watcher is not None:
                 watcher.cancel()
+            await stop_keeper(keeper[0] if keeper else None)
             await service.stop()
+            if keeper:  # an embedding process (tests) goes on: its collector is its own again
+                keeper.clear()
+                untune_gc()
 
     app = SwitchboardApp(
         title="Switchboard", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None

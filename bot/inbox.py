@@ -12,7 +12,8 @@ commit with ``synchronous=NORMAL`` is a ``write()`` into the page cache, tens of
 to a thread cost more than the write itself (a hop there and back, SQLAlchemy's per-statement work, and
 the writer thread and the event loop queueing for the GIL at every statement). Only when another
 connection holds the lock does the batch go to the writer thread, which waits for it there — never on
-the loop. PostgreSQL keeps the asyncpg path.
+the loop. PostgreSQL runs the same batch through SQLAlchemy (asyncpg): every operation's SQL is written
+once (``_apply_batch``), in a form both databases accept, so the two backends cannot drift apart.
 
 Reply references (``set_reply_ref``/``save_reply_ref``) are the one write that races the platform: the
 message exists there from the moment ``sendMessage`` answers, and until its id is committed a kill -9
@@ -23,6 +24,7 @@ the call returns, when nothing else is in the way; otherwise they take the write
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sqlite3
@@ -31,7 +33,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from sqlalchemy import (
@@ -43,13 +45,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TextClause,
     UniqueConstraint,
-    bindparam,
-    case,
     delete,
     select,
     text,
-    tuple_,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -110,21 +110,77 @@ INSERT_IF_NEW = text(
 )
 MAX_BATCH = 500
 
-# The same statements as plain SQLite SQL for the inbox's own connection (named parameters).
-_SQLITE_INSERT = INSERT_IF_NEW.text
-_SQLITE_DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = :note WHERE id = :id"
-_SQLITE_REF = "UPDATE inbox SET reply_ref = :reply_ref WHERE id = :id"
-_SQLITE_FAILED = (
+# Every statement of a batch, once: plain SQL that SQLite (3.35+) and PostgreSQL both accept, with named
+# parameters that sqlite3 and SQLAlchemy's ``text()`` both bind. One batch function (``_apply_batch``)
+# runs them over the inbox's own sqlite3 connection or over SQLAlchemy (PostgreSQL), so the rules of a
+# write are written once, not once per driver.
+_INSERT = INSERT_IF_NEW.text
+_DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = :note WHERE id = :id"
+_REF = "UPDATE inbox SET reply_ref = :reply_ref WHERE id = :id"
+_FAILED = (
     "UPDATE inbox SET attempts = attempts + 1, "
     "status = CASE WHEN attempts + 1 >= :max_attempts THEN 'dead' ELSE 'failed' END, "
     "error = :error, updated_at = :now, reply_text = COALESCE(:reply_text, reply_text) "
     "WHERE id = :id RETURNING status"
 )
-_SQLITE_BY_KEY = (
-    "SELECT * FROM inbox WHERE provider = ? AND workspace = ? AND chat = ? AND platform_message_id = ?"
+_BY_KEY = (
+    "SELECT * FROM inbox WHERE provider = :provider AND workspace = :workspace AND chat = :chat "
+    "AND platform_message_id = :platform_message_id"
 )
-_SQLITE_RETRIES = "SELECT * FROM inbox WHERE status = 'retry' ORDER BY updated_at LIMIT ?"
-_SQLITE_CLAIM = "UPDATE inbox SET status = 'pending', updated_at = ? WHERE id = ? AND status = 'retry'"
+_KEY_NAMES = ("provider", "workspace", "chat", "platform_message_id")
+_RETRIES = "SELECT * FROM inbox WHERE status = 'retry' ORDER BY updated_at LIMIT :limit"
+#: Conditional, so with several instances (PostgreSQL) each entry is claimed once.
+_CLAIM = "UPDATE inbox SET status = 'pending', updated_at = :now WHERE id = :id AND status = 'retry'"
+
+
+class _Sql(Protocol):
+    """What a batch needs from a connection, inside the batch's transaction."""
+
+    def execute(self, sql: str, params: dict[str, Any]) -> int:
+        """Run a write; the number of rows it changed."""
+
+    def executemany(self, sql: str, params: list[dict[str, Any]]) -> int:
+        """Run a write once per parameter set; the rows changed in all (-1 if the driver cannot say)."""
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        """A statement's rows (a query, or a write's ``RETURNING``), each readable as ``row["column"]``."""
+
+
+class _Sqlite3(_Sql):
+    """The inbox's own sqlite3 connection (rows are ``sqlite3.Row``; statements cached by sqlite3)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: dict[str, Any]) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def executemany(self, sql: str, params: list[dict[str, Any]]) -> int:
+        return self.conn.executemany(sql, params).rowcount
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        return self.conn.execute(sql, params).fetchall()
+
+
+@functools.lru_cache(maxsize=16)
+def _text(sql: str) -> TextClause:
+    return text(sql)
+
+
+class _Alchemy(_Sql):
+    """A SQLAlchemy connection (PostgreSQL through asyncpg, inside ``run_sync``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: dict[str, Any]) -> int:
+        return int(self.conn.execute(_text(sql), params).rowcount)
+
+    def executemany(self, sql: str, params: list[dict[str, Any]]) -> int:
+        return int(self.conn.execute(_text(sql), params).rowcount)
+
+    def rows(self, sql: str, params: dict[str, Any]) -> Sequence[Any]:
+        return self.conn.execute(_text(sql), params).mappings().all()
 
 
 def _payload(message: InboundMessage) -> str:
@@ -220,50 +276,7 @@ class _SqliteWriter:
         return results
 
     def _apply(self, ops: Sequence[InboxOp]) -> dict[int, Any]:
-        """The same rules as :meth:`Inbox._apply_in`, as plain SQL (a third of the CPU per message)."""
-        conn, now = self.conn, time.time()
-        results: dict[int, Any] = {}
-        # Finishing marks first: a redelivery in the same batch as its original's "done" must read
-        # as done (a duplicate), not as pending.
-        done = [
-            {"id": op.args["id"], "now": now, "note": op.args.get("note")} for op in ops if op.kind == "done"
-        ]
-        if done:
-            conn.executemany(_SQLITE_DONE, done)
-        refs = [op.args for op in ops if op.kind == "reply_ref"]
-        if refs:
-            conn.executemany(_SQLITE_REF, refs)
-        accepts: list[InboxOp] = []
-        for op in ops:
-            if op.kind == "accept":
-                accepts.append(op)
-            elif op.kind == "failed":
-                row = conn.execute(
-                    _SQLITE_FAILED, {**op.args, "now": now, "max_attempts": self.max_attempts}
-                ).fetchone()
-                results[id(op)] = row[0] if row else FAILED
-            elif op.kind == "take_retries":
-                results[id(op)] = self._take_retries(op.args["limit"], now)
-        if accepts:
-            rows = _accept_rows(accepts, now)
-            inserted = conn.executemany(_SQLITE_INSERT, rows).rowcount
-            keys = [op.args["message"].dedupe_key for op in accepts]
-            if inserted == len(rows) and len(set(keys)) == len(keys):
-                for op, row in zip(accepts, rows, strict=True):
-                    results[id(op)] = InboxEntry(id=row["id"], message=op.args["message"], status=PENDING)
-            else:
-                stored = {key: conn.execute(_SQLITE_BY_KEY, key).fetchone() for key in set(keys)}
-                _tell_duplicates(accepts, stored, results)
-        return results
-
-    def _take_retries(self, limit: int, now: float) -> list[InboxEntry]:
-        claimed = []
-        for row in self.conn.execute(_SQLITE_RETRIES, (limit,)).fetchall():
-            if self.conn.execute(_SQLITE_CLAIM, (now, row["id"])).rowcount == 1:
-                entry = Inbox._entry(row)
-                entry.status = PENDING
-                claimed.append(entry)
-        return claimed
+        return _apply_batch(_Sqlite3(self.conn), ops, self.max_attempts)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -308,6 +321,52 @@ def _tell_duplicates(accepts: Sequence[InboxOp], stored: dict[Any, Any], results
         results[id(op)] = entry
 
 
+def _apply_batch(sql: _Sql, ops: Sequence[InboxOp], max_attempts: int) -> dict[int, Any]:
+    """Apply one batch inside an open transaction: one result per op, keyed by ``id(op)``."""
+    now = time.time()
+    results: dict[int, Any] = {}
+    # Finishing marks first: a redelivery in the same batch as its original's "done" must read as done
+    # (a duplicate), not as pending.
+    done = [{"id": op.args["id"], "now": now, "note": op.args.get("note")} for op in ops if op.kind == "done"]
+    if done:
+        sql.executemany(_DONE, done)
+    refs = [{"id": op.args["id"], "reply_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"]
+    if refs:
+        sql.executemany(_REF, refs)
+    accepts: list[InboxOp] = []
+    for op in ops:
+        if op.kind == "accept":
+            accepts.append(op)
+        elif op.kind == "failed":
+            params = {**op.args, "now": now, "max_attempts": max_attempts}
+            row = next(iter(sql.rows(_FAILED, params)), None)
+            results[id(op)] = row["status"] if row is not None else FAILED
+        elif op.kind == "take_retries":
+            results[id(op)] = _take_retries(sql, op.args["limit"], now)
+    if accepts:
+        rows = _accept_rows(accepts, now)
+        inserted = sql.executemany(_INSERT, rows)
+        keys = [op.args["message"].dedupe_key for op in accepts]
+        if inserted == len(rows) and len(set(keys)) == len(keys):
+            # The common case: every message is new, so nothing to read back.
+            for op, row in zip(accepts, rows, strict=True):
+                results[id(op)] = InboxEntry(id=row["id"], message=op.args["message"], status=PENDING)
+        else:  # some keys existed (a redelivery), or the driver could not count: read the stored rows
+            stored = {key: sql.rows(_BY_KEY, dict(zip(_KEY_NAMES, key, strict=True)))[0] for key in set(keys)}
+            _tell_duplicates(accepts, stored, results)
+    return results
+
+
+def _take_retries(sql: _Sql, limit: int, now: float) -> list[InboxEntry]:
+    claimed = []
+    for row in sql.rows(_RETRIES, {"limit": limit}):
+        if sql.execute(_CLAIM, {"now": now, "id": row["id"]}) == 1:  # several instances: claimed once
+            entry = Inbox._entry(row)
+            entry.status = PENDING
+            claimed.append(entry)
+    return claimed
+
+
 class Inbox:
     def __init__(self, db: Database, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.db = db
@@ -315,7 +374,6 @@ class Inbox:
         self._writer: GroupCommitWriter[InboxOp] = GroupCommitWriter(
             "inbox", self._apply, max_batch=MAX_BATCH
         )
-        self._insert = INSERT_IF_NEW
         # SQLite: the inbox's own connection (opened at start); batches run on the loop when the lock is
         # free, else in this one thread, which waits for it.
         self._sqlite: _SqliteWriter | None = None
@@ -507,112 +565,10 @@ class Inbox:
                 finally:
                     sqlite.in_thread = False
         else:
+            max_attempts = self.max_attempts
             async with self.db.engine.begin() as conn:
-                results = await conn.run_sync(self._apply_in, ops)
+                results = await conn.run_sync(lambda sync: _apply_batch(_Alchemy(sync), ops, max_attempts))
         return [results.get(id(op)) for op in ops]
-
-    def _apply_in(self, conn: Connection, ops: Sequence[InboxOp]) -> dict[int, Any]:
-        """Apply one batch inside an open transaction (runs in the writer thread or via run_sync)."""
-        now = time.time()
-        results: dict[int, Any] = {}
-        accepts = [op for op in ops if op.kind == "accept"]
-        # Finishing marks first: a redelivery in the same batch as its original's "done" must read
-        # as done (a duplicate), not as pending.
-        done_ids = [op.args["id"] for op in ops if op.kind == "done" and not op.args.get("note")]
-        if done_ids:
-            conn.execute(
-                update(inbox_table)
-                .where(inbox_table.c.id.in_(done_ids))
-                .values(status=DONE, updated_at=now, error=None)
-            )
-        for op in ops:  # rare: finished without an answer, and why (a guest ignored, say)
-            if op.kind == "done" and op.args.get("note"):
-                conn.execute(
-                    update(inbox_table)
-                    .where(inbox_table.c.id == op.args["id"])
-                    .values(status=DONE, updated_at=now, error=op.args["note"])
-                )
-        for op in ops:
-            if op.kind == "failed":
-                attempts = inbox_table.c.attempts + 1
-                values: dict[str, Any] = {
-                    "status": case((attempts >= self.max_attempts, DEAD), else_=FAILED),
-                    "error": op.args["error"],
-                    "updated_at": now,
-                    "attempts": attempts,
-                }
-                if op.args.get("reply_text") is not None:
-                    values["reply_text"] = op.args["reply_text"]
-                status = conn.execute(
-                    update(inbox_table)
-                    .where(inbox_table.c.id == op.args["id"])
-                    .values(**values)
-                    .returning(inbox_table.c.status)
-                ).scalar()
-                results[id(op)] = status or FAILED
-            elif op.kind == "take_retries":
-                results[id(op)] = self._take_retries(conn, op.args["limit"], now)
-        refs = [
-            {"b_id": op.args["id"], "b_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"
-        ]
-        if refs:
-            conn.execute(
-                update(inbox_table)
-                .where(inbox_table.c.id == bindparam("b_id"))
-                .values(reply_ref=bindparam("b_ref")),
-                refs,
-            )
-        if accepts:
-            rows = _accept_rows(accepts, now)
-            inserted = conn.execute(self._insert, rows)
-            keys = [op.args["message"].dedupe_key for op in accepts]
-            if inserted.rowcount == len(rows) and len(set(keys)) == len(keys):
-                # The common case: every message is new, so no need to read anything back.
-                for op, row in zip(accepts, rows, strict=True):
-                    results[id(op)] = InboxEntry(id=row["id"], message=op.args["message"], status=PENDING)
-            else:
-                self._resolve_conflicts(conn, accepts, results)
-        return results
-
-    def _take_retries(self, conn: Connection, limit: int, now: float) -> list[InboxEntry]:
-        rows = (
-            conn.execute(
-                select(inbox_table)
-                .where(inbox_table.c.status == RETRY)
-                .order_by(inbox_table.c.updated_at)
-                .limit(limit)
-            )
-            .mappings()
-            .all()
-        )
-        claimed = []
-        for row in rows:
-            moved = conn.execute(
-                update(inbox_table)
-                .where(inbox_table.c.id == row["id"], inbox_table.c.status == RETRY)
-                .values(status=PENDING, updated_at=now)
-            )
-            if moved.rowcount == 1:  # several instances: each entry is claimed once
-                entry = self._entry(row)
-                entry.status = PENDING
-                claimed.append(entry)
-        return claimed
-
-    def _resolve_conflicts(self, conn: Connection, accepts: list[InboxOp], results: dict[int, Any]) -> None:
-        """Some keys already existed: read the stored rows and tell new from duplicate."""
-        keys = list({op.args["message"].dedupe_key for op in accepts})
-        cols = (
-            inbox_table.c.provider,
-            inbox_table.c.workspace,
-            inbox_table.c.chat,
-            inbox_table.c.platform_message_id,
-        )
-        stored: dict[tuple[str, str, str, str], Any] = {}
-        for start in range(0, len(keys), 200):
-            found = conn.execute(select(inbox_table).where(tuple_(*cols).in_(keys[start : start + 200])))
-            for row in found.mappings():
-                stored[(row["provider"], row["workspace"], row["chat"], row["platform_message_id"])] = row
-        _tell_duplicates(accepts, stored, results)
 
     @staticmethod
     def _entry(row: Any) -> InboxEntry:

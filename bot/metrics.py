@@ -11,15 +11,20 @@ services in one test process share them, which is why tests compare before/after
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import hashlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from agent.events import AgentEvent, TextDelta, TurnFinished
 from channels import observe
@@ -31,33 +36,102 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
-TURNS = Counter(
-    "switchboard_turns", "Finished turns by provider and outcome.", ["provider", "outcome"], registry=REGISTRY
-)
-TURN_SECONDS = Histogram(
+
+class _Tally:
+    """Counters and histograms kept in plain dicts and read by Prometheus only at scrape time.
+
+    Every turn moved four of these and every platform call one more, each through prometheus-client's
+    ``labels()`` (validation, a lock, a child lookup) and a locked increment: about a tenth of a message's
+    CPU on the hot path (issue 32). Here a turn adds to a dict entry on the event loop — the only
+    writer — and the exposition is built when ``/metrics`` is read, with the same names, labels, buckets
+    and ``_created`` samples as before.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float] = ()
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)  # empty: a counter
+        self.values: dict[tuple[str, ...], list[float]] = {}  # counter: [total]; histogram: counts + [sum]
+        self.created: dict[tuple[str, ...], float] = {}
+
+    def _row(self, labels: tuple[str, ...]) -> list[float]:
+        row = self.values.get(labels)
+        if row is None:
+            row = self.values[labels] = [0.0] * (len(self.bounds) + 2 if self.bounds else 1)
+            self.created[labels] = time.time()
+        return row
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self._row(labels)[0] += amount
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        row = self._row(labels)
+        row[bisect.bisect_left(self.bounds, value)] += 1  # le: the first bound >= value (last: +Inf)
+        row[-1] += value
+
+    def value(self, *labels: str) -> float:
+        """A counter's total (or a histogram's count) for ``labels``: for tests and the reference."""
+        row = self.values.get(labels)
+        if row is None:
+            return 0.0
+        return row[0] if not self.bounds else sum(row[:-1])
+
+    def collect(self) -> Iterator[Metric]:
+        rows = list(self.values.items())
+        if not self.bounds:
+            counter = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+            for labels, row in rows:
+                counter.add_metric(labels, row[0], created=self.created[labels])
+            yield counter
+            return
+        histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        edges = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        for labels, row in rows:
+            cumulative, buckets = 0.0, []
+            for edge, count in zip(edges, row[:-1], strict=True):
+                cumulative += count
+                buckets.append((edge, cumulative))
+            histogram.add_metric(labels, buckets, row[-1])
+            histogram.samples.append(
+                Sample(
+                    f"{self.name}_created",
+                    dict(zip(self.labelnames, labels, strict=True)),
+                    self.created[labels],
+                )
+            )
+        yield histogram
+
+
+class _TallyCollector(Collector):
+    def __init__(self, tallies: Sequence[_Tally]) -> None:
+        self.tallies = tallies
+
+    def collect(self) -> Iterator[Metric]:
+        for tally in self.tallies:
+            yield from tally.collect()
+
+
+TURNS = _Tally("switchboard_turns", "Finished turns by provider and outcome.", ["provider", "outcome"])
+TURN_SECONDS = _Tally(
     "switchboard_turn_duration_seconds",
     "Wall time of a turn, from start to final reply.",
     ["provider"],
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
+    _LATENCY_BUCKETS,
 )
-FIRST_TOKEN_SECONDS = Histogram(
+FIRST_TOKEN_SECONDS = _Tally(
     "switchboard_time_to_first_token_seconds",
     "Time from a turn's start to the model's first streamed text.",
     ["provider"],
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
+    _LATENCY_BUCKETS,
 )
-QUEUE_WAIT_SECONDS = Histogram(
+QUEUE_WAIT_SECONDS = _Tally(
     "switchboard_queue_wait_seconds",
     "Time from a message's arrival to the start of its turn (busy thread, turn slots, restarts).",
     ["provider"],
-    buckets=_LATENCY_BUCKETS,
-    registry=REGISTRY,
+    _LATENCY_BUCKETS,
 )
-MODEL_TOKENS = Counter(
-    "switchboard_model_tokens", "Model tokens by model and direction.", ["model", "kind"], registry=REGISTRY
-)
+MODEL_TOKENS = _Tally("switchboard_model_tokens", "Model tokens by model and direction.", ["model", "kind"])
 INBOX_UNFINISHED = Gauge(
     "switchboard_inbox_unfinished",
     "Accepted messages not finished yet (queued or running).",
@@ -71,17 +145,21 @@ COMPONENT_UP = Gauge(
     ["component"],
     registry=REGISTRY,
 )
-PLATFORM_CALLS = Counter(
-    "switchboard_platform_api_calls",
-    "Outbound reply calls (send, edit, files) by provider.",
-    ["provider"],
-    registry=REGISTRY,
+PLATFORM_CALLS = _Tally(
+    "switchboard_platform_api_calls", "Outbound reply calls (send, edit, files) by provider.", ["provider"]
 )
-PLATFORM_RATE_LIMITED = Counter(
+PLATFORM_RATE_LIMITED = _Tally(
     "switchboard_platform_rate_limited",
     "Reply calls a platform refused with a rate limit (HTTP 429 / retry_after), by provider.",
     ["provider"],
-    registry=REGISTRY,
+)
+REGISTRY.register(
+    _TallyCollector(
+        [
+            *(TURNS, TURN_SECONDS, FIRST_TOKEN_SECONDS, QUEUE_WAIT_SECONDS, MODEL_TOKENS),
+            *(PLATFORM_CALLS, PLATFORM_RATE_LIMITED),
+        ]
+    )
 )
 
 
@@ -92,9 +170,9 @@ def set_component_up(component: str, up: bool) -> None:
 
 def _platform_event(provider: str, event: str) -> None:
     if event == observe.CALL:
-        PLATFORM_CALLS.labels(provider).inc()
+        PLATFORM_CALLS.inc((provider,))
     elif event == observe.RATE_LIMITED:
-        PLATFORM_RATE_LIMITED.labels(provider).inc()
+        PLATFORM_RATE_LIMITED.inc((provider,))
 
 
 observe.set_listener(_platform_event)
@@ -132,7 +210,7 @@ def observe_turn(record: TurnRecord) -> Iterator[TurnRecord]:
     """Time a turn; on exit write its log line and metrics (``cancelled`` when the task was cancelled)."""
     token = _current.set(record)
     if record.received_at is not None:
-        QUEUE_WAIT_SECONDS.labels(record.provider).observe(max(0.0, time.time() - record.received_at))
+        QUEUE_WAIT_SECONDS.observe((record.provider,), max(0.0, time.time() - record.received_at))
     try:
         yield record
     except BaseException:
@@ -163,16 +241,17 @@ def observe_event(event: AgentEvent) -> None:
 
 def _finish(record: TurnRecord) -> None:
     duration = time.monotonic() - record.started
-    TURNS.labels(record.provider, record.outcome).inc()
-    TURN_SECONDS.labels(record.provider).observe(duration)
+    provider = (record.provider,)
+    TURNS.inc((record.provider, record.outcome))
+    TURN_SECONDS.observe(provider, duration)
     ttft_ms: int | None = None
     if record.first_token is not None:
-        FIRST_TOKEN_SECONDS.labels(record.provider).observe(record.first_token - record.started)
+        FIRST_TOKEN_SECONDS.observe(provider, record.first_token - record.started)
         ttft_ms = round((record.first_token - record.started) * 1000)
     if record.input_tokens:
-        MODEL_TOKENS.labels(record.model, "input").inc(record.input_tokens)
+        MODEL_TOKENS.inc((record.model, "input"), record.input_tokens)
     if record.output_tokens:
-        MODEL_TOKENS.labels(record.model, "output").inc(record.output_tokens)
+        MODEL_TOKENS.inc((record.model, "output"), record.output_tokens)
     fields = {
         "trace_id": record.trace_id,
         "provider": record.provider,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import itertools
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -202,6 +201,19 @@ class RateBudget:
     cap that a flood wait in one chat says nothing about).
     """
 
+    __slots__ = (
+        "_arrivals",
+        "_blocked_until",
+        "_changed",
+        "_tokens",
+        "_updated",
+        "_waiting",
+        "burst",
+        "held_by_retry_after",
+        "min_interval",
+        "reserve",
+    )
+
     def __init__(
         self, min_interval: float, burst: int = 2, *, reserve: int = 0, held_by_retry_after: bool = True
     ) -> None:
@@ -214,9 +226,11 @@ class RateBudget:
         self._tokens = float(burst)
         self._updated = time.monotonic()
         self._blocked_until = 0.0
-        self._waiting: list[tuple[int, int]] = []  # heap of (0 = priority / 1 = ordinary, arrival)
-        self._arrivals = itertools.count()
-        self._changed = asyncio.Condition()
+        # One per chat, kept for thousands of chats: small, and no lock or queue until a call must wait
+        # (each of those is an object the garbage collector would walk in every full collection).
+        self._waiting: list[tuple[int, int]] | None = None  # heap of (0 = priority / 1 = ordinary, arrival)
+        self._arrivals = 0
+        self._changed: asyncio.Condition | None = None
 
     def penalize(self, seconds: float) -> None:
         """The platform said wait: nothing goes to this scope before then, and no burst after it."""
@@ -240,14 +254,25 @@ class RateBudget:
         return max(0.0, (needed - self._tokens) * self.min_interval)
 
     async def acquire(self, *, priority: bool = False) -> None:
-        ticket = (0 if priority else 1, next(self._arrivals))
-        async with self._changed:
-            heapq.heappush(self._waiting, ticket)
-            self._changed.notify_all()  # a priority call may now be first: the old head re-checks
+        if not self._waiting and self._wait_time(time.monotonic(), priority) <= 0:
+            # Nobody queued and a token free: what the queue below would decide at once, without a
+            # lock, a ticket and a wake-up of nobody (every reply call of an idle chat comes here).
+            self._tokens -= 1.0
+            return
+        self._arrivals += 1
+        ticket = (0 if priority else 1, self._arrivals)
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        if self._waiting is None:
+            self._waiting = []
+        changed, waiting = self._changed, self._waiting
+        async with changed:
+            heapq.heappush(waiting, ticket)
+            changed.notify_all()  # a priority call may now be first: the old head re-checks
             try:
                 while True:
-                    if self._waiting[0] != ticket:
-                        await self._changed.wait()
+                    if waiting[0] != ticket:
+                        await changed.wait()
                         continue
                     wait = self._wait_time(time.monotonic(), priority)
                     if wait <= 0:
@@ -255,11 +280,11 @@ class RateBudget:
                         return
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
-                            await self._changed.wait()
+                            await changed.wait()
             finally:
-                self._waiting.remove(ticket)
-                heapq.heapify(self._waiting)
-                self._changed.notify_all()
+                waiting.remove(ticket)
+                heapq.heapify(waiting)
+                changed.notify_all()
 
 
 class Budget(Protocol):
@@ -387,6 +412,7 @@ class ReplyStream:
         self._wake = asyncio.Event()
         self._closing = False
         self._pump: asyncio.Task[None] | None = None
+        self._pump_due = False  # the pump starts on the loop's next round (see update)
         self._on_wire = False  # the pump has a platform call in flight (finish waits for it)
         self._prepaid: tuple[RateBudget, ...] = ()  # budgets the pump already waited on for its next call
         self._kind: CallKind = "send"  # kind of the call made last (a RetryAfter holds its budgets)
@@ -528,7 +554,14 @@ class ReplyStream:
             return
         self._latest = text
         self._wake.set()
-        if self._pump is None:  # started on first use: a turn that finishes at once never needs it
+        if self._pump is None and not self._pump_due:
+            # Started on the loop's next round, not here: a turn whose text and end arrive together
+            # (a short answer, a cached one) finishes first and never needs a pump task at all.
+            self._pump_due = True
+            asyncio.get_running_loop().call_soon(self._start_pump)
+
+    def _start_pump(self) -> None:
+        if not self._closing and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="reply-pump")
 
     def _next_kind(self, text: str) -> CallKind:

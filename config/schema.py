@@ -248,7 +248,7 @@ class SchedulesConfig(Section):
 class MemoryConfig(Section):
     enabled: bool = True
     debounce_seconds: float = Field(30, ge=0)
-    max_facts: int = Field(100, gt=0)
+    max_facts: int = Field(100, gt=0, le=10_000)
     injection_token_budget: int = Field(800, gt=0)
 
 

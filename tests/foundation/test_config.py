@@ -325,3 +325,10 @@ def test_each_environment_problem_is_one_line_naming_key_and_variable(tmp_path, 
     with pytest.raises(ConfigError) as info:
         load_settings(write(tmp_path, text), env=env)
     assert info.value.problems == [problem]
+
+
+def test_a_fact_cap_beyond_what_a_turn_can_rank_quickly_is_refused(tmp_path):
+    path = write(tmp_path, "memory: {max_facts: 100000}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert info.value.problems == ["memory.max_facts: Input should be less than or equal to 10000"]

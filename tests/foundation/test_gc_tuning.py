@@ -1,11 +1,12 @@
-"""Issue 19: the served app freezes what start-up allocated and raises the collector's thresholds."""
+"""Issues 19 and 32: the served app freezes what start-up allocated and what survives young collections,
+and still frees garbage cycles among frozen objects when it is idle."""
 
 from __future__ import annotations
 
 import gc
 
 from bot.app import create_app
-from bot.gc_tuning import THRESHOLDS
+from bot.gc_tuning import THRESHOLDS, freeze_survivors, untune_gc
 from tests.conftest import make_settings
 from tests.foundation.test_bursts import InstantAgent
 
@@ -17,6 +18,42 @@ async def test_serving_freezes_start_up_objects_and_raises_gc_thresholds(tmp_pat
         async with app.router.lifespan_context(app):
             assert gc.get_freeze_count() > 0  # start-up's objects sit in the permanent generation
             assert gc.get_threshold() == THRESHOLDS
+            assert freeze_survivors in gc.callbacks  # and what survives a young collection from now on
     finally:
-        gc.unfreeze()
+        untune_gc()
+        gc.set_threshold(*before)
+
+
+class Node:
+    """A garbage cycle once dropped: what only a collection can free."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_survivors_are_frozen_and_an_idle_service_still_frees_their_cycles():
+    import weakref
+
+    from bot.gc_tuning import GcKeeper, tune_gc
+
+    before = gc.get_threshold()
+    tune_gc()
+    try:
+        node = Node()
+        gone = weakref.ref(node)
+        gc.collect(0)  # survives a young collection: frozen, so automatic collections skip it from now on
+        del node
+        gc.collect(0)
+        assert gone() is not None
+        busy = GcKeeper(lambda: False, full_at_most_every=0, full_after_young=1)
+        assert not busy.step() and gone() is not None  # messages in flight: no full collection
+        quiet = GcKeeper(lambda: True, full_at_most_every=0)
+        gc.collect(0)
+        assert not quiet.step() and gone() is not None  # too little frozen to be worth a full walk yet
+        idle = GcKeeper(lambda: True, full_at_most_every=0, full_after_young=1)
+        gc.collect(0)  # (a young collection since the keeper started: something was frozen)
+        assert idle.step() and gone() is None
+        assert gc.get_freeze_count() > 0  # what is left is frozen again
+    finally:
+        untune_gc()
         gc.set_threshold(*before)

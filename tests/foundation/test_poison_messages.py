@@ -5,17 +5,28 @@ with ``switchboard inbox list --failed`` / ``switchboard inbox retry ID``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
+import pytest
 import yaml
 
 from bot.cli import main as cli_main
 from bot.identity import Identity, unbound_owner
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
-from tests.conftest import make_settings
+from tests.conftest import fresh_pg_database, make_settings
 from tests.harness import Harness
 
 DEAD_NOTE = "I tried 3 times and could not handle this message"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database(request) -> AsyncIterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Both inbox backends: the failed/dead/retry writes are the same SQL on each (bot/inbox.py)."""
+    source = fresh_pg_database() if request.param == "postgres" else contextlib.nullcontext(None)
+    async with source as url:
+        yield {"url": url} if url else {}
 
 
 class BrokenDirectory:
@@ -43,9 +54,14 @@ def cli_config(tmp_path, settings) -> str:  # type: ignore[no-untyped-def]
 
 
 async def test_a_poison_message_is_set_aside_after_max_attempts_and_the_operator_can_retry_it(
-    tmp_path, llm, capsys
+    tmp_path, llm, capsys, database
 ):
-    settings = make_settings(tmp_path, llm, bus={"max_attempts": 3, "retry_poll_seconds": 0.1})
+    settings = make_settings(
+        tmp_path,
+        llm,
+        bus={"max_attempts": 3, "retry_poll_seconds": 0.1},
+        **({"database": database} if database else {}),
+    )
     config = cli_config(tmp_path, settings)
     async with Harness.running(settings) as h:
         directory = h.manager.identity = BrokenDirectory()
@@ -79,8 +95,10 @@ async def test_a_poison_message_is_set_aside_after_max_attempts_and_the_operator
     assert len(llm.completions) == 1
 
 
-async def test_a_dead_lettered_message_is_not_resumed_at_restart(tmp_path, llm):
-    settings = make_settings(tmp_path, llm, bus={"max_attempts": 1})
+async def test_a_dead_lettered_message_is_not_resumed_at_restart(tmp_path, llm, database):
+    settings = make_settings(
+        tmp_path, llm, bus={"max_attempts": 1}, **({"database": database} if database else {})
+    )
     async with Harness.running(settings) as h:
         h.manager.identity = BrokenDirectory()
         await h.chat.say("poison?", message_id="p1")
