@@ -58,7 +58,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "bot/inbox.py",
         "UPDATE inbox SET status = 'done', updated_at",
         "UPDATE inbox SET status = 'pending', updated_at",
-        (f"{F}/test_bus_and_inbox.py::test_a_redelivered_message_runs_once_and_is_answered_once",),
+        (f"{F}/test_bus_and_inbox.py", f"{F}/test_restart_order.py"),
         "finished messages stay pending and run again",
     ),
     Mutant(
@@ -66,7 +66,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "bot/inbox.py",
         "reply_text = COALESCE(:reply_text, reply_text)",
         "reply_text = reply_text",
-        (f"{F}/test_bus_and_inbox.py",),
+        (
+            f"{F}/test_bus_and_inbox.py",
+            f"{F}/test_final_delivery.py",
+            f"{F}/test_restart_order.py",
+        ),
         "an answer whose delivery failed is asked of the model again",
     ),
     Mutant(

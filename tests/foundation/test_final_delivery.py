@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.inbox import InboxEntry
-from channels.errors import NetworkError, RetryAfter
+from channels.errors import BadRequest, NetworkError, RetryAfter
 from channels.memory import MemoryChannel
 from channels.types import ReplyLimits
 from tests.conftest import make_settings
@@ -84,3 +84,34 @@ async def test_an_answer_waiting_for_the_platform_is_delivered_once_by_the_next_
     assert [m.text for m in chat.in_chat("chat-1")] == ["echo: remember me"], "the same message, once"
     assert len(llm.completions) == 1, "the saved answer was delivered, not asked for again"
     assert counts == {"done": 1}
+
+
+async def test_an_answer_the_platform_refused_is_kept_and_the_retry_delivers_it_without_the_model(
+    tmp_path, llm
+):
+    """A refusal that is not a rate limit (the platform answered 400 to the final) counts as a failed
+    attempt, but the answer is kept with the entry: the next start delivers it, and the model is not asked
+    again (which would cost tokens and could answer differently)."""
+    settings = make_settings(tmp_path, llm)
+    chat = paced_chat()
+    first = Harness(settings, channels={"memory": chat})
+    await first.start()
+    try:
+        chat.fail_next("edit", BadRequest("Bad Request: can't parse entities"), times=50)
+        chat.fail_next("send", BadRequest("Bad Request: can't parse entities"), times=50)
+        await chat.say("tell me once")
+        await first.idle(timeout=30)
+        [entry] = await first.service.inbox.entries()
+        assert (entry.status, entry.reply_text) == ("failed", "echo: tell me once")
+    finally:
+        await first.stop()
+    asked = len(llm.completions)
+    chat.recover()
+    second = Harness(settings, channels={"memory": chat})
+    await second.start()
+    try:
+        await chat.wait_for_text("echo: tell me once")
+        await second.idle(timeout=30)
+    finally:
+        await second.stop()
+    assert len(llm.completions) == asked, "the kept answer was delivered; the model was not asked again"
