@@ -41,6 +41,7 @@ from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest, profile_for
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
 from channels.reply import ReplyStream
+from channels.resume import ReplyState
 from channels.types import Action, InboundMessage
 from config.schema import Settings
 from connections import ConnectionStore
@@ -160,7 +161,8 @@ class Turn:
     text: str
     trace_id: str
     entry_id: str | None = None
-    reply_ref: str | None = None
+    #: What of its reply a run before a restart made visible (channels/resume.py).
+    resume: ReplyState | None = None
     reply_text: str | None = None
     hidden: bool = False
     system_prompt: str | None = None
@@ -389,7 +391,7 @@ class ChannelManager:
                 identity,
                 text=parsed.args or f"Use the {parsed.name} skill.",
                 entry_id=entry.id,
-                reply_ref=entry.reply_ref,
+                resume=entry.resume,
                 reply_text=entry.reply_text,
                 system_prompt=channel.system_prompt(message),
                 skill=parsed.name,
@@ -410,7 +412,7 @@ class ChannelManager:
             identity,
             text=message.text,
             entry_id=entry.id,
-            reply_ref=entry.reply_ref,
+            resume=entry.resume,
             reply_text=entry.reply_text,
             system_prompt=channel.system_prompt(message),
             trust=level,
@@ -511,7 +513,7 @@ class ChannelManager:
         *,
         text: str,
         entry_id: str | None = None,
-        reply_ref: str | None = None,
+        resume: ReplyState | None = None,
         reply_text: str | None = None,
         hidden: bool = False,
         system_prompt: str | None = None,
@@ -532,7 +534,7 @@ class ChannelManager:
             text=text,
             trace_id=trace_id_var.get() or "-",
             entry_id=entry_id,
-            reply_ref=reply_ref,
+            resume=resume,
             reply_text=reply_text,
             hidden=hidden,
             system_prompt=system_prompt,
@@ -555,7 +557,7 @@ class ChannelManager:
             if before is not None:  # its placeholder may be on its way right now: not above it
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
-            turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
+            turn.reply = self._open_reply(turn)
             try:
                 await turn.reply.start(
                     f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
@@ -578,15 +580,27 @@ class ChannelManager:
         The turn may start minutes later; if the process dies before that, the resumed turn finds the
         reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
         """
-        ref = turn.reply.ref if turn.reply is not None else None
-        if turn.entry_id is None or ref is None or ref == turn.reply_ref:
+        state = turn.reply.state if turn.reply is not None else None
+        if turn.entry_id is None or state is None or not state.parts or state == turn.resume:
             return
         try:
-            await self.inbox.save_reply_ref(turn.entry_id, ref)
+            await self.inbox.save_reply_ref(turn.entry_id, state)
         except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
             log.warning("saving the queued notice's reference failed: %s", exc)
             return
-        turn.reply_ref = ref
+        turn.resume = state
+
+    def _open_reply(self, turn: Turn) -> ReplyStream:
+        """The turn's reply, continuing what a run before a restart showed; each new message or card it
+        makes is stored with the inbox entry before it shows more (channels/resume.py)."""
+        channel = self.channels[turn.message.provider]
+        keep = None if turn.entry_id is None else functools.partial(self._keep_reply_state, turn)
+        return channel.open_reply(turn.message, resume=turn.resume, on_change=keep)
+
+    async def _keep_reply_state(self, turn: Turn, state: ReplyState) -> None:
+        assert turn.entry_id is not None
+        turn.resume = state
+        await self.inbox.save_reply_ref(turn.entry_id, state)
 
     async def _drain_lane(self, lane: Lane) -> None:
         try:
@@ -649,14 +663,12 @@ class ChannelManager:
         reply: ReplyStream | None = None
         try:
             async with self._turn_slots:
-                reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
+                reply = turn.reply or self._open_reply(turn)
                 try:
                     await reply.start(PLACEHOLDER, self.live_actions(turn))
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 turn.shown.set()
-                if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
-                    self.inbox.set_reply_ref(turn.entry_id, reply.ref)
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
