@@ -40,12 +40,18 @@ def expected_messages(limit: int) -> list[str]:
     return split_text(long_answer(limit), limit)
 
 
-def answering(limit: int) -> Callable[[dict[str, Any]], Reply]:
-    """The fake model: the long answer to :data:`QUESTION`, streamed over ~10 s (same every run)."""
+def answering(
+    limit: int, pieces_per_message: int = 40, seconds_per_message: float = 3.2
+) -> Callable[[dict[str, Any]], Reply]:
+    """The fake model: the long answer to :data:`QUESTION` (the same every run), streamed in
+    ``pieces_per_message`` pieces per message's worth of text over ``seconds_per_message``."""
 
     def reply(request: dict[str, Any]) -> Reply:
         if last_user_text(request).strip() == QUESTION:
-            return Reply(text=long_answer(limit), chunk_size=max(20, limit // 40), delay=0.08)
+            size = max(20, limit // pieces_per_message)
+            return Reply(
+                text=long_answer(limit), chunk_size=size, delay=seconds_per_message / pieces_per_message
+            )
         return echo_reply(request)
 
     return reply
