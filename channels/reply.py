@@ -723,9 +723,11 @@ class ReplyStream:
         """A message from before a restart already shows ``chunk`` without buttons: no edit needed.
 
         Trusted only for a message another one followed when the state was stored (the last one may
-        have been edited after that), and only where no buttons are wanted or were shown.
+        have been edited after that; on a platform that cannot edit, none was), and only where no
+        buttons are wanted or were shown.
         """
-        if index >= len(self._resumed) - 1 or want:
+        settled = len(self._resumed) - (1 if self.limits.supports_edit else 0)
+        if index >= settled or want:
             return False
         part = self._resumed[index]
         return not part.buttons and part.length == len(chunk) and part.digest == digest(chunk)
@@ -772,6 +774,7 @@ class ReplyStream:
                 raise
         self.finished = True
         await self.transport.finished()
+        await self._record(structural=False)  # cards the transport closed (DingTalk's flowStatus)
 
     async def _close_native(self, first: str) -> None:
         """End the native live message with the final text's first chunk (the rest goes out as usual).
@@ -822,7 +825,12 @@ class ReplyStream:
     async def _send_fresh(self, chunks: list[str]) -> None:
         """Last resort: post the reply as new messages, in the platform's plainest form (no buttons:
         every action can still be typed, and a button may be what the platform refused)."""
-        remaining = [c for i, c in enumerate(chunks) if i >= len(self._sent) or self._sent[i][1] != c]
+        remaining = [
+            c
+            for i, c in enumerate(chunks)
+            if i >= len(self._sent)
+            or (self._sent[i][1] != c and not (self._sent[i][2] is None and self._still_shows(i, c, ())))
+        ]
         for chunk in remaining:
             for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
                 try:
