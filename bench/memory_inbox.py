@@ -11,6 +11,7 @@ import time
 import uuid
 
 from bot.inbox import DEAD, DONE, FAILED, PENDING, InboxEntry
+from channels.resume import ReplyState
 from channels.types import InboundMessage
 
 
@@ -38,6 +39,7 @@ class MemoryInbox:
                 status=entry.status,
                 attempts=entry.attempts,
                 reply_ref=entry.reply_ref,
+                reply_state=entry.reply_state,
                 reply_text=entry.reply_text,
                 duplicate=True,
             )
@@ -60,11 +62,12 @@ class MemoryInbox:
     async def take_retries(self, limit: int = 50) -> list[InboxEntry]:
         return []
 
-    def set_reply_ref(self, entry_id: str, ref: str) -> None:
-        self._entries[entry_id].reply_ref = ref
+    def set_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+        entry = self._entries[entry_id]
+        entry.reply_ref, entry.reply_state = reply.first_ref, reply.to_json()
 
-    async def save_reply_ref(self, entry_id: str, ref: str) -> None:
-        self._entries[entry_id].reply_ref = ref
+    async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+        self.set_reply_ref(entry_id, reply)
 
     async def unfinished(self) -> list[InboxEntry]:
         return [e for e in self._entries.values() if e.status in (PENDING, FAILED)]

@@ -235,35 +235,38 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
     from bot.bus import MessageBus
     from bot.inbox import Inbox, InboxOp
     from bot.service import Service
+    from channels.resume import ReplyState
     from config.loader import load_settings
 
     rng = random.Random(seed)
     committed: dict[str, tuple[float, str]] = {}  # ref -> (when, kind)
     arrived: dict[str, float] = {}  # ref -> when our code had it (the way back from Telegram is over)
 
-    class TimedInbox(Inbox):
-        def set_reply_ref(self, entry_id: str, ref: str) -> None:
-            arrived.setdefault(ref, time.perf_counter())
-            self._kind = "placeholder"
-            super().set_reply_ref(entry_id, ref)
+    def newest(op: InboxOp) -> str:
+        return ReplyState.from_json(op.args["reply_state"]).parts[-1].ref
 
-        async def save_reply_ref(self, entry_id: str, ref: str) -> None:
-            arrived.setdefault(ref, time.perf_counter())
-            self._kind = "queued notice"
-            await super().save_reply_ref(entry_id, ref)
+    class TimedInbox(Inbox):
+        # Each store names the reply's newest message (its first one: a placeholder or a queued notice).
+        def set_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+            arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
+            self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
+            super().set_reply_ref(entry_id, reply)
+
+        async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+            arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
+            self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
+            await super().save_reply_ref(entry_id, reply)
 
         def _write_ref_now(self, op: InboxOp) -> bool:
             written = super()._write_ref_now(op)
             if written:
-                committed[op.args["reply_ref"]] = (time.perf_counter(), self._kind)
+                committed[newest(op)] = (time.perf_counter(), self._kind)
             return written
 
         def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
             future = super()._queue_ref(op)
             kind = self._kind
-            future.add_done_callback(
-                lambda _f: committed.setdefault(op.args["reply_ref"], (time.perf_counter(), kind))
-            )
+            future.add_done_callback(lambda _f: committed.setdefault(newest(op), (time.perf_counter(), kind)))
             return future
 
     with StampingTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(slow_answer) as llm:

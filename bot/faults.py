@@ -34,6 +34,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from channels.reply import ReplyStream
+from channels.resume import ReplyState
 
 log = logging.getLogger(__name__)
 
@@ -189,12 +190,12 @@ class RetriedTurn(Protocol):
     """What :meth:`StorageRetry.run_turn` needs of the manager's ``Turn``."""
 
     entry_id: str | None
-    reply_ref: str | None
+    resume: ReplyState | None
     reply: ReplyStream | None
 
 
-#: Stores a reply reference durably (``Inbox.save_reply_ref``).
-SaveRef = Callable[[str, str], Awaitable[None]]
+#: Stores a reply's state durably (``Inbox.save_reply_ref``).
+SaveRef = Callable[[str, ReplyState], Awaitable[None]]
 #: The service's storage check: None when storage answers, else why not.
 Probe = Callable[[], Awaitable[str | None]]
 #: Gives an inbox entry back (``MessageBus.release``): it stays pending for the next start.
@@ -271,11 +272,11 @@ class StorageRetry:
                     describe(fault),
                     backoff(failures, self.max_delay),
                 )
-                ref = await self._tell(fault)
-            turn.reply = None  # finished: the next attempt opens the same message again by its reference
-            if ref is not None:
-                turn.reply_ref = ref
-            entry_id, stored = turn.entry_id, turn.reply_ref
+                state = await self._tell(fault)
+            turn.reply = None  # finished: the next attempt opens the same messages again by their refs
+            if state is not None and state.parts:
+                turn.resume = state
+            entry_id, stored = turn.entry_id, turn.resume
             try:
                 await self._pause(failures)
                 if entry_id is not None and stored is not None:
@@ -288,7 +289,7 @@ class StorageRetry:
                 raise
 
     @staticmethod
-    async def _tell(fault: StorageUnavailable) -> str | None:
+    async def _tell(fault: StorageUnavailable) -> ReplyState | None:
         """Edit the turn's live message into its partial answer plus the retry note (one line, however
         often it is retried: each attempt edits the same message)."""
         reply = fault.reply
@@ -300,4 +301,4 @@ class StorageRetry:
             await reply.finish(f"{partial}\n\n{note}" if partial else note)
         except Exception as exc:  # the platform may be failing too; the retry still runs
             log.info("could not show the retry note: %s", exc)
-        return reply.ref
+        return reply.state

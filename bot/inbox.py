@@ -55,6 +55,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from bot.db import SQLITE_BUSY_TIMEOUT_MS, Database
+from channels.resume import ReplyState
 from channels.types import InboundMessage
 from config.writer import GroupCommitWriter, WriterClosed
 
@@ -77,6 +78,8 @@ inbox_table = Table(
     Column("error", Text),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    #: Every message of the reply and its transport's resume data (channels/resume.py, JSON).
+    Column("reply_state", Text),
     UniqueConstraint("provider", "workspace", "chat", "platform_message_id", name="uq_inbox_dedupe"),
     Index("ix_inbox_status", "status"),
 )
@@ -116,7 +119,7 @@ MAX_BATCH = 500
 # write are written once, not once per driver.
 _INSERT = INSERT_IF_NEW.text
 _DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = :note WHERE id = :id"
-_REF = "UPDATE inbox SET reply_ref = :reply_ref WHERE id = :id"
+_REF = "UPDATE inbox SET reply_ref = :reply_ref, reply_state = :reply_state WHERE id = :id"
 _FAILED = (
     "UPDATE inbox SET attempts = attempts + 1, "
     "status = CASE WHEN attempts + 1 >= :max_attempts THEN 'dead' ELSE 'failed' END, "
@@ -206,6 +209,18 @@ class InboxEntry:
     error: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    reply_state: str | None = None
+
+    @property
+    def resume(self) -> ReplyState | None:
+        """The stored reply to continue after a restart: every message, or only the first one where an
+        older version stored just that (or the stored state does not parse)."""
+        if self.reply_state:
+            try:
+                return ReplyState.from_json(self.reply_state)
+            except ValueError as exc:
+                log.warning("inbox entry %s: %s; continuing its first message only", self.id, exc)
+        return ReplyState.first_only(self.reply_ref) if self.reply_ref else None
 
 
 OpKind = Literal["accept", "done", "failed", "reply_ref", "take_retries"]
@@ -217,6 +232,13 @@ class InboxOp:
 
     kind: OpKind
     args: dict[str, Any]
+
+
+def _reply_op(entry_id: str, reply: ReplyState) -> InboxOp:
+    """The write of a reply's state; ``reply_ref`` keeps its first message for older versions."""
+    return InboxOp(
+        "reply_ref", {"id": entry_id, "reply_ref": reply.first_ref, "reply_state": reply.to_json()}
+    )
 
 
 def _log_reply_ref_failure(future: asyncio.Future[Any]) -> None:
@@ -330,7 +352,11 @@ def _apply_batch(sql: _Sql, ops: Sequence[InboxOp], max_attempts: int) -> dict[i
     done = [{"id": op.args["id"], "now": now, "note": op.args.get("note")} for op in ops if op.kind == "done"]
     if done:
         sql.executemany(_DONE, done)
-    refs = [{"id": op.args["id"], "reply_ref": op.args["reply_ref"]} for op in ops if op.kind == "reply_ref"]
+    refs = [
+        {"id": op.args["id"], "reply_ref": op.args["reply_ref"], "reply_state": op.args["reply_state"]}
+        for op in ops
+        if op.kind == "reply_ref"
+    ]
     if refs:
         sql.executemany(_REF, refs)
     accepts: list[InboxOp] = []
@@ -426,7 +452,7 @@ class Inbox:
         entries: list[InboxEntry] = await self._submit("take_retries", limit=limit)
         return entries
 
-    def set_reply_ref(self, entry_id: str, ref: str) -> None:
+    def set_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         """Remember the visible reply so a resumed run (after a crash) edits it instead of leaving it.
 
         Not awaited by the turn. With SQLite it is usually committed before this returns (see
@@ -434,12 +460,12 @@ class Inbox:
         """
         if not self._writer.running:
             return
-        op = InboxOp("reply_ref", {"id": entry_id, "reply_ref": ref})
+        op = _reply_op(entry_id, reply)
         if self._write_ref_now(op):
             return
         self._queue_ref(op).add_done_callback(_log_reply_ref_failure)
 
-    async def save_reply_ref(self, entry_id: str, ref: str) -> None:
+    async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         """Like :meth:`set_reply_ref`, but returns once the reference is durable.
 
         For a "Queued" notice: it can sit in the chat for minutes before its turn starts, and after a
@@ -447,7 +473,7 @@ class Inbox:
         """
         if not self._writer.running:
             raise RuntimeError("inbox is not started")
-        op = InboxOp("reply_ref", {"id": entry_id, "reply_ref": ref})
+        op = _reply_op(entry_id, reply)
         if not self._write_ref_now(op):
             await self._queue_ref(op)
 
@@ -578,6 +604,7 @@ class Inbox:
             status=row["status"],
             attempts=row["attempts"],
             reply_ref=row["reply_ref"],
+            reply_state=row["reply_state"],
             reply_text=row["reply_text"],
             error=row["error"],
             created_at=row["created_at"],

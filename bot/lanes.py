@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -23,6 +24,8 @@ from bot.threads import Conversation, ThreadStore
 from bot.turns import AfterDelivery, BeforeStart, Lane, StopResult, Turn
 from channels.base import Channel
 from channels.errors import ChannelError
+from channels.reply import ReplyStream
+from channels.resume import ReplyState
 from channels.types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,20 @@ async def _keep_cancelling(task: asyncio.Task[None]) -> None:
 RunTurn = Callable[[Turn, Lane], Awaitable[tuple[str, bool, bool] | None]]
 #: After the reply is delivered and the lane released: mark the entry done, run the after-turn hooks.
 FinishTurn = Callable[[Turn, str, bool, bool], Awaitable[None]]
+
+
+def open_turn_reply(channels: Mapping[str, Channel], inbox: Inbox, turn: Turn) -> ReplyStream:
+    """The turn's reply, continuing what a run before a restart showed; each new message or card it
+    makes is stored with the inbox entry before it shows more (channels/resume.py)."""
+    channel = channels[turn.message.provider]
+    keep = None if turn.entry_id is None else functools.partial(_keep_reply_state, inbox, turn)
+    return channel.open_reply(turn.message, resume=turn.resume, on_change=keep)
+
+
+async def _keep_reply_state(inbox: Inbox, turn: Turn, state: ReplyState) -> None:
+    assert turn.entry_id is not None
+    turn.resume = state
+    await inbox.save_reply_ref(turn.entry_id, state)
 
 
 class LaneScheduler:
@@ -171,7 +188,7 @@ class LaneScheduler:
         *,
         text: str,
         entry_id: str | None = None,
-        reply_ref: str | None = None,
+        resume: ReplyState | None = None,
         reply_text: str | None = None,
         hidden: bool = False,
         system_prompt: str | None = None,
@@ -192,7 +209,7 @@ class LaneScheduler:
             text=text,
             trace_id=trace_id_var.get() or "-",
             entry_id=entry_id,
-            reply_ref=reply_ref,
+            resume=resume,
             reply_text=reply_text,
             hidden=hidden,
             system_prompt=system_prompt,
@@ -215,7 +232,7 @@ class LaneScheduler:
             if before is not None:  # its placeholder may be on its way right now: not above it
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
-            turn.reply = self.channels[message.provider].open_reply(message, resume_ref=reply_ref)
+            turn.reply = open_turn_reply(self.channels, self.inbox, turn)
             try:
                 await turn.reply.start(
                     f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
@@ -238,15 +255,15 @@ class LaneScheduler:
         The turn may start minutes later; if the process dies before that, the resumed turn finds the
         reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
         """
-        ref = turn.reply.ref if turn.reply is not None else None
-        if turn.entry_id is None or ref is None or ref == turn.reply_ref:
+        state = turn.reply.state if turn.reply is not None else None
+        if turn.entry_id is None or state is None or not state.parts or state == turn.resume:
             return
         try:
-            await self.inbox.save_reply_ref(turn.entry_id, ref)
+            await self.inbox.save_reply_ref(turn.entry_id, state)
         except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
             log.warning("saving the queued notice's reference failed: %s", exc)
             return
-        turn.reply_ref = ref
+        turn.resume = state
 
     async def _drain_lane(self, lane: Lane) -> None:
         try:

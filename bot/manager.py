@@ -47,6 +47,7 @@ from bot.turns import (
     TurnOutcome,
 )
 from channels.base import Channel
+from channels.resume import ReplyState
 from channels.types import Action, InboundMessage
 from config.schema import Settings
 from connections import ConnectionStore
@@ -265,7 +266,7 @@ class ChannelManager:
         *,
         text: str,
         entry_id: str | None = None,
-        reply_ref: str | None = None,
+        resume: ReplyState | None = None,
         reply_text: str | None = None,
         hidden: bool = False,
         system_prompt: str | None = None,
@@ -281,7 +282,7 @@ class ChannelManager:
             identity,
             text=text,
             entry_id=entry_id,
-            reply_ref=reply_ref,
+            resume=resume,
             reply_text=reply_text,
             hidden=hidden,
             system_prompt=system_prompt,

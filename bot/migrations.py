@@ -82,6 +82,13 @@ async def _trust(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE schedules ADD COLUMN trust VARCHAR(16)"))
 
 
+async def _inbox_reply_state(conn: AsyncConnection) -> None:
+    """Every message of a reply (not only its first), so a resumed reply continues in place."""
+    columns = await conn.run_sync(lambda sync: _columns(sync, "inbox"))
+    if columns and "reply_state" not in columns:  # no table: whoever creates it creates the column too
+        await conn.execute(text("ALTER TABLE inbox ADD COLUMN reply_state TEXT"))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
@@ -89,6 +96,7 @@ STEPS: list[tuple[int, str, Step]] = [
     (3, "conversations.approval: a chat's own sandbox.approval, set by an admin", _conversation_approval),
     (4, "github_deliveries.identity: a replayed GitHub delivery is a duplicate", _delivery_identity),
     (5, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
+    (6, "inbox.reply_state: every message and live card of a reply, for resuming it", _inbox_reply_state),
 ]
 
 

@@ -33,6 +33,7 @@ from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
 from bot.inbox import Inbox
+from bot.lanes import open_turn_reply
 from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
@@ -125,14 +126,12 @@ class TurnRunner:
         reply: ReplyStream | None = None
         try:
             async with self._turn_slots:
-                reply = turn.reply or channel.open_reply(turn.message, resume_ref=turn.reply_ref)
+                reply = turn.reply or open_turn_reply(self.channels, self.inbox, turn)
                 try:
                     await reply.start(PLACEHOLDER, live_actions(turn))
                 except ChannelError as exc:
                     log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
                 turn.shown.set()
-                if turn.entry_id and reply.ref and reply.ref != turn.reply_ref:
-                    self.inbox.set_reply_ref(turn.entry_id, reply.ref)
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
@@ -169,7 +168,7 @@ class TurnRunner:
             metrics.mark_outcome("error")
             await self._report(turn, "turn", exc)
             if turn.entry_id:
-                shown = reply.ref if reply is not None else turn.reply_ref  # replaced by a dead-letter note
+                shown = reply.ref if reply is not None else (turn.resume.first_ref if turn.resume else None)
                 await self._fail(
                     turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
                 )

@@ -20,6 +20,7 @@ from agent.events import TrustLevel
 from bot.identity import Identity
 from bot.threads import Conversation
 from channels.reply import ReplyStream
+from channels.resume import ReplyState
 from channels.types import Action, InboundMessage
 
 PLACEHOLDER = "…"
@@ -94,7 +95,8 @@ class Turn:
     text: str
     trace_id: str
     entry_id: str | None = None
-    reply_ref: str | None = None
+    #: What of its reply a run before a restart made visible (channels/resume.py).
+    resume: ReplyState | None = None
     reply_text: str | None = None
     hidden: bool = False
     system_prompt: str | None = None
@@ -167,7 +169,7 @@ class SubmitTurn(Protocol):
         *,
         text: str,
         entry_id: str | None = None,
-        reply_ref: str | None = None,
+        resume: ReplyState | None = None,
         reply_text: str | None = None,
         hidden: bool = False,
         system_prompt: str | None = None,

@@ -17,7 +17,9 @@ from channels.reply import (
     RateBudget,
     ReplyStream,
     ReplyTransport,
+    StateSink,
 )
+from channels.resume import ReplyState
 from channels.types import ChannelStatus, ChatCommand, InboundFile, InboundMessage, ReplyLimits
 from config.base import EVERYONE, TrustSection
 
@@ -137,9 +139,16 @@ class Channel(ABC):
         return Pacing(chat, {kind: self.shared_budgets(message, kind) for kind in CALL_KINDS})
 
     def open_reply(
-        self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
+        self,
+        message: InboundMessage,
+        *,
+        resume_ref: str | None = None,
+        resume: ReplyState | None = None,
+        on_change: StateSink | None = None,
+        private: bool = False,
     ) -> ReplyStream:
-        """A paced, editable reply to ``message``. ``resume_ref`` continues a message sent before a restart;
+        """A paced, editable reply to ``message``. ``resume_ref`` continues a message sent before a restart,
+        ``resume`` every message (and live card) of a reply stored by ``on_change`` before a restart;
         ``private`` asks for a reply only the sender sees, where :meth:`private_transport` offers one."""
         transport = self.private_transport(message) if private else None
         return ReplyStream(
@@ -147,6 +156,8 @@ class Channel(ABC):
             self.pacing(message),
             self.limits,
             resume_ref=resume_ref,
+            resume=resume,
+            on_change=on_change,
             provider=self.provider,
         )
 

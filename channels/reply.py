@@ -34,11 +34,14 @@ from typing import Literal, Protocol, TypeVar
 
 from channels import observe
 from channels.errors import ChannelError, EditFailed, MessageNotModified, NetworkError, RetryAfter
+from channels.resume import ReplyState, ShownPart, digest
 from channels.splitter import split_text
 from channels.types import Action, ReplyLimits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: Stores a reply's state durably (the manager: with its inbox entry); awaited before more is shown.
+StateSink = Callable[[ReplyState], Awaitable[None]]
 
 MAX_FINAL_ATTEMPTS = 3
 MAX_RETRY_WAIT = 60.0
@@ -88,6 +91,18 @@ class ReplyTransport(ABC):
     async def finished(self) -> None:  # noqa: B027 - optional hook
         """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
 
+    def resume_state(self) -> str:
+        """What this transport needs, beyond the messages' refs, to continue its reply after a restart
+        (a card id and its reserved sequence numbers, cards' flow status); "" for nothing.
+
+        Read after each call; when it changed, the reply stores it (channels/resume.py) before showing
+        more. Keep it small and let it change rarely: each change is one database write.
+        """
+        return ""
+
+    def restore(self, state: str) -> None:  # noqa: B027 - optional hook
+        """Take back a :meth:`resume_state` stored before a restart; called before any other call."""
+
 
 class NativeStream(ABC):
     """A platform's own "message being written" primitive for one live message of a reply.
@@ -112,6 +127,9 @@ class NativeStream(ABC):
     #: so the newest part streams and carries Stop. False: the live message shows the newest chunk.
     #: Only for natives that close in place and return the persisted message's reference.
     rolls_over: bool = False
+    #: True for a stream continuing the live message a restart left open (the transport restored it):
+    #: :meth:`begin` is not called; :meth:`show` and :meth:`close` go to that message.
+    resumed: bool = False
 
     @abstractmethod
     async def begin(self, placeholder: str) -> str | None:
@@ -143,6 +161,7 @@ class _ObservedNative(NativeStream):
         self.closes_in_place = inner.closes_in_place
         self.keepalive = inner.keepalive
         self.rolls_over = inner.rolls_over
+        self.resumed = inner.resumed
 
     async def begin(self, placeholder: str) -> str | None:
         return await _counted(self.provider, self.inner.begin(placeholder))
@@ -184,6 +203,12 @@ class ObservedTransport(ReplyTransport):
 
     async def finished(self) -> None:
         await self.inner.finished()
+
+    def resume_state(self) -> str:
+        return self.inner.resume_state()
+
+    def restore(self, state: str) -> None:
+        self.inner.restore(state)
 
 
 class RateBudget:
@@ -398,15 +423,28 @@ class ReplyStream:
         limits: ReplyLimits,
         *,
         resume_ref: str | None = None,
+        resume: ReplyState | None = None,
+        on_change: StateSink | None = None,
         provider: str = "unknown",
     ) -> None:
         self.transport: ReplyTransport = ObservedTransport(transport, provider)
         self.pacing = budget if isinstance(budget, Pacing) else Pacing(budget)
         self.limits = limits
+        if resume is None and resume_ref:
+            resume = ReplyState.first_only(resume_ref)
         # (ref, text, buttons) per visible message, in order; buttons None = not known (a resumed message)
         self._sent: list[tuple[str, str, tuple[Action, ...] | None]] = []
-        if resume_ref:
-            self._sent.append((resume_ref, "", None))
+        #: What the chat showed before a restart (its messages' fingerprints), by position.
+        self._resumed: tuple[ShownPart, ...] = resume.parts if resume else ()
+        self._sent.extend((part.ref, "", None) for part in self._resumed)
+        if resume is not None and resume.platform:
+            transport.restore(resume.platform)
+        #: Intermediate updates no longer than what the chat already shows are dropped: a resumed reply
+        #: does not rewind its messages to the new run's first words, it continues past them.
+        self._hold_below = resume.visible_length if resume else 0
+        self._on_change = on_change
+        self._recorded: ReplyState | None = resume
+        self._placeholder: str | None = None
         self._live: tuple[Action, ...] = ()  # buttons shown while streaming (Stop), gone with the final
         self._latest: str | None = None
         self._wake = asyncio.Event()
@@ -417,10 +455,11 @@ class ReplyStream:
         self._prepaid: tuple[RateBudget, ...] = ()  # budgets the pump already waited on for its next call
         self._kind: CallKind = "send"  # kind of the call made last (a RetryAfter holds its budgets)
         self.finished = False
-        # A resumed reply continues a message that already exists: only the edit path can do that. The
-        # native stream is chosen at start(), once the live actions are known.
+        # The native stream is chosen at start(), once the live actions are known. A resumed reply uses it
+        # only when the transport can continue the live message it left (a card still streaming);
+        # otherwise it continues its messages on the edit path.
         self._native: NativeStream | None = None
-        self._native_pending = not resume_ref
+        self._native_pending = True
         self._native_open = False
         self._native_ref: str | None = None
         self._native_shown = ""
@@ -432,6 +471,49 @@ class ReplyStream:
     def ref(self) -> str | None:
         """Reference of the first visible message (stored so a resumed run edits it, not a new one)."""
         return self._sent[0][0] if self._sent else self._native_ref
+
+    @property
+    def state(self) -> ReplyState:
+        """Every visible message of this reply and the transport's resume data (see channels/resume.py).
+
+        A message showing only the placeholder (or a queued notice) counts no characters of the answer.
+        """
+        if self._sent:
+            parts = tuple(
+                self._resumed[index]
+                if on is None and index < len(self._resumed)
+                else ShownPart.of(ref, "" if text == self._placeholder else text, on is None or bool(on))
+                for index, (ref, text, on) in enumerate(self._sent)
+            )
+        elif self._native_ref is not None:
+            shown = "" if self._native_shown == self._placeholder else self._native_shown
+            parts = (ShownPart.of(self._native_ref, shown, bool(self._live)),)
+        else:
+            parts = ()
+        return ReplyState(parts, self.transport.resume_state())
+
+    async def _record(self, *, structural: bool = True) -> None:
+        """Hand the state to ``on_change`` when it changed, before anything more is shown.
+
+        Called after every call that creates a message or card (``structural``) and after the others
+        only to see whether the transport's own resume data moved (a new reserved sequence block, a
+        card's flow status) — a string comparison, so streaming stays one write per new message.
+        """
+        if self._on_change is None:
+            return
+        recorded = self._recorded
+        if not structural and recorded is not None and recorded.platform == self.transport.resume_state():
+            return
+        state = self.state
+        if state == (recorded or ReplyState()):
+            return
+        self._recorded = state
+        try:
+            await self._on_change(state)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the reply goes on; only a crash before the next store would repeat
+            log.warning("storing the reply's state failed: %s", exc)
 
     # --- pacing ------------------------------------------------------------------------------------
     async def _acquire(self, kind: CallKind, *, priority: bool = False) -> None:
@@ -461,9 +543,15 @@ class ReplyStream:
         if not self.limits.supports_edit:
             return  # final-only platforms: nothing to show until finish()
         self._live = tuple(actions) if self.transport.supports_actions else ()
+        if self._placeholder is None:
+            self._placeholder = placeholder
         if self._native_pending:
             self._native_pending = False
             self._native = self.transport.native_stream(self._live)
+            if self._native is not None and self._native.resumed and len(self._sent) == 1:
+                # The live message a crash left open (a card still streaming): continue and close it.
+                # With more messages it was closed already (overflow follows the close): edit them.
+                self._native_open, self._native_ref, self._native_shown = True, self._sent[0][0], ""
         if self._native_open:
             if placeholder != self._native_shown:
                 self.update(placeholder)
@@ -482,6 +570,7 @@ class ReplyStream:
                 raise
             self._sent.append((ref, placeholder, self._live))
             self._last_visible = time.monotonic()
+            await self._record()
         elif self._sent[0][1] != placeholder or self._sent[-1][2] != self._live:
             self.update(placeholder)
         self._start_typing()
@@ -501,6 +590,7 @@ class ReplyStream:
             return False
         self._native_open, self._native_shown = True, placeholder
         self._last_visible = self._native_at = time.monotonic()
+        await self._record()
         return True
 
     def _start_typing(self) -> None:
@@ -550,7 +640,7 @@ class ReplyStream:
 
     # --- streaming -----------------------------------------------------------------------------------
     def update(self, text: str) -> None:
-        if self._closing or not self.limits.supports_edit:
+        if self._closing or not self.limits.supports_edit or len(text) <= self._hold_below:
             return
         self._latest = text
         self._wake.set()
@@ -627,6 +717,7 @@ class ReplyStream:
             return
         self._native_shown = chunk
         self._native_at = time.monotonic()
+        await self._record(structural=False)
 
     async def _roll_native(self, chunks: list[str]) -> None:
         """A live message that ``rolls_over`` and is full: close it with its whole chunk (its live
@@ -685,16 +776,32 @@ class ReplyStream:
             want = buttons if index == last else ()
             if index < len(self._sent):
                 ref, shown, on = self._sent[index]
-                if shown == chunk and on == want:
+                if (shown == chunk and on == want) or (on is None and self._still_shows(index, chunk, want)):
+                    self._sent[index] = (ref, chunk, want)
                     continue
                 edit = partial(self.transport.edit, ref, chunk, actions=want)
                 with contextlib.suppress(MessageNotModified):
                     await self._call("edit", edit, priority=priority)
                 self._sent[index] = (ref, chunk, want)
+                await self._record(structural=False)
             elif allow_new:
                 send = partial(self.transport.send, chunk, actions=want)
                 ref = await self._call("send", send, priority=priority)
                 self._sent.append((ref, chunk, want))
+                await self._record()
+
+    def _still_shows(self, index: int, chunk: str, want: tuple[Action, ...]) -> bool:
+        """A message from before a restart already shows ``chunk`` without buttons: no edit needed.
+
+        Trusted only for a message another one followed when the state was stored (the last one may
+        have been edited after that; on a platform that cannot edit, none was), and only where no
+        buttons are wanted or were shown.
+        """
+        settled = len(self._resumed) - (1 if self.limits.supports_edit else 0)
+        if index >= settled or want:
+            return False
+        part = self._resumed[index]
+        return not part.buttons and part.length == len(chunk) and part.digest == digest(chunk)
 
     # --- finish --------------------------------------------------------------------------------------
     async def finish(self, text: str, files: Sequence[Path] = (), actions: Sequence[Action] = ()) -> None:
@@ -738,6 +845,7 @@ class ReplyStream:
                 raise
         self.finished = True
         await self.transport.finished()
+        await self._record(structural=False)  # cards the transport closed (DingTalk's flowStatus)
 
     async def _close_native(self, chunks: list[str]) -> None:
         """End the native live message with its chunk of the final text — the first, or the one after
@@ -763,8 +871,15 @@ class ReplyStream:
                 log.info("closing the native live reply failed (attempt %d): %s", attempt, exc)
                 break
             if ref is not None:
-                self._sent.append((ref, first, ()))
+                # A resumed card is already among the sent messages (its overflow ones stay where they
+                # are); a card that rolled over adds its message after the ones closed before it.
+                known = [i for i, (sent_ref, _shown, _on) in enumerate(self._sent) if sent_ref == ref]
+                if known:
+                    self._sent[known[0]] = (ref, first, ())
+                else:
+                    self._sent.append((ref, first, ()))
             self._native, self._native_open = None, False
+            await self._record()
             return
         self._abandon_native()
 
@@ -803,13 +918,19 @@ class ReplyStream:
     async def _send_fresh(self, chunks: list[str]) -> None:
         """Last resort: post the reply as new messages, in the platform's plainest form (no buttons:
         every action can still be typed, and a button may be what the platform refused)."""
-        remaining = [c for i, c in enumerate(chunks) if i >= len(self._sent) or self._sent[i][1] != c]
+        remaining = [
+            c
+            for i, c in enumerate(chunks)
+            if i >= len(self._sent)
+            or (self._sent[i][1] != c and not (self._sent[i][2] is None and self._still_shows(i, c, ())))
+        ]
         for chunk in remaining:
             for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
                 try:
                     send = partial(self.transport.send, chunk, fallback=True)
                     ref = await self._call("send", send, priority=True)
                     self._sent.append((ref, chunk, ()))
+                    await self._record()
                     break
                 except RetryAfter as exc:
                     self._penalize(exc)

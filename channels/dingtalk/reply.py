@@ -267,6 +267,9 @@ class CardState:
     status: str = PROCESSING
     broken: bool = False
     buttons: tuple[Action, ...] | None = ()  # None: unknown (a card from before a restart)
+    #: False for a card restored from a reply's stored state whose text this process has not set: it
+    #: is finished by its flowStatus alone, so its text is never overwritten with an unknown one.
+    content_known: bool = True
 
 
 class CardBook:
@@ -322,6 +325,34 @@ class CardTransport(WebhookTransport):
 
     def _buttons(self, actions: tuple[Action, ...]) -> dict[str, str]:
         return {self.actions_key: buttons_param(actions)} if self.actions_key else {}
+
+    def resume_state(self) -> str:
+        """This reply's cards and their flowStatus: after a restart each is continued (and its stream
+        ended) from where it was, and none is left reading "processing"."""
+        cards = {}
+        for out_track_id in self._mine:
+            card = self.book.get(out_track_id)
+            if card is not None and card.status != UNKNOWN:
+                cards[out_track_id] = card.status
+        return json.dumps({"cards": cards}, separators=(",", ":")) if cards else ""
+
+    def restore(self, state: str) -> None:
+        try:
+            cards = json.loads(state)["cards"]
+            restored = {str(k): str(v) for k, v in cards.items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("ignoring a stored DingTalk card state that does not parse (%s)", exc)
+            return
+        for out_track_id, status in restored.items():
+            if status not in (PROCESSING, INPUTING, FINISHED, FAILED):
+                continue
+            if self.book.get(out_track_id) is None:
+                origin = dict(self.origin)
+                self.book.add(
+                    out_track_id, CardState("", origin, status=status, buttons=None, content_known=False)
+                )
+            if out_track_id not in self._mine:
+                self._mine.append(out_track_id)
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
@@ -383,7 +414,7 @@ class CardTransport(WebhookTransport):
             failure = as_edit_failure(exc)
             card.broken = isinstance(failure, EditFailed)
             raise failure from None
-        card.content = content
+        card.content, card.content_known = content, True
 
     async def finished(self) -> None:
         """Move this reply's cards to their end state; the text is already shown, so failures are only
@@ -404,6 +435,13 @@ class CardTransport(WebhookTransport):
                     clear = self._buttons(()) if card.buttons != () else {}
                     await self.api.update_card(out_track_id, {"flowStatus": FAILED, **clear})
                     card.status, card.buttons = FAILED, ()
+                    continue
+                if not card.content_known:
+                    # Restored, and already showing its text (the resumed reply did not need to edit
+                    # it): only its status changes; the text it shows is not known here.
+                    clear = self._buttons(()) if card.buttons != () else {}
+                    await self.api.update_card(out_track_id, {"flowStatus": FINISHED, **clear})
+                    card.status, card.buttons = FINISHED, ()
                     continue
                 if card.status == INPUTING:
                     await self.api.stream_card(out_track_id, self.content_key, card.content, finalize=True)

@@ -37,7 +37,7 @@ from channels.errors import BadRequest, ChannelError, FileTooLarge, RetryAfter
 from channels.feishu.api import LarkApi, is_image
 from channels.feishu.content import ButtonScope, Mention, card_content, parse_content, text_content
 from channels.feishu.names import UserNames
-from channels.feishu.stream import CardKitStream
+from channels.feishu.stream import CardKitStream, CardResume
 from channels.reply import NativeStream, ReplyTransport
 from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.feishu import FeishuConfig
@@ -113,6 +113,9 @@ class FeishuTransport(ReplyTransport):
         self.chat_id = str(message.context.get("chat_id") or message.chat)
         self.in_thread = bool(message.context.get("in_thread"))
         self.scope: ButtonScope = button_scope(message)
+        #: This reply's CardKit card, and the one a restart left (channels/resume.py).
+        self.stream: CardKitStream | None = None
+        self.stored: CardResume | None = None
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         if fallback:
@@ -123,7 +126,20 @@ class FeishuTransport(ReplyTransport):
         """The CardKit entity, with the live buttons in it (Feishu delivers presses while it streams)."""
         if not self.channel.config.native_streaming or self.channel.native_refused:
             return None
-        return CardKitStream(self, self.api, actions, self.scope)
+        if self.stored is not None:
+            self.stream = CardKitStream.resumed_from(self.stored, self, self.api, actions, self.scope)
+        else:
+            self.stream = CardKitStream(self, self.api, actions, self.scope)
+        return self.stream
+
+    def resume_state(self) -> str:
+        """The CardKit card (id, message, reserved sequence) the reply streams into, if any."""
+        card = self.stream.resume() if self.stream is not None else None
+        card = card or self.stored
+        return card.to_json() if card is not None else ""
+
+    def restore(self, state: str) -> None:
+        self.stored = CardResume.from_json(state)
 
     def refuse_native(self) -> None:
         """CardKit is not allowed for this app: later replies use the edit path without asking again."""

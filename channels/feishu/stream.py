@@ -21,13 +21,21 @@ continues on the edit path — patching the whole card of the message already se
 
 A reply longer than one card rolls over (``rolls_over``): the reply stream closes this card with its
 full chunk (the Stop button goes) and begins a new entity for the rest, which carries the Stop button.
+
+A restart mid-answer continues the same card (:meth:`CardKitStream.resumed_from`): its id and message id
+are stored with the reply (``ReplyTransport.resume_state``), and so is a *reserved* sequence number —
+every call uses a sequence at or below the stored reservation, and the reservation moves
+:data:`SEQUENCE_BLOCK` ahead well before it is reached, so the store is one write per block of calls,
+not one per chunk, and the resumed stream starts above anything the dead process could have used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -55,6 +63,32 @@ log = logging.getLogger(__name__)
 #: How long a card call keeps trying while the card is busy with a press. Feishu wants a callback
 #: answered within 3 s, and the interaction ends with the answer; past this the reply stream decides.
 BUSY_PATIENCE = 4.0
+#: Sequence numbers reserved ahead per stored reservation (see the module docstring).
+SEQUENCE_BLOCK = 100
+#: The reservation moves once fewer than this many are left: more than one call to the stream uses.
+SEQUENCE_MARGIN = 20
+
+
+@dataclass(frozen=True, slots=True)
+class CardResume:
+    """What continues a CardKit card after a restart: stored with the reply as JSON."""
+
+    card_id: str
+    message_id: str
+    sequence: int  # at or above every sequence used on the card
+
+    def to_json(self) -> str:
+        return json.dumps({"card_id": self.card_id, "message_id": self.message_id, "sequence": self.sequence})
+
+    @classmethod
+    def from_json(cls, raw: str) -> CardResume | None:
+        """The stored card, or None for a state that names none (logged when it is malformed)."""
+        try:
+            value = json.loads(raw)
+            return cls(str(value["card_id"]), str(value["message_id"]), int(value["sequence"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("ignoring a stored feishu card state that does not parse (%s)", exc)
+            return None
 
 
 class CardKitStream(NativeStream):
@@ -78,10 +112,38 @@ class CardKitStream(NativeStream):
         self.card_id: str | None = None
         self.message_id: str | None = None
         self.sequence = 0  # the last one used on this card; Feishu wants each call's strictly larger
+        self.reserved = 0  # no call uses a sequence above this (stored before it is needed)
         self.shown = ""
+
+    @classmethod
+    def resumed_from(
+        cls,
+        stored: CardResume,
+        transport: FeishuTransport,
+        api: LarkApi,
+        actions: Sequence[Action] = (),
+        scope: ButtonScope | None = None,
+    ) -> CardKitStream:
+        """The stream continuing ``stored``'s card after a restart (above its reserved sequence)."""
+        stream = cls(transport, api, actions, scope)
+        stream.resumed = True
+        stream.card_id, stream.message_id = stored.card_id, stored.message_id
+        stream.sequence = stream.reserved = stored.sequence
+        stream._next_block()
+        return stream
+
+    def resume(self) -> CardResume | None:
+        if self.card_id is None or self.message_id is None:
+            return None
+        return CardResume(self.card_id, self.message_id, self.reserved)
+
+    def _next_block(self) -> None:
+        self.reserved = self.sequence + SEQUENCE_BLOCK
 
     def _next(self) -> int:
         self.sequence += 1
+        if self.sequence > self.reserved - SEQUENCE_MARGIN:
+            self._next_block()
         return self.sequence
 
     async def _op(self, call: Callable[[int], Awaitable[None]]) -> None:
@@ -107,6 +169,7 @@ class CardKitStream(NativeStream):
             self.transport.refuse_native()
             raise
         self.message_id = await self.transport.post_card_entity(card_entity_content(self.card_id))
+        self._next_block()
         self.shown = placeholder
         return self.message_id
 

@@ -44,7 +44,8 @@ from telegram.request import HTTPXRequest
 
 from channels.base import Channel, InboundSink
 from channels.errors import ChannelError, FileTooLarge
-from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream
+from channels.reply import BudgetRegistry, CallKind, RateBudget, ReplyStream, StateSink
+from channels.resume import ReplyState
 from channels.telegram.polling import (
     CONFLICT_RETRY_SECONDS,
     LEASED_CONFLICT_RETRY_SECONDS,
@@ -509,7 +510,13 @@ class TelegramChannel(Channel):
         return shared
 
     def open_reply(
-        self, message: InboundMessage, *, resume_ref: str | None = None, private: bool = False
+        self,
+        message: InboundMessage,
+        *,
+        resume_ref: str | None = None,
+        resume: ReplyState | None = None,
+        on_change: StateSink | None = None,
+        private: bool = False,
     ) -> ReplyStream:
         """Same as the base, but the transport paces its extra file uploads by the reply's budgets.
 
@@ -518,7 +525,15 @@ class TelegramChannel(Channel):
         pacing = self.pacing(message)
         transport = self.reply_transport(message)
         transport.budget = pacing.of_kind("files")
-        return ReplyStream(transport, pacing, self.limits, resume_ref=resume_ref, provider=self.provider)
+        return ReplyStream(
+            transport,
+            pacing,
+            self.limits,
+            resume_ref=resume_ref,
+            resume=resume,
+            on_change=on_change,
+            provider=self.provider,
+        )
 
     def handle(self) -> str | None:
         """@username as getMe reported it once connected (config ``bot_username`` until then)."""

@@ -14,6 +14,7 @@ import pytest
 from bot.db import Database
 from bot.inbox import Inbox, metadata
 from channels.memory import MemoryChannel
+from channels.resume import ReplyState
 from config.writer import GroupCommitWriter
 from tests.conftest import fresh_pg_database
 
@@ -44,7 +45,9 @@ async def test_a_reply_reference_is_committed_before_set_reply_ref_returns(sqlit
     """The platform has created the placeholder; a kill -9 from here on must not lose its id."""
     inbox, path = sqlite_inbox
     entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="r1"))
-    inbox.set_reply_ref(entry.id, "placeholder-7")  # not awaited, and nothing awaited after it
+    inbox.set_reply_ref(
+        entry.id, ReplyState.first_only("placeholder-7")
+    )  # not awaited, and nothing awaited after it
     assert stored_ref(path, entry.id) == "placeholder-7"
 
 
@@ -59,7 +62,7 @@ async def test_a_queued_notice_reference_is_durable_when_save_reply_ref_returns(
         await inbox.start()
         try:
             entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="n1"))
-            await inbox.save_reply_ref(entry.id, "notice-3")
+            await inbox.save_reply_ref(entry.id, ReplyState.first_only("notice-3"))
             other = Database(url)  # a second engine: sees only what is committed
             try:
                 stored = await Inbox(other).get(entry.id)
@@ -96,7 +99,7 @@ async def test_a_batch_that_finds_the_database_locked_waits_for_it_without_block
     other.execute("BEGIN IMMEDIATE")  # another writer (say, `switchboard inbox retry`) holds the lock
     try:
         accepting = asyncio.create_task(inbox.accept(chat.make_message("while locked", message_id="l1")))
-        inbox.set_reply_ref(first.id, "ref-while-locked")
+        inbox.set_reply_ref(first.id, ReplyState.first_only("ref-while-locked"))
         # The loop keeps running meanwhile (a wait on the loop would hold it until the lock timeout,
         # and this writer could never have committed: a deadlock ending in "database is locked").
         await asyncio.sleep(0.2)

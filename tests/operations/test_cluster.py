@@ -27,6 +27,7 @@ from agent.goals import EVALUATOR_MARKER
 from bot.cluster import InstanceIdInUse
 from bot.db import Database
 from channels.memory import MemoryChannel
+from channels.resume import ReplyState
 from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import Reply, echo_reply, last_user_text
@@ -126,7 +127,7 @@ async def crashed_mid_turn(
     inbox = Inbox(db)
     await inbox.start()
     entry = await inbox.accept(message)
-    await inbox.save_reply_ref(entry.id, placeholder)
+    await inbox.save_reply_ref(entry.id, ReplyState.first_only(placeholder))
     await inbox.close()
     async with db.engine.begin() as conn:
         await conn.execute(
