@@ -186,8 +186,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "stale-update-sent",
         "channels/reply.py",
-        "                if shown == chunk and on == want:\n                    continue",
-        "                if shown == chunk and on == want and False:\n                    continue",
+        "                if (shown == chunk and on == want) or (on is None and self._still_shows(index, chunk, want)):",
+        "                if False:",
         (f"{F}/test_reply_budget.py", f"{F}/test_streaming.py"),
         "unchanged chunks are edited again (wasting the chat's rate budget)",
     ),

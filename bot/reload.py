@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -146,10 +147,10 @@ async def reload_from(service: Service, path: str | None, adjust: Any = None) ->
     else:
         if adjust is not None:
             adjust(new)  # what the command line overrides (serve --host/--port) stays overridden
-        from bot.cli import secret_values
         from bot.logs import mask_also
+        from config.secrets import known_secrets
 
-        mask_also(secret_values(new))  # a new token or key is masked before anything can log it
+        mask_also(known_secrets(new, os.environ))  # a new token or key is masked before anything logs it
         report = await apply(service, new)
     log_report(report)
     return report
