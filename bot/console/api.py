@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response, status
@@ -25,6 +26,7 @@ from bot.console import page
 from bot.inbox import DEAD, FAILED, PENDING, InboxEntry
 from bot.manager import StopResult
 from bot.service import Service
+from channels.types import Sender
 from connections.auth import AuthError, Caller, ForeignHost, caller_from_header, check_host
 
 audit = logging.getLogger("switchboard.audit")
@@ -67,6 +69,22 @@ class DeadLetterOut(BaseModel):
     attempts: int
     error: str | None
     age_seconds: float
+
+
+class ApprovalOut(BaseModel):
+    id: str = Field(description="the approval id; POST .../approve or .../deny with it")
+    channel: str
+    chat: str
+    sender: str = Field(description="who asked for the turn that wants to run the command")
+    command: str = Field(description="the command as shown in the chat (secrets masked)")
+    reason: str
+    age_seconds: float
+
+
+class DecisionIn(BaseModel):
+    session: bool = Field(
+        False, description="approve only: also allow the command's patterns for the rest of the conversation"
+    )
 
 
 class ActionOut(BaseModel):
@@ -300,6 +318,72 @@ def build_router(service: Service) -> APIRouter:
         if authorization is not None or svc.settings.auth.mode == "none":
             get_admin(svc, request, authorization)
         return page.page(svc.settings.auth.mode)
+
+    @router.get(
+        "/api/admin/approvals",
+        response_model=list[ApprovalOut],
+        tags=["admin"],
+        summary="Commands waiting for a person's approval in this process, oldest first",
+        responses=AUTH_ERRORS,
+    )
+    async def list_approvals(svc: ServiceDep, _admin: Admin) -> list[ApprovalOut]:
+        desk = svc.manager.approvals if svc.manager is not None else None
+        if desk is None:
+            return []
+        now = time.time()
+        return [
+            ApprovalOut(
+                id=a.id,
+                channel=a.message.provider,
+                chat=a.message.chat,
+                sender=a.message.sender.name or a.message.sender.id,
+                command=a.command,
+                reason=a.reason,
+                age_seconds=round(now - a.created_at, 1),
+            )
+            for a in await desk.pending()
+        ]
+
+    @router.post(
+        "/api/admin/approvals/{approval_id}/{decision}",
+        response_model=ActionOut,
+        tags=["admin"],
+        summary="Approve or deny a waiting command, as one of the channel's admins would",
+        responses={
+            **AUTH_ERRORS,
+            404: {"model": ErrorOut, "description": "no such approval waiting in this process"},
+            409: {"model": ErrorOut, "description": "already decided, expired, or cannot be allowed so"},
+        },
+    )
+    async def decide_approval(
+        approval_id: str,
+        decision: Literal["approve", "deny"],
+        svc: ServiceDep,
+        admin: Admin,
+        body: DecisionIn | None = None,
+    ) -> ActionOut:
+        desk = svc.manager.approvals if svc.manager is not None else None
+        waiting = {a.id: a for a in await desk.pending()} if desk is not None else {}
+        asked = waiting.get(approval_id.strip().upper())
+        if desk is None or asked is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, detail=f"no approval {approval_id!r} is waiting in this process"
+            )
+        # The decision is made in the request's own conversation, by the operator as an admin: the chat
+        # is told who decided ("ops (console)"), and the audit line names them.
+        operator = replace(
+            asked.message, sender=Sender(id=f"console:{admin.user}", name=f"{admin.user} (console)")
+        )
+        verdict = await desk.decide(
+            asked.id,
+            operator,
+            approve=decision == "approve",
+            admin=True,
+            session=body is not None and body.session,
+        )
+        if not verdict.ok:
+            raise HTTPException(status.HTTP_409_CONFLICT, detail=verdict.text)
+        return ActionOut(id=asked.id, result=verdict.text)
 
     page.add_asset_routes(router)
     return router

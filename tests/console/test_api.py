@@ -6,6 +6,7 @@ Admins list channels, running turns and dead letters and act on them; everybody 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -15,9 +16,16 @@ from bot.inbox import DEAD, DONE
 from bot.manager import STOPPED_NOTE
 from tests.conftest import make_settings
 from tests.connections.conftest import JWT_SECRET, App, auth, jwt_overrides, running_app, token_for
-from tests.fakes.openai_server import Reply
+from tests.fakes.openai_server import Reply, ToolCall
 
-ADMIN_ROUTES = ["/api/admin/channels", "/api/admin/turns", "/api/admin/dead-letters"]
+ADMIN_ROUTES = ["/api/admin/channels", "/api/admin/turns", "/api/admin/approvals", "/api/admin/dead-letters"]
+#: A command the approval policy calls risky, after one that makes something for it to remove.
+RISKY = "rm -rf /mnt/user-data/workspace/build"
+RISKY_TURN = (
+    Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+    Reply(tool_calls=[ToolCall("bash", {"command": RISKY})]),
+    Reply(text="done with the build directory"),
+)
 WAIT_SECONDS = 10.0
 
 
@@ -49,7 +57,11 @@ async def test_only_admins_reach_the_console_and_its_api(tmp_path, llm):
             assert refused.status_code == 403, path
             assert "--admin" in refused.json()["detail"]
             assert (await app.client.get(path, headers=auth(admin_token()))).status_code == 200
-        for action in ("/api/admin/turns/x/stop", "/api/admin/dead-letters/x/retry"):
+        for action in (
+            "/api/admin/turns/x/stop",
+            "/api/admin/dead-letters/x/retry",
+            "/api/admin/approvals/X/approve",
+        ):
             assert (await app.client.post(action, headers=auth(token_for("alice")))).status_code == 403
         # A claim of "admin": "yes" is not the JSON true a --admin token carries.
         sloppy = jwt.encode({"sub": "eve", "exp": 2**31 - 1, "admin": "yes"}, JWT_SECRET, algorithm="HS256")
@@ -132,3 +144,32 @@ def test_token_create_admin_mints_an_operator_token(tmp_path, capsys):
     assert claims["sub"] == "ops" and claims["admin"] is True
     assert switchboard(["token", "create", "--config", str(config), "--user", "alice"]) == 0
     assert "admin" not in jwt.decode(capsys.readouterr().out.strip(), JWT_SECRET, algorithms=["HS256"])
+
+
+async def test_an_admin_approves_a_waiting_command_and_the_chat_says_who(tmp_path, llm):
+    llm.script(*RISKY_TURN)
+    settings = make_settings(tmp_path, llm, sandbox={"mode": "host"}, **jwt_overrides())
+    async with running_app(settings) as app:
+        token = admin_token("ops")
+        await app.telegram.say("clean up the build", sender_name="Ada")
+        await app.telegram.wait_for_text("Approval needed", timeout=30)
+        [waiting] = await until(app, "/api/admin/approvals", token, lambda b: len(b) == 1)
+        assert waiting["command"] == RISKY and waiting["sender"] == "Ada"
+        [workspace] = Path(settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+        assert (workspace / "build" / "out").exists()
+
+        refused = await app.client.post(
+            f"/api/admin/approvals/{waiting['id']}/approve", headers=auth(token_for("alice"))
+        )
+        assert refused.status_code == 403
+        decided = await app.client.post(f"/api/admin/approvals/{waiting['id']}/approve", headers=auth(token))
+        assert decided.status_code == 200, decided.text
+        await app.telegram.wait_for_text("done with the build directory", timeout=30)
+        await app.telegram.wait_for_text("Approved by ops (console)")
+        await app.idle(timeout=20)
+        assert not (workspace / "build").exists()
+        assert await get(app, "/api/admin/approvals", token) == []
+        again = await app.client.post(f"/api/admin/approvals/{waiting['id']}/deny", headers=auth(token))
+        assert again.status_code == 404
+        wrong = await app.client.post(f"/api/admin/approvals/{waiting['id']}/maybe", headers=auth(token))
+        assert wrong.status_code == 422

@@ -1,4 +1,5 @@
-// The operator console: channels, turns (stop one), failed messages (retry one), over /api/admin.
+// The operator console: channels, turns (stop one), approvals (decide), failed messages (retry one),
+// over /api/admin.
 // Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
 (() => {
   "use strict";
@@ -113,13 +114,27 @@
       }))));
   }
 
+  function renderApprovals(approvals) {
+    fill("approvals", "no-approvals", approvals.map((a) => {
+      const decide = (verb, label, kind) => action(label, kind, async () => {
+        return (await api("POST", "/api/admin/approvals/" + encodeURIComponent(a.id) + "/" + verb)).result;
+      });
+      const buttons = el("div", { className: "buttons" },
+        decide("approve", "Approve", ""), decide("deny", "Deny", "danger"));
+      return row({ approval: a.id }, a.id + " · " + a.sender + " · " + a.channel,
+        a.command + " — " + a.reason + " (" + age(a.age_seconds) + " ago)", null, buttons);
+    }));
+  }
+
   async function refresh() {
     try {
-      const [channels, turns, dead] = await Promise.all([
-        api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"), api("GET", "/api/admin/dead-letters"),
+      const [channels, turns, approvals, dead] = await Promise.all([
+        api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"),
+        api("GET", "/api/admin/approvals"), api("GET", "/api/admin/dead-letters"),
       ]);
       renderChannels(channels);
       renderTurns(turns);
+      renderApprovals(approvals);
       renderDead(dead);
       showApp();
     } catch (err) {
