@@ -6,6 +6,8 @@ desktop's size with the controls on screen; a non-admin token is refused on the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bot.app import create_app
@@ -124,3 +126,38 @@ async def test_a_non_admin_token_is_refused_by_the_console(tmp_path, llm):
             assert response.status == 403
         finally:
             await browser.close()
+
+
+async def test_an_operator_denies_a_waiting_command_from_the_console(tmp_path, llm):
+    from playwright.async_api import async_playwright, expect
+
+    from tests.console.test_api import RISKY, RISKY_TURN
+
+    llm.script(*RISKY_TURN)
+    settings = make_settings(tmp_path, llm, sandbox={"mode": "host"})
+    telegram = MemoryChannel("telegram")
+    app = create_app(settings, channels={"telegram": telegram})
+
+    async with serving(app) as base_url, async_playwright() as pw:
+        await telegram.say("clean up the build", sender_name="Ada")
+        await telegram.wait_for_text("Approval needed", timeout=30)
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport=PHONE)
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/admin")
+            waiting = page.locator("#approvals li")
+            await expect(waiting).to_have_count(1)
+            await expect(waiting).to_contain_text(RISKY)
+            deny = waiting.get_by_role("button", name="Deny")
+            box = await _box(page, "#approvals li button.danger")
+            assert _on_screen(box), box
+            await deny.click()
+            await expect(page.locator("#status")).to_contain_text("Denied")
+            await telegram.wait_for_text("Denied by default (console)")
+            await telegram.wait_for_text("done with the build directory", timeout=30)
+            await expect(page.locator("#no-approvals")).to_be_visible()
+        finally:
+            await browser.close()
+        [workspace] = Path(settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+        assert (workspace / "build" / "out").exists()  # denied: nothing was removed
