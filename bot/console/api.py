@@ -81,6 +81,16 @@ class ApprovalOut(BaseModel):
     age_seconds: float
 
 
+class ScheduleOut(BaseModel):
+    id: str = Field(description="the schedule id; POST .../cancel with it")
+    owner: str
+    channel: str
+    chat: str
+    when: str = Field(description="as it was asked for, e.g. 'every weekday 09:00'")
+    what: str = Field(description="the task it sends, cut to 200 characters")
+    next_at: float = Field(description="next run, seconds since the epoch")
+
+
 class DecisionIn(BaseModel):
     session: bool = Field(
         False, description="approve only: also allow the command's patterns for the rest of the conversation"
@@ -384,6 +394,43 @@ def build_router(service: Service) -> APIRouter:
         if not verdict.ok:
             raise HTTPException(status.HTTP_409_CONFLICT, detail=verdict.text)
         return ActionOut(id=asked.id, result=verdict.text)
+
+    @router.get(
+        "/api/admin/schedules",
+        response_model=list[ScheduleOut],
+        tags=["admin"],
+        summary="Every schedule that will still run, soonest first",
+        responses=AUTH_ERRORS,
+    )
+    async def list_schedules(svc: ServiceDep, _admin: Admin) -> list[ScheduleOut]:
+        return [
+            ScheduleOut(
+                id=s.id,
+                owner=s.owner,
+                channel=s.message.provider,
+                chat=s.message.chat,
+                when=s.when,
+                what=_preview(s.what),
+                next_at=s.next_at,
+            )
+            for s in await svc.schedules.book.store.active(LIST_LIMIT)
+            if s.next_at is not None
+        ]
+
+    @router.post(
+        "/api/admin/schedules/{schedule_id}/cancel",
+        response_model=ActionOut,
+        tags=["admin"],
+        summary="Cancel a schedule (like /schedule cancel ID in its chat)",
+        responses={**AUTH_ERRORS, 404: {"model": ErrorOut, "description": "no such active schedule"}},
+    )
+    async def cancel_schedule(schedule_id: str, svc: ServiceDep, admin: Admin) -> ActionOut:
+        book = svc.schedules.book
+        found = await book.store.find(schedule_id)
+        if found is None or not await book.store.cancel(found.conversation, found.id, book.clock()):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no active schedule {schedule_id!r}")
+        _audit(admin, "cancel schedule", found.id)
+        return ActionOut(id=found.id, result="cancelled")
 
     page.add_asset_routes(router)
     return router

@@ -18,7 +18,13 @@ from tests.conftest import make_settings
 from tests.connections.conftest import JWT_SECRET, App, auth, jwt_overrides, running_app, token_for
 from tests.fakes.openai_server import Reply, ToolCall
 
-ADMIN_ROUTES = ["/api/admin/channels", "/api/admin/turns", "/api/admin/approvals", "/api/admin/dead-letters"]
+ADMIN_ROUTES = [
+    "/api/admin/channels",
+    "/api/admin/turns",
+    "/api/admin/approvals",
+    "/api/admin/schedules",
+    "/api/admin/dead-letters",
+]
 #: A command the approval policy calls risky, after one that makes something for it to remove.
 RISKY = "rm -rf /mnt/user-data/workspace/build"
 RISKY_TURN = (
@@ -61,6 +67,7 @@ async def test_only_admins_reach_the_console_and_its_api(tmp_path, llm):
             "/api/admin/turns/x/stop",
             "/api/admin/dead-letters/x/retry",
             "/api/admin/approvals/X/approve",
+            "/api/admin/schedules/x/cancel",
         ):
             assert (await app.client.post(action, headers=auth(token_for("alice")))).status_code == 403
         # A claim of "admin": "yes" is not the JSON true a --admin token carries.
@@ -173,3 +180,22 @@ async def test_an_admin_approves_a_waiting_command_and_the_chat_says_who(tmp_pat
         assert again.status_code == 404
         wrong = await app.client.post(f"/api/admin/approvals/{waiting['id']}/maybe", headers=auth(token))
         assert wrong.status_code == 422
+
+
+async def test_an_admin_cancels_somebodys_schedule_and_it_no_longer_shows(tmp_path, llm):
+    async with running_app(make_settings(tmp_path, llm, **jwt_overrides())) as app:
+        token = admin_token()
+        made = await app.say("/schedule every day 09:00 water the plants")
+        assert "Scheduled" in made, made
+        [schedule] = await get(app, "/api/admin/schedules", token)
+        assert schedule["what"] == "water the plants" and schedule["channel"] == "telegram"
+
+        cancelled = await app.client.post(
+            f"/api/admin/schedules/{schedule['id']}/cancel", headers=auth(token)
+        )
+        assert cancelled.status_code == 200, cancelled.text
+        assert await get(app, "/api/admin/schedules", token) == []
+        listed = await app.say("/schedule list")
+        assert "water the plants" not in listed, listed
+        again = await app.client.post(f"/api/admin/schedules/{schedule['id']}/cancel", headers=auth(token))
+        assert again.status_code == 404

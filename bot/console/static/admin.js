@@ -1,4 +1,5 @@
-// The operator console: channels, turns (stop one), approvals (decide), failed messages (retry one),
+// The operator console: channels, turns (stop one), approvals (decide), schedules (cancel),
+// failed messages (retry one),
 // over /api/admin.
 // Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
 (() => {
@@ -126,15 +127,26 @@
     }));
   }
 
+  function renderSchedules(schedules) {
+    fill("schedules", "no-schedules", schedules.map((s) => row(
+      { schedule: s.id }, s.id + " · " + s.when + " · " + s.owner,
+      s.what + " — next " + new Date(s.next_at * 1000).toLocaleString() + " (" + s.channel + ")", null,
+      action("Cancel", "danger", async () => {
+        await api("POST", "/api/admin/schedules/" + encodeURIComponent(s.id) + "/cancel");
+        return "Cancelled schedule " + s.id + ".";
+      }))));
+  }
+
   async function refresh() {
     try {
-      const [channels, turns, approvals, dead] = await Promise.all([
-        api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"),
-        api("GET", "/api/admin/approvals"), api("GET", "/api/admin/dead-letters"),
+      const [channels, turns, approvals, schedules, dead] = await Promise.all([
+        api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"), api("GET", "/api/admin/approvals"),
+        api("GET", "/api/admin/schedules"), api("GET", "/api/admin/dead-letters"),
       ]);
       renderChannels(channels);
       renderTurns(turns);
       renderApprovals(approvals);
+      renderSchedules(schedules);
       renderDead(dead);
       showApp();
     } catch (err) {
