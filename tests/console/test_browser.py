@@ -1,7 +1,8 @@
 """The operator console in a real headless Chromium against the real app served by uvicorn.
 
-An operator sees a running turn and stops it, retries a dead-lettered message, at a phone's and a
-desktop's size with the controls on screen; a non-admin token is refused on the page.
+An operator sees a running turn and stops it, cancels a schedule, retries a dead-lettered message and
+denies a waiting command, at a phone's and a desktop's size with the controls on screen; a non-admin
+token is refused on the page.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
         inbox = app.state.service.inbox
         dead = await inbox.accept(telegram.make_message("are you there?", chat="chat-2", message_id="d1"))
         assert await inbox.mark_failed(dead.id, "the model was down") == DEAD
+        await telegram.say("/schedule every day 09:00 water the plants", chat="chat-3")
+        await telegram.wait_for_text("Scheduled", chat="chat-3")
         await telegram.say("write me a long story", sender_name="Ada")
 
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -78,12 +81,15 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
             await expect(running).to_contain_text("Ada")
             letter = page.locator(f'#dead li[data-entry="{dead.id}"]')
             await expect(letter).to_contain_text("the model was down")
+            planned = page.locator("#schedules li")
+            await expect(planned).to_contain_text("water the plants")
 
             shot = tmp_path / f"admin-{viewport['width']}x{viewport['height']}.png"
             await page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 1000
             for control in (
                 '#turns li[data-state="running"] button',
+                "#schedules li button",
                 f'#dead li[data-entry="{dead.id}"] button',
             ):
                 box = await _box(page, control)
@@ -94,6 +100,9 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
             await telegram.wait_for_text(STOPPED_NOTE)
             await expect(page.locator("#no-turns")).to_be_visible()
             await expect(page.locator("#status")).to_contain_text("Stopping Ada")
+
+            await planned.get_by_role("button", name="Cancel").click()
+            await expect(page.locator("#no-schedules")).to_be_visible()
 
             await letter.get_by_role("button", name="Retry").click()
             await telegram.wait_for_text("echo: are you there?", chat="chat-2")
