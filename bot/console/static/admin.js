@@ -73,8 +73,11 @@
     $(emptyId).hidden = items.length > 0;
   }
 
-  function action(label, kind, run) {
+  // ``what`` names the row in the button's accessible name: a screen reader hears "Stop Ada's turn",
+  // not five buttons all called "Stop".
+  function action(label, kind, run, what) {
     const button = el("button", { type: "button", className: kind, textContent: label });
+    if (what) button.setAttribute("aria-label", label + " " + what);
     button.addEventListener("click", async () => {
       button.disabled = true;
       try {
@@ -101,7 +104,7 @@
       t.state === "running" ? action("Stop", "danger", async () => {
         await api("POST", "/api/admin/turns/" + encodeURIComponent(t.id) + "/stop");
         return "Stopping " + t.sender + "'s turn.";
-      }) : null)));
+      }, t.sender + "'s turn") : null)));
   }
 
   function renderDead(entries) {
@@ -112,14 +115,14 @@
       action("Retry", "", async () => {
         await api("POST", "/api/admin/dead-letters/" + encodeURIComponent(e.id) + "/retry");
         return "Queued " + e.sender + "'s message for another run.";
-      }))));
+      }, e.sender + "'s message"))));
   }
 
   function renderApprovals(approvals) {
     fill("approvals", "no-approvals", approvals.map((a) => {
       const decide = (verb, label, kind) => action(label, kind, async () => {
         return (await api("POST", "/api/admin/approvals/" + encodeURIComponent(a.id) + "/" + verb)).result;
-      });
+      }, a.id);
       const buttons = el("div", { className: "buttons" },
         decide("approve", "Approve", ""), decide("deny", "Deny", "danger"));
       return row({ approval: a.id }, a.id + " · " + a.sender + " · " + a.channel,
@@ -134,7 +137,7 @@
       action("Cancel", "danger", async () => {
         await api("POST", "/api/admin/schedules/" + encodeURIComponent(s.id) + "/cancel");
         return "Cancelled schedule " + s.id + ".";
-      }))));
+      }, "schedule " + s.id))));
   }
 
   async function refresh() {
