@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot import metrics, opsmetrics, tracing
+from bot import console, metrics, opsmetrics, tracing
 from bot.gc_tuning import start_keeper, stop_keeper, tune_gc, untune_gc
 from bot.logs import trace_id_var
 from bot.service import VERSION, Service
@@ -215,6 +215,7 @@ def create_app(
     for feature in sorted(service.features, key=lambda f: f is not service.github):
         for router in feature.routers():
             app.include_router_directly(router)
+    app.include_router(console.build_router(service))  # /admin and /api/admin (bot/console)
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
     @app.get("/health", tags=["service"], summary="Service, database and channel health")

@@ -134,6 +134,17 @@ class Verdict:
     edited: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A request waiting for a decision: where it was asked, and the command as shown (secrets masked)."""
+
+    id: str
+    message: InboundMessage
+    command: str
+    reason: str
+    created_at: float
+
+
 class ApprovalDesk:
     """Every approval request of this process: stored, waited on, decided once."""
 
@@ -189,6 +200,32 @@ class ApprovalDesk:
                 await self.notify(message, outcome)
         except Exception as exc:  # the platform may be down; the record is already settled
             log.warning("could not tell a chat what became of approval %s: %s", row["id"], exc)
+
+    async def pending(self) -> list[PendingApproval]:
+        """Requests of this process still waiting for a decision, oldest first (the operator console).
+
+        Only this process's: a request another instance or an earlier process made cannot be decided
+        here (its turn waits elsewhere, or is gone)."""
+        waiting = list(self._waiting)
+        if not waiting:
+            return []
+        query = (
+            select(approvals_table)
+            .where(approvals_table.c.status == PENDING, approvals_table.c.id.in_(waiting))
+            .order_by(approvals_table.c.created_at)
+        )
+        async with self.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [
+            PendingApproval(
+                id=row["id"],
+                message=InboundMessage.from_json(json.loads(row["message"])),
+                command=row["command"],
+                reason=row["reason"],
+                created_at=row["created_at"],
+            )
+            for row in rows
+        ]
 
     def allowed(self, thread_id: str, patterns: Sequence[str]) -> bool:
         """Every one of ``patterns`` was allowed for this conversation by an ``/approve … session``."""

@@ -137,6 +137,7 @@ def _routes() -> str:
     from fastapi.routing import APIRoute
     from starlette.routing import BaseRoute, Mount, Route
 
+    from bot import console
     from bot.app import create_app
     from bot.service import Service
 
@@ -150,6 +151,7 @@ def _routes() -> str:
     for feature in service.features:
         for router in feature.routers():
             routes.extend(router.routes)
+    routes.extend(console.build_router(service).routes)  # included by create_app itself
     rows: dict[str, str] = {}
     for route in routes:
         if isinstance(route, APIRoute | Route):

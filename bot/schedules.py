@@ -180,6 +180,25 @@ class ScheduleStore:
         async with self.db.engine.connect() as conn:
             return [self._from_row(row) for row in await conn.execute(query)]
 
+    async def active(self, limit: int = 200) -> list[Schedule]:
+        """Every schedule that will still run, soonest first (the operator console lists them)."""
+        t = schedules_table.c
+        query = (
+            select(schedules_table)
+            .where(t.cancelled_at.is_(None), t.next_at.is_not(None))
+            .order_by(t.next_at)
+            .limit(limit)
+        )
+        async with self.db.engine.connect() as conn:
+            return [self._from_row(row) for row in await conn.execute(query)]
+
+    async def find(self, schedule_id: str) -> Schedule | None:
+        """One schedule by id, active or not."""
+        query = select(schedules_table).where(schedules_table.c.id == schedule_id.strip().lower())
+        async with self.db.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return self._from_row(row) if row is not None else None
+
     async def cancel(self, label: str, schedule_id: str, now: float) -> bool:
         """Cancel a schedule of this conversation; False when there is none with that id."""
         t = schedules_table.c

@@ -12,6 +12,7 @@ from their browser; the browser still sends the page's name as ``Host``, which g
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import jwt
 
@@ -46,16 +47,36 @@ def check_host(header: str | None, public_url: str) -> None:
     )
 
 
-def mint_token(secret: str, user: str, ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS) -> str:
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, and whether they may use the operator console (``/admin``)."""
+
+    user: str
+    admin: bool
+
+
+def mint_token(
+    secret: str, user: str, ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS, *, admin: bool = False
+) -> str:
+    """An HS256 JWT for ``user``; ``admin`` adds the ``"admin": true`` claim the console asks for."""
     validate_user_id(user)
     if ttl_seconds <= 0:
         raise ValueError("the token lifetime must be positive")
     now = int(time.time())
-    return jwt.encode({"sub": user, "iat": now, "exp": now + int(ttl_seconds)}, secret, algorithm=ALGORITHM)
+    claims: dict[str, object] = {"sub": user, "iat": now, "exp": now + int(ttl_seconds)}
+    if admin:
+        claims["admin"] = True
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
 def verify_token(secret: str, token: str) -> str:
     """The user id a valid token names; :class:`AuthError` says what is wrong otherwise."""
+    return verify_caller(secret, token).user
+
+
+def verify_caller(secret: str, token: str) -> Caller:
+    """The user a valid token names and whether it carries ``"admin": true`` (only the JSON ``true``
+    counts: a claim of ``"yes"`` or ``1`` is not an admin grant)."""
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
     except jwt.ExpiredSignatureError:
@@ -67,15 +88,25 @@ def verify_token(secret: str, token: str) -> str:
     except jwt.InvalidTokenError:
         raise AuthError("the token is malformed or not an HS256 JWT") from None
     try:
-        return validate_user_id(claims["sub"])
+        user = validate_user_id(claims["sub"])
     except InvalidUserId as exc:
         raise AuthError(f"the token's 'sub' is not a valid user id: {exc}") from None
+    return Caller(user=user, admin=claims.get("admin") is True)
 
 
 def user_from_header(mode: str, secret: str | None, authorization: str | None) -> str:
     """Authenticate one request from its ``Authorization`` header."""
+    return caller_from_header(mode, secret, authorization).user
+
+
+def caller_from_header(mode: str, secret: str | None, authorization: str | None) -> Caller:
+    """Authenticate one request and say whether it may operate the service.
+
+    ``auth.mode: none`` is one person on one machine (loopback only, ``Host`` checked): they run the
+    service, so they are its operator too. In jwt mode only a token minted with ``--admin`` is.
+    """
     if mode == "none":
-        return DEFAULT_USER
+        return Caller(user=DEFAULT_USER, admin=True)
     if not authorization:
         raise AuthError("missing Authorization header; send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
@@ -83,4 +114,4 @@ def user_from_header(mode: str, secret: str | None, authorization: str | None) -
         raise AuthError("the Authorization header must be 'Bearer <token>'")
     if not secret:
         raise AuthError("the server has no auth.jwt_secret configured")
-    return verify_token(secret, token.strip())
+    return verify_caller(secret, token.strip())

@@ -1,6 +1,7 @@
-"""``switchboard token create --user NAME [--ttl SECONDS]``: mint an API token for a person.
+"""``switchboard token create --user NAME [--ttl SECONDS] [--admin]``: mint an API token for a person.
 
-The token is an HS256 JWT signed with ``auth.jwt_secret`` (``sub`` = the user id, ``exp`` = now + ttl).
+The token is an HS256 JWT signed with ``auth.jwt_secret`` (``sub`` = the user id, ``exp`` = now + ttl;
+``--admin`` adds ``"admin": true``, which the operator console at ``/admin`` requires).
 It goes to stdout only, so ``TOKEN=$(switchboard token create --user alice)`` works.
 """
 
@@ -26,6 +27,11 @@ def register(subparsers: Any, load_or_exit: Callable[[str | None], Any]) -> None
         default=None,  # connections.identity's default, read when a token is made: importing
         # ``connections`` here would load SQLAlchemy for every command, `serve` included (0.4 s)
         help="lifetime in seconds (default 30 days)",
+    )
+    create.add_argument(
+        "--admin",
+        action="store_true",
+        help="let the token use the operator console (/admin and /api/admin/...)",
     )
     create.set_defaults(func=lambda args: create_token(args, load_or_exit))
 
@@ -57,5 +63,5 @@ def create_token(args: argparse.Namespace, load_or_exit: Callable[[str | None], 
             "switchboard token: note: auth.mode is not 'jwt', so the server does not check tokens yet",
             file=sys.stderr,
         )
-    print(mint_token(secret, args.user, ttl))
+    print(mint_token(secret, args.user, ttl, admin=args.admin))
     return 0

@@ -1,0 +1,189 @@
+// The operator console: channels, turns (stop one), approvals (decide), schedules (cancel),
+// failed messages (retry one),
+// over /api/admin.
+// Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
+(() => {
+  "use strict";
+
+  const mode = document.body.dataset.authMode || "none";
+  const TOKEN_KEY = "switchboard.admin-token";
+  const POLL_MS = 3000;
+  const $ = (id) => document.getElementById(id);
+  let pollTimer = null;
+
+  class SignInNeeded extends Error {}
+
+  const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+  async function api(method, path) {
+    const headers = { Accept: "application/json" };
+    if (mode === "jwt") {
+      if (!token()) throw new SignInNeeded("Please sign in.");
+      headers.Authorization = "Bearer " + token();
+    }
+    const res = await fetch(path, { method, headers });
+    let body = null;
+    try { body = await res.json(); } catch (_) { /* no JSON body */ }
+    const detail = (body && body.detail) || res.status + " " + res.statusText;
+    if (res.status === 401 || res.status === 403) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      throw new SignInNeeded(detail);
+    }
+    if (!res.ok) throw new Error(detail);
+    return body;
+  }
+
+  function setStatus(text, kind) {
+    const el = $("status");
+    el.textContent = text || "";
+    el.className = "status" + (kind ? " " + kind : "");
+  }
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    Object.assign(node, props || {});
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  function age(seconds) {
+    if (seconds < 120) return Math.round(seconds) + "s";
+    if (seconds < 7200) return Math.round(seconds / 60) + "m";
+    return Math.round(seconds / 3600) + "h";
+  }
+
+  function row(dataset, title, sub, badge, button) {
+    const li = el("li");
+    Object.assign(li.dataset, dataset);
+    const what = el("div", { className: "what" },
+      el("span", { className: "name", textContent: title }), badge, el("span", { className: "sub", textContent: sub }));
+    li.append(what);
+    if (button) li.append(button);
+    return li;
+  }
+
+  function badge(text, kind) {
+    return el("span", { className: "badge" + (kind ? " " + kind : ""), textContent: text });
+  }
+
+  function fill(listId, emptyId, items) {
+    $(listId).replaceChildren(...items);
+    $(emptyId).hidden = items.length > 0;
+  }
+
+  // ``what`` names the row in the button's accessible name: a screen reader hears "Stop Ada's turn",
+  // not five buttons all called "Stop".
+  function action(label, kind, run, what) {
+    const button = el("button", { type: "button", className: kind, textContent: label });
+    if (what) button.setAttribute("aria-label", label + " " + what);
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        setStatus(await run(), "ok");
+      } catch (err) {
+        if (err instanceof SignInNeeded) return showSignIn(err.message);
+        setStatus(err.message, "error");
+      }
+      await refresh();
+    });
+    return button;
+  }
+
+  function renderChannels(channels) {
+    fill("channels", "no-channels", channels.map((c) => row(
+      { channel: c.name }, c.name, [c.detail, c.intake].filter(Boolean).join(" · "),
+      badge(c.state, c.state === "error" ? "bad" : "on"), null)));
+  }
+
+  function renderTurns(turns) {
+    fill("turns", "no-turns", turns.map((t) => row(
+      { entry: t.id, state: t.state }, t.sender + " · " + t.channel, t.text + " — " + age(t.age_seconds) + " ago",
+      badge(t.state, t.state === "running" ? "on" : ""),
+      t.state === "running" ? action("Stop", "danger", async () => {
+        await api("POST", "/api/admin/turns/" + encodeURIComponent(t.id) + "/stop");
+        return "Stopping " + t.sender + "'s turn.";
+      }, t.sender + "'s turn") : null)));
+  }
+
+  function renderDead(entries) {
+    fill("dead", "no-dead", entries.map((e) => row(
+      { entry: e.id, status: e.status }, e.sender + " · " + e.channel,
+      e.text + " — " + (e.error || "no error recorded") + " (" + e.attempts + " tries, " + age(e.age_seconds) + " ago)",
+      badge(e.status, "bad"),
+      action("Retry", "", async () => {
+        await api("POST", "/api/admin/dead-letters/" + encodeURIComponent(e.id) + "/retry");
+        return "Queued " + e.sender + "'s message for another run.";
+      }, e.sender + "'s message"))));
+  }
+
+  function renderApprovals(approvals) {
+    fill("approvals", "no-approvals", approvals.map((a) => {
+      const decide = (verb, label, kind) => action(label, kind, async () => {
+        return (await api("POST", "/api/admin/approvals/" + encodeURIComponent(a.id) + "/" + verb)).result;
+      }, a.id);
+      const buttons = el("div", { className: "buttons" },
+        decide("approve", "Approve", ""), decide("deny", "Deny", "danger"));
+      return row({ approval: a.id }, a.id + " · " + a.sender + " · " + a.channel,
+        a.command + " — " + a.reason + " (" + age(a.age_seconds) + " ago)", null, buttons);
+    }));
+  }
+
+  function renderSchedules(schedules) {
+    fill("schedules", "no-schedules", schedules.map((s) => row(
+      { schedule: s.id }, s.id + " · " + s.when + " · " + s.owner,
+      s.what + " — next " + new Date(s.next_at * 1000).toLocaleString() + " (" + s.channel + ")", null,
+      action("Cancel", "danger", async () => {
+        await api("POST", "/api/admin/schedules/" + encodeURIComponent(s.id) + "/cancel");
+        return "Cancelled schedule " + s.id + ".";
+      }, "schedule " + s.id))));
+  }
+
+  async function refresh() {
+    try {
+      const [channels, turns, approvals, schedules, dead] = await Promise.all([
+        api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"), api("GET", "/api/admin/approvals"),
+        api("GET", "/api/admin/schedules"), api("GET", "/api/admin/dead-letters"),
+      ]);
+      renderChannels(channels);
+      renderTurns(turns);
+      renderApprovals(approvals);
+      renderSchedules(schedules);
+      renderDead(dead);
+      showApp();
+    } catch (err) {
+      if (err instanceof SignInNeeded) return showSignIn(err.message);
+      setStatus(err.message, "error");
+    }
+  }
+
+  function showApp() {
+    $("signin").hidden = true;
+    $("app").hidden = false;
+    $("signout").hidden = mode !== "jwt";
+    if (pollTimer === null) pollTimer = setInterval(refresh, POLL_MS);
+  }
+
+  function showSignIn(message) {
+    clearInterval(pollTimer);
+    pollTimer = null;
+    $("app").hidden = true;
+    $("signin").hidden = false;
+    $("signin-error").textContent = token() === null && message === "Please sign in." ? "" : message;
+    $("token-input").focus();
+  }
+
+  $("token-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    $("token-input").value = "";
+    await refresh();
+  });
+  $("signout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showSignIn("Signed out.");
+  });
+  $("refresh").addEventListener("click", refresh);
+  refresh();
+})();
