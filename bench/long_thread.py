@@ -7,8 +7,8 @@ summary's requests with a short summary, so compaction works as it would with a 
 
 Measured per turn: CPU time of this process, less the fake server thread's own CPU (what our runtime
 spends, including the HTTP client and the checkpoint store's thread). Reported: the mean of the first
-and of the last ten turns and their ratio, and what the checkpointer holds for the thread at the end
-(rows and bytes) next to the conversation's own text (all of it, and what remains after compaction:
+and of the last ten turns and their ratio, the same for the last fifty (compaction turns amortised), and what the checkpointer holds for the thread at the end
+(rows, and bytes before any compression by the store) next to the conversation's own text (all of it, and what remains after compaction:
 the kept messages plus the summary).
 
     python -m bench.long_thread                                    # defaults, SQLite checkpoint file
@@ -38,6 +38,7 @@ USER_CHARS = 200
 ANSWER_CHARS = 500
 SUMMARY_CHARS = 1500
 WINDOW = 10  # turns averaged at each end
+STEADY = 50  # turns averaged for the steady state
 PG_URL = "postgresql+asyncpg://postgres:postgres@127.0.0.1:5432/switchboard_test"
 
 
@@ -81,9 +82,9 @@ async def stored(runtime: AgentRuntime, store: str, thread_id: str) -> tuple[int
     async with pool.connection() as conn:
         rows = bytes_ = 0
         for sql in (
-            "SELECT COUNT(*) AS n, COALESCE(SUM(pg_column_size(checkpoints.*)), 0) AS b FROM checkpoints WHERE thread_id = %s",
-            "SELECT 0 AS n, COALESCE(SUM(pg_column_size(checkpoint_blobs.*)), 0) AS b FROM checkpoint_blobs WHERE thread_id = %s",
-            "SELECT 0 AS n, COALESCE(SUM(pg_column_size(checkpoint_writes.*)), 0) AS b FROM checkpoint_writes WHERE thread_id = %s",
+            "SELECT COUNT(*) AS n, COALESCE(SUM(octet_length(checkpoint::text) + octet_length(metadata::text)), 0) AS b FROM checkpoints WHERE thread_id = %s",
+            "SELECT 0 AS n, COALESCE(SUM(octet_length(blob)), 0) AS b FROM checkpoint_blobs WHERE thread_id = %s",
+            "SELECT 0 AS n, COALESCE(SUM(octet_length(blob)), 0) AS b FROM checkpoint_writes WHERE thread_id = %s",
         ):
             cursor = await conn.execute(sql, (thread_id,))
             row = await cursor.fetchone()
@@ -150,12 +151,16 @@ async def main(turns: int, store: str, keep_all: bool, history_tokens: int | Non
         print(" ".join(f"{s:.0f}" for s in samples))
     first = statistics.mean(samples[:WINDOW])
     last = statistics.mean(samples[-WINDOW:])
+    # A compaction turn (one summariser call) lands every dozen turns or so: ten turns may or may not
+    # hold one, so the steady state is also given over the last STEADY turns.
+    steady = statistics.mean(samples[-STEADY:])
     summarised = sum(
         1 for b in llm.completions if SUMMARY_MARKER in str(b.get("messages", [{}])[0].get("content"))
     )
     print(
         f"store={store} prune={'off' if keep_all else 'on'} history_tokens={settings.agent.compact_history_tokens} "
-        f"turns={turns}: CPU/turn first {WINDOW} {first:.1f} ms, last {WINDOW} {last:.1f} ms, ratio {last / first:.2f}; "
+        f"turns={turns}: CPU/turn first {WINDOW} {first:.1f} ms, last {WINDOW} {last:.1f} ms (ratio {last / first:.2f}), "
+        f"last {STEADY} {steady:.1f} ms (ratio {steady / first:.2f}); "
         f"summariser calls {summarised}"
     )
     print(
