@@ -46,6 +46,7 @@ from pydantic import ValidationError
 
 from agent import context as ctxfit
 from agent.approval import Mode, RiskPolicy
+from agent.checkpoint_pruning import Pruner, postgres_pruner, prune_quietly, sqlite_pruner
 from agent.errors import ContextOverflowError, is_context_overflow
 from agent.events import (
     FULL_PROFILE,
@@ -237,6 +238,8 @@ class AgentRuntime:
         self.checkpointer: BaseCheckpointSaver[Any] | None = None
         self._checkpoint_pool: AsyncConnectionPool[Any] | None = None  # on PostgreSQL
         self._sqlite_checkpoints: aiosqlite.Connection | None = None  # on SQLite
+        #: Deletes a thread's superseded checkpoints after each turn (agent/checkpoint_pruning.py).
+        self._prune: Pruner | None = None
         self.memory: MemoryService | None = None
         self.goals: GoalKeeper | None = None
         self.usage: UsageStore | None = UsageStore(engine) if engine is not None else None
@@ -291,6 +294,7 @@ class AgentRuntime:
             # Closed by the stack with no write left half-done (a cut-off one kept the file locked).
             saver = await open_saver(self._stack, self.checkpoint_path)
             self._sqlite_checkpoints = saver.conn
+            self._prune = sqlite_pruner(saver)
             return saver
         conninfo = _postgres_conninfo(self.settings.database.url)
         if conninfo is not None:
@@ -341,6 +345,7 @@ class AgentRuntime:
                 await pg_saver.setup()
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (CHECKPOINT_SCHEMA_LOCK_KEY,))
+        self._prune = postgres_pruner(pg_saver)
         return pg_saver
 
     async def storage_problem(self) -> str | None:
@@ -505,7 +510,11 @@ class AgentRuntime:
         # Every request carries the tool schemas the model is bound with (ours and MCP servers').
         schemas = self.offered_schemas(run.profile)
         fixed = ctxfit.messages_tokens(self._prompt(run, None)) + ctxfit.tools_tokens(schemas)
-        return max(256, run.context_tokens - reserve - fixed)
+        budget = max(256, run.context_tokens - reserve - fixed)
+        # A long thread is compacted well before a large window fills: every turn re-sends, re-estimates
+        # and re-checkpoints the whole history, so its cost would otherwise grow with the thread.
+        cap = self.settings.agent.compact_history_tokens
+        return min(budget, max(256, cap)) if cap else budget
 
     async def _fit(
         self, run: _Run, messages: list[BaseMessage], summary: str | None, *, hard: bool
@@ -651,6 +660,7 @@ class AgentRuntime:
             {"messages": [RemoveMessage(id=m.id) for m in old if m.id], "summary": new_summary},
             as_node="model",
         )
+        await prune_quietly(self._prune, thread_id)
         after = ctxfit.messages_tokens(messages[last_user:]) + ctxfit.estimate_text_tokens(new_summary)
         return CompactResult(len(old), before, after)
 
@@ -885,6 +895,8 @@ class AgentRuntime:
         finally:
             self._runs.pop(key, None)
             await sandbox.release()
+        # The turn's last checkpoint is saved (the stream waits for its writes): drop the ones it superseded.
+        await prune_quietly(self._prune, request.thread_id)
         await self._record_usage(request.thread_id, run)
         # Checked again now that nothing of the turn runs any more: a command may have swapped a presented
         # file for a symlink to a host file after present_files accepted it.

@@ -268,6 +268,10 @@ class AgentConfig(Section):
     )
     recursion_limit: int = Field(50, gt=0)
     max_goal_continuations: int = Field(8, ge=0)
+    #: A thread's history (messages + running summary) above this many estimated tokens is compacted even
+    #: when the model's window is larger, so a long thread's turns stay as cheap as its first ones. 0: only
+    #: the model's ``context_tokens`` limits it.
+    compact_history_tokens: int = Field(8_000, ge=0)
     #: IANA zone name for the date/time line in the system prompt (e.g. Europe/Berlin).
     timezone: str = "UTC"
 
