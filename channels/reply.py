@@ -721,8 +721,14 @@ class ReplyStream:
 
     async def _roll_native(self, chunks: list[str]) -> None:
         """A live message that ``rolls_over`` and is full: close it with its whole chunk (its live
-        buttons go) and begin the next chunk as a new live message, which gets the live buttons."""
-        while self._native_open and self._native is not None and self._native.rolls_over:
+        buttons go) and begin the next chunk as a new live message, which gets the live buttons.
+
+        Each rolled message is stored (``_record``) before the next one begins, so a restart knows every
+        card. A resumed reply does not roll: it continues the one live card its state names, and the
+        rest goes out as overflow messages, as for natives that do not roll."""
+        while (
+            self._native_open and self._native is not None and self._native.rolls_over and not self._resumed
+        ):
             index = len(self._sent)
             if len(chunks) <= index + 1:
                 return
@@ -741,10 +747,12 @@ class ReplyStream:
                 return
             self._sent.append((ref, full, ()))
             self._native, self._native_open, self._native_ref = None, False, None
+            await self._record()
             self._native = self.transport.native_stream(self._live)
             if self._native is None or not await self._begin_native(chunks[index + 1]):
                 self._native = None
                 return
+            await self._record()
 
     def _abandon_native(self) -> None:
         """Continue on the edit path: a live message the platform created becomes the message to edit."""

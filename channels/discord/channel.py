@@ -580,6 +580,21 @@ class DiscordChannel(Channel):
     def _guild_allowed(self, workspace: str) -> bool:
         return not self.config.allowed_guilds or workspace in self.config.allowed_guilds
 
+    # --- what the transport and interactions use (channels/discord/host.py) ------------------------
+    def guild_allowed(self, workspace: str) -> bool:
+        return self._guild_allowed(workspace)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def sink(self) -> InboundSink | None:
+        return self._sink
+
+    def thread_parent(self, channel_id: int) -> int | None:
+        return self._bot_threads.get(channel_id)
+
     def vouches_for(self, guild: str | None, author: discord.User | discord.Member) -> bool:
         """A member of a server the operator listed in ``allowed_guilds`` counts as a workspace member;
         with no list (any server may add the bot, many are public) nobody does, and DMs never. In any

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import discord
 
@@ -47,6 +47,7 @@ from channels.discord.buttons import (
     send_kwargs,
 )
 from channels.discord.commands import ARGS_OPTION
+from channels.discord.host import DiscordHost
 from channels.discord.transport import (
     MAX_FILES_PER_MESSAGE,
     NO_MENTIONS,
@@ -57,9 +58,6 @@ from channels.discord.transport import (
 from channels.errors import Backpressure, ChannelError, EditFailed
 from channels.reply import ReplyTransport
 from channels.types import Action, InboundMessage, Sender
-
-if TYPE_CHECKING:
-    from channels.discord.channel import DiscordChannel
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +234,7 @@ class InteractionTransport(ReplyTransport):
 
     def __init__(
         self,
-        channel: DiscordChannel,
+        channel: DiscordHost,
         message: InboundMessage,
         live: LiveInteraction | None,
         *,
@@ -311,7 +309,7 @@ class InteractionTransport(ReplyTransport):
 class Interactions:
     """The channel's interactions: receipt, the acknowledgement timer and the live ones by id."""
 
-    def __init__(self, channel: DiscordChannel) -> None:
+    def __init__(self, channel: DiscordHost) -> None:
         self.channel = channel
         self._live: OrderedDict[str, LiveInteraction] = OrderedDict()
         self.received = 0
@@ -342,10 +340,10 @@ class Interactions:
         live = LiveInteraction(interaction, asyncio.get_running_loop().time())
         self._remember(live)
         inbound = self.normalise(interaction)
-        if inbound.workspace and not self.channel._guild_allowed(inbound.workspace):
+        if inbound.workspace and not self.channel.guild_allowed(inbound.workspace):
             await live.refuse(NOT_HERE_ANSWER)
             return
-        if self.channel._paused:  # stopping: no backfill can bring an interaction back, so say so
+        if self.channel.paused:  # stopping: no backfill can bring an interaction back, so say so
             await live.refuse(RESTARTING_ANSWER)
             return
         live.timer = asyncio.create_task(self._acknowledge_in_time(live), name="discord-interaction-ack")
@@ -362,7 +360,7 @@ class Interactions:
         The caller sets ``live.stored`` afterwards (and, for a press, acknowledges first), so the
         deadline timer never answers the same interaction a second time.
         """
-        sink = self.channel._sink
+        sink = self.channel.sink
         try:
             if sink is None:
                 raise Backpressure("the Discord channel is not started")
@@ -390,10 +388,10 @@ class Interactions:
         if live is None:
             live = LiveInteraction(interaction, asyncio.get_running_loop().time())
             self._remember(live)
-        if inbound.workspace and not self.channel._guild_allowed(inbound.workspace):
+        if inbound.workspace and not self.channel.guild_allowed(inbound.workspace):
             await live.refuse(NOT_HERE_ANSWER)
             return
-        if self.channel._paused:
+        if self.channel.paused:
             await live.refuse(PRESS_RESTARTING_ANSWER)
             return
         if live.timer is None:
@@ -482,6 +480,7 @@ class Interactions:
             return "", str(channel_id), None
         if isinstance(channel, discord.Thread) and channel.parent_id:
             return str(guild_id), str(channel.parent_id), str(channel.id)
-        if channel_id in self.channel._bot_threads:
-            return str(guild_id), str(self.channel._bot_threads[channel_id]), str(channel_id)
+        parent = self.channel.thread_parent(channel_id)
+        if parent is not None:
+            return str(guild_id), str(parent), str(channel_id)
         return str(guild_id), str(channel_id), None

@@ -15,12 +15,12 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiohttp
 import discord
 
 from channels.discord.buttons import action_view, send_kwargs
+from channels.discord.host import DiscordHost
 from channels.errors import (
     BadRequest,
     ChannelError,
@@ -31,9 +31,6 @@ from channels.errors import (
 )
 from channels.reply import ReplyTransport
 from channels.types import Action, InboundMessage
-
-if TYPE_CHECKING:
-    from channels.discord.channel import DiscordChannel
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +97,7 @@ class DiscordTransport(ReplyTransport):
 
     supports_actions = True
 
-    def __init__(self, channel: DiscordChannel, message: InboundMessage) -> None:
+    def __init__(self, channel: DiscordHost, message: InboundMessage) -> None:
         self.channel = channel
         self.message = message
         self.target_id = int(message.context.get("reply_channel") or message.chat)

@@ -37,7 +37,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from channels.errors import ChannelError, Forbidden, RetryAfter
 from channels.feishu.api import CardBusy, LarkApi, StreamingClosed
@@ -55,10 +55,18 @@ from channels.feishu.content import (
 from channels.reply import NativeStream
 from channels.types import Action
 
-if TYPE_CHECKING:
-    from channels.feishu.channel import FeishuTransport
-
 log = logging.getLogger(__name__)
+
+
+class CardPoster(Protocol):
+    """What a card stream needs of its reply's transport (``FeishuTransport``): post the card entity
+    as the reply's message, or say CardKit is off for this reply. Narrow, so this module does not
+    import the channel."""
+
+    def refuse_native(self) -> None: ...
+
+    async def post_card_entity(self, content: str) -> str: ...
+
 
 #: How long a card call keeps trying while the card is busy with a press. Feishu wants a callback
 #: answered within 3 s, and the interaction ends with the answer; past this the reply stream decides.
@@ -98,7 +106,7 @@ class CardKitStream(NativeStream):
 
     def __init__(
         self,
-        transport: FeishuTransport,
+        transport: CardPoster,
         api: LarkApi,
         actions: Sequence[Action] = (),
         scope: ButtonScope | None = None,
@@ -119,7 +127,7 @@ class CardKitStream(NativeStream):
     def resumed_from(
         cls,
         stored: CardResume,
-        transport: FeishuTransport,
+        transport: CardPoster,
         api: LarkApi,
         actions: Sequence[Action] = (),
         scope: ButtonScope | None = None,

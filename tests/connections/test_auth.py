@@ -37,17 +37,17 @@ async def test_every_api_call_without_a_token_is_401_with_a_clear_reason(tmp_pat
 BAD_TOKENS = {
     "expired": (_token({"sub": "alice", "exp": int(time.time()) - 10}), "expired"),
     "wrong-secret": (
-        _token({"sub": "alice", "exp": int(time.time()) + 600}, secret="another-secret-0123456789abcdef-xyz"),
+        _token({"sub": "alice", "exp": int(time.time()) + 86400}, secret="another-secret-0123456789abcdef-xyz"),
         "signature",
     ),
     "no-exp": (_token({"sub": "alice"}), "'exp'"),
-    "no-sub": (_token({"exp": int(time.time()) + 600}), "'sub'"),
+    "no-sub": (_token({"exp": int(time.time()) + 86400}), "'sub'"),
     "platform-identity-as-user": (
-        _token({"sub": "telegram:-:42", "exp": int(time.time()) + 600}),
+        _token({"sub": "telegram:-:42", "exp": int(time.time()) + 86400}),
         "not a valid user id",
     ),
     "alg-none": (
-        jwt.encode({"sub": "alice", "exp": int(time.time()) + 600}, None, algorithm="none"),
+        jwt.encode({"sub": "alice", "exp": int(time.time()) + 86400}, None, algorithm="none"),
         "malformed",
     ),
     "garbage": ("not.a.jwt", "malformed"),

@@ -131,8 +131,15 @@ def test_config_show_prints_the_effective_config_with_secrets_masked(tmp_path):
         "models: [{name: default, api_key: $MODEL_KEY}]\n"
         "mcp_servers: [{name: tools, url: 'http://127.0.0.1:9/mcp', headers: {X-Api: $MODEL_KEY}}]\n"
     )
+    # CI's own database URL (password "postgres") is a secret of the environment too, and would mask
+    # "postgres" inside the URL shown here: this run has only the secrets it sets.
     result = switchboard(
-        "config", "show", cwd=tmp_path, MODEL_KEY="sk-live-secret", SWITCHBOARD_SERVER__PORT="9300"
+        "config",
+        "show",
+        cwd=tmp_path,
+        MODEL_KEY="sk-live-secret",
+        SWITCHBOARD_SERVER__PORT="9300",
+        SWITCHBOARD_TEST_PG_URL="",
     )
     assert result.returncode == 0, result.stderr
     shown = yaml.safe_load(result.stdout)
