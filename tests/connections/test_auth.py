@@ -37,7 +37,9 @@ async def test_every_api_call_without_a_token_is_401_with_a_clear_reason(tmp_pat
 BAD_TOKENS = {
     "expired": (_token({"sub": "alice", "exp": int(time.time()) - 10}), "expired"),
     "wrong-secret": (
-        _token({"sub": "alice", "exp": int(time.time()) + 86400}, secret="another-secret-0123456789abcdef-xyz"),
+        _token(
+            {"sub": "alice", "exp": int(time.time()) + 86400}, secret="another-secret-0123456789abcdef-xyz"
+        ),
         "signature",
     ),
     "no-exp": (_token({"sub": "alice"}), "'exp'"),
