@@ -6,6 +6,7 @@ The manager only knows these types. Anything richer (graphs, checkpointers, tool
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,30 @@ class TaskScheduler(Protocol):
     async def listing(self) -> str: ...
 
     async def cancel(self, schedule_id: str) -> str: ...
+
+
+#: Where a background task stands; ``waiting`` is waiting for an approval in the chat.
+TaskStatus = Literal["queued", "running", "waiting", "done", "failed", "stopped"]
+
+
+class TaskReporter(Protocol):
+    """Background work inside a turn (a subagent started by the ``task`` tool, a long tool call), shown to
+    the chat as one task card that is edited in place.
+
+    The bot binds one to each turn (the agent knows neither chats nor cards). ``task_id`` is chosen by the
+    agent and is stable across a redelivered turn (derived from the thread and the tool call), so after a
+    restart the same card is found and continued, and its result delivered once. ``stop_requested`` is set
+    when a person presses Stop on the card or sends ``/stop``: the agent ends that task (and the sandbox
+    processes it started) and reports it ``stopped``. No method raises for a card that cannot be shown.
+    """
+
+    async def started(self, *, task_id: str, title: str, kind: str) -> None: ...
+
+    async def step(self, *, task_id: str, text: str, status: TaskStatus = "running") -> None: ...
+
+    async def finished(self, *, task_id: str, status: TaskStatus, result: str) -> None: ...
+
+    def stop_requested(self, task_id: str) -> asyncio.Event: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +153,8 @@ class TurnRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     #: LangChain callbacks for this run (the bot's OpenTelemetry step spans).
     callbacks: list[BaseCallbackHandler] = field(default_factory=list)
+    #: Task cards for background work in this turn (subagents); None: tasks run without a card.
+    tasks: TaskReporter | None = None
 
 
 @dataclass(frozen=True, slots=True)
