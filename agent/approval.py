@@ -3,7 +3,7 @@
 The sandbox keeps a command away from the host and other people's data; approval is about what the
 agent *can* reach — the person's workspace, repositories behind a token, servers on the network — and
 about a hostile sender talking the model into using it. So the check reads the command the way bash
-would (``agent/shell_parse.py``) and judges each program and its arguments (``agent/risk_rules.py``)
+would (``agent/shell/``) and judges each program and its arguments (``agent/risk/``)
 instead of matching regular expressions over the text, which missed more than half of a list of plainly
 destructive commands. A command line that cannot be read reliably is risky.
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agent.risk_rules import Finding, judge
-from agent.shell_parse import Script, ShellSyntaxError, parse
+from agent.risk import Finding, judge
+from agent.shell import Script, ShellSyntaxError, parse
 
 Mode = Literal["never", "risky", "always"]
 log = logging.getLogger(__name__)

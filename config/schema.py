@@ -184,7 +184,7 @@ class SandboxConfig(Section):
     #: How long a command waits for Approve/Deny before it is refused (and the model is told).
     approval_timeout_seconds: float = Field(300, gt=0, le=86_400)
     #: Extra regular expressions (Python syntax, searched case-insensitively in the whole command line)
-    #: that make a command risky, on top of the built-in judgement (``agent/risk_rules.py``: the command
+    #: that make a command risky, on top of the built-in judgement (``agent/risk/``: the command
     #: is parsed and each program judged). They cannot make a command less risky or lift the blocklist.
     risky_patterns: list[str] = Field(default_factory=list)
 

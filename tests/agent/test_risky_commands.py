@@ -1,4 +1,4 @@
-"""Risky-command detection (agent/approval.py, agent/risk_rules.py, agent/shell_parse.py), table-driven.
+"""Risky-command detection (agent/approval.py, agent/risk/, agent/shell/), table-driven.
 
 Each destructive, exfiltrating, installing or pushing command must wait for approval with a reason a
 person understands; each everyday command must run without asking (an approval prompt on ``ls`` teaches
