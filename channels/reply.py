@@ -22,21 +22,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
-from abc import ABC, abstractmethod
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import TypeVar
 
-from channels import observe
 from channels.errors import ChannelError, EditFailed, MessageNotModified, NetworkError, RetryAfter
+from channels.pacing import CALL_KINDS, Budget, BudgetRegistry, CallKind, Pacing, RateBudget
+from channels.reply_transport import NativeStream, ObservedTransport, ReplyTransport
 from channels.resume import ReplyState, ShownPart, digest
 from channels.splitter import split_text
 from channels.types import Action, ReplyLimits
+
+#: The reply's interface and pacing live in their own modules; importable from here as well.
+__all__ = [
+    "CALL_KINDS",
+    "Budget",
+    "BudgetRegistry",
+    "CallKind",
+    "NativeStream",
+    "ObservedTransport",
+    "Pacing",
+    "RateBudget",
+    "ReplyStream",
+    "ReplyTransport",
+    "StateSink",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,367 +57,7 @@ T = TypeVar("T")
 StateSink = Callable[[ReplyState], Awaitable[None]]
 
 MAX_FINAL_ATTEMPTS = 3
-MAX_RETRY_WAIT = 60.0
 FINAL_RETRY_BACKOFF = 0.5  # seconds before the 2nd try of a failed final; doubles each try
-
-
-class ReplyTransport(ABC):
-    """The platform half of a reply: the few calls a channel must implement.
-
-    ``send`` returns an opaque reference to the created message; ``edit`` replaces its whole text *and*
-    its buttons (an edit without ``actions`` removes any the message had). Both raise
-    :mod:`channels.errors` types. ``fallback=True`` asks for the plainest form the platform has (e.g. a
-    text message instead of a card) after an edit failed. A transport whose platform has no buttons
-    leaves ``supports_actions`` False and ignores ``actions``.
-    """
-
-    #: Whether ``actions`` become buttons on this platform (False: they are ignored, commands are typed).
-    supports_actions: bool = False
-
-    @abstractmethod
-    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str: ...
-
-    @abstractmethod
-    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None: ...
-
-    async def send_files(self, files: Sequence[Path]) -> None:
-        """Deliver files produced by the agent. Channels without file support say so in text."""
-        if files:
-            names = ", ".join(p.name for p in files)
-            await self.send(f"(files could not be attached on this platform: {names})")
-
-    #: Seconds a typing indicator stays visible on this platform, minus a margin; None = no indicator.
-    #: The stream re-sends :meth:`typing` after this long without a visible change.
-    typing_interval: float | None = None
-
-    async def typing(self) -> None:  # noqa: B027 - optional hook
-        """Show a typing indicator where the platform has one."""
-
-    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
-        """The platform's own streaming primitive for this reply, or None for placeholder-and-edit.
-
-        ``actions`` are the reply's live actions: a platform whose live message cannot show them returns
-        None here when it has buttons elsewhere, so the Stop button is not lost to a nicer preview.
-        """
-        return None
-
-    async def finished(self) -> None:  # noqa: B027 - optional hook
-        """Called once after the final text and files were delivered (e.g. to clear a typing state)."""
-
-    def resume_state(self) -> str:
-        """What this transport needs, beyond the messages' refs, to continue its reply after a restart
-        (a card id and its reserved sequence numbers, cards' flow status); "" for nothing.
-
-        Read after each call; when it changed, the reply stores it (channels/resume.py) before showing
-        more. Keep it small and let it change rarely: each change is one database write.
-        """
-        return ""
-
-    def restore(self, state: str) -> None:  # noqa: B027 - optional hook
-        """Take back a :meth:`resume_state` stored before a restart; called before any other call."""
-
-
-class NativeStream(ABC):
-    """A platform's own "message being written" primitive for one live message of a reply.
-
-    The stream calls :meth:`begin` once instead of sending a placeholder, :meth:`show` with the whole text
-    so far (one chunk at most; an implementation that appends sends only what is new), and :meth:`close`
-    once with the first chunk of the final text. A native that ``rolls_over`` is one instance per chunk:
-    each is closed with its full chunk once the text outgrows it, and the transport's
-    ``native_stream`` gives the next one. Every call is paced by the chat's budget. A
-    :class:`~channels.errors.ChannelError` from ``begin``/``show`` makes the stream fall back to the
-    edit path for the rest of the reply; from ``close`` it delivers the final text as new messages.
-    """
-
-    #: False where the live message is only a preview that the next ordinary message replaces (then
-    #: :meth:`close` is never called and the final text is sent as ordinary messages).
-    closes_in_place: bool = True
-    #: Seconds after which a live message that did not change must be shown again to stay visible
-    #: (e.g. a Telegram draft lapses after about 30 s); None = it stays until closed.
-    keepalive: float | None = None
-    #: True where each chunk of a long reply may be a live message of its own: once the text outgrows
-    #: the live message, it is closed with its full chunk and a new one (with the live buttons) begins,
-    #: so the newest part streams and carries Stop. False: the live message shows the newest chunk.
-    #: Only for natives that close in place and return the persisted message's reference.
-    rolls_over: bool = False
-    #: True for a stream continuing the live message a restart left open (the transport restored it):
-    #: :meth:`begin` is not called; :meth:`show` and :meth:`close` go to that message.
-    resumed: bool = False
-
-    @abstractmethod
-    async def begin(self, placeholder: str) -> str | None:
-        """Open the live message; returns its reference when the platform created a real message."""
-
-    @abstractmethod
-    async def show(self, text: str) -> None: ...
-
-    @abstractmethod
-    async def close(self, text: str) -> str | None:
-        """End the live message showing ``text``; returns the reference of the persisted message, or None
-        when the platform persists nothing (then ``text`` goes out as an ordinary message)."""
-
-
-async def _counted(provider: str, call: Awaitable[T]) -> T:
-    """Report one platform call (and a rate limit on it) for ``provider``."""
-    observe.emit(provider, observe.CALL)
-    try:
-        return await call
-    except RetryAfter:
-        observe.emit(provider, observe.RATE_LIMITED)
-        raise
-
-
-class _ObservedNative(NativeStream):
-    def __init__(self, inner: NativeStream, provider: str) -> None:
-        self.inner = inner
-        self.provider = provider
-        self.closes_in_place = inner.closes_in_place
-        self.keepalive = inner.keepalive
-        self.rolls_over = inner.rolls_over
-        self.resumed = inner.resumed
-
-    async def begin(self, placeholder: str) -> str | None:
-        return await _counted(self.provider, self.inner.begin(placeholder))
-
-    async def show(self, text: str) -> None:
-        await _counted(self.provider, self.inner.show(text))
-
-    async def close(self, text: str) -> str | None:
-        return await _counted(self.provider, self.inner.close(text))
-
-
-class ObservedTransport(ReplyTransport):
-    """Reports each call (and each rate limit) of ``inner`` for ``provider``, then delegates."""
-
-    def __init__(self, inner: ReplyTransport, provider: str) -> None:
-        self.inner = inner
-        self.provider = provider
-        self.typing_interval = inner.typing_interval
-        self.supports_actions = inner.supports_actions
-
-    async def _counted(self, call: Awaitable[T]) -> T:
-        return await _counted(self.provider, call)
-
-    async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
-        return await self._counted(self.inner.send(text, fallback=fallback, actions=actions))
-
-    async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
-        await self._counted(self.inner.edit(ref, text, actions=actions))
-
-    async def send_files(self, files: Sequence[Path]) -> None:
-        await self._counted(self.inner.send_files(files))
-
-    async def typing(self) -> None:
-        await self._counted(self.inner.typing())
-
-    def native_stream(self, actions: Sequence[Action] = ()) -> NativeStream | None:
-        native = self.inner.native_stream(actions)
-        return None if native is None else _ObservedNative(native, self.provider)
-
-    async def finished(self) -> None:
-        await self.inner.finished()
-
-    def resume_state(self) -> str:
-        return self.inner.resume_state()
-
-    def restore(self, state: str) -> None:
-        self.inner.restore(state)
-
-
-class RateBudget:
-    """Spacing of outbound calls for one rate-limit scope (a chat, a workspace's method, a group's cap).
-
-    A token bucket holding ``burst`` calls, refilled one per ``min_interval``: the placeholder and the
-    first real text go out back to back (so the first words are not held for a whole interval), while
-    sustained streaming settles at one call per interval.
-
-    Waiting callers are served in order, except that a *priority* call (a final answer) goes ahead of
-    every ordinary one, and only priority calls may take the last ``reserve`` tokens: in a scope busy
-    with intermediate edits a final still goes out as soon as the platform allows, not after them.
-    ``held_by_retry_after`` says whether the platform's "wait N seconds" on a call holds this whole
-    scope (a chat, a Slack method's workspace bucket) or only the chat it was answered for (a bot-wide
-    cap that a flood wait in one chat says nothing about).
-    """
-
-    __slots__ = (
-        "_arrivals",
-        "_blocked_until",
-        "_changed",
-        "_tokens",
-        "_updated",
-        "_waiting",
-        "burst",
-        "held_by_retry_after",
-        "min_interval",
-        "reserve",
-    )
-
-    def __init__(
-        self, min_interval: float, burst: int = 2, *, reserve: int = 0, held_by_retry_after: bool = True
-    ) -> None:
-        if not 0 <= reserve < burst:
-            raise ValueError("a budget must leave ordinary calls at least one of its burst tokens")
-        self.min_interval = min_interval
-        self.burst = burst
-        self.reserve = reserve
-        self.held_by_retry_after = held_by_retry_after
-        self._tokens = float(burst)
-        self._updated = time.monotonic()
-        self._blocked_until = 0.0
-        # One per chat, kept for thousands of chats: small, and no lock or queue until a call must wait
-        # (each of those is an object the garbage collector would walk in every full collection).
-        self._waiting: list[tuple[int, int]] | None = None  # heap of (0 = priority / 1 = ordinary, arrival)
-        self._arrivals = 0
-        self._changed: asyncio.Condition | None = None
-
-    def penalize(self, seconds: float) -> None:
-        """The platform said wait: nothing goes to this scope before then, and no burst after it."""
-        self._blocked_until = max(self._blocked_until, time.monotonic() + min(seconds, MAX_RETRY_WAIT))
-        self._tokens = 0.0
-        self._updated = self._blocked_until
-
-    def _refill(self, now: float) -> None:
-        if self.min_interval <= 0:
-            self._tokens = float(self.burst)
-        elif now > self._updated:
-            self._tokens = min(float(self.burst), self._tokens + (now - self._updated) / self.min_interval)
-        self._updated = max(self._updated, now)
-
-    def _wait_time(self, now: float, priority: bool) -> float:
-        """Seconds until a call of this kind may go (0: now)."""
-        if now < self._blocked_until:
-            return self._blocked_until - now
-        self._refill(now)
-        needed = 1.0 if priority else 1.0 + self.reserve
-        return max(0.0, (needed - self._tokens) * self.min_interval)
-
-    async def acquire(self, *, priority: bool = False) -> None:
-        if not self._waiting and self._wait_time(time.monotonic(), priority) <= 0:
-            # Nobody queued and a token free: what the queue below would decide at once, without a
-            # lock, a ticket and a wake-up of nobody (every reply call of an idle chat comes here).
-            self._tokens -= 1.0
-            return
-        self._arrivals += 1
-        ticket = (0 if priority else 1, self._arrivals)
-        if self._changed is None:
-            self._changed = asyncio.Condition()
-        if self._waiting is None:
-            self._waiting = []
-        changed, waiting = self._changed, self._waiting
-        async with changed:
-            heapq.heappush(waiting, ticket)
-            changed.notify_all()  # a priority call may now be first: the old head re-checks
-            try:
-                while True:
-                    if waiting[0] != ticket:
-                        await changed.wait()
-                        continue
-                    wait = self._wait_time(time.monotonic(), priority)
-                    if wait <= 0:
-                        self._tokens -= 1.0
-                        return
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(wait):
-                            await changed.wait()
-            finally:
-                waiting.remove(ticket)
-                heapq.heapify(waiting)
-                changed.notify_all()
-
-
-class Budget(Protocol):
-    """What a transport that paces its own extra calls (a second file upload) needs of a budget."""
-
-    async def acquire(self, *, priority: bool = False) -> None: ...
-
-    def penalize(self, seconds: float) -> None: ...
-
-
-#: What a reply call does. A channel puts each kind on the budgets its platform meters it by (Slack meters
-#: chat.update per workspace, chat.postMessage per channel).
-CallKind = Literal["send", "edit", "native", "typing", "files"]
-CALL_KINDS: tuple[CallKind, ...] = ("send", "edit", "native", "typing", "files")
-
-
-class Pacing:
-    """The budgets one reply draws on: its chat's for every call, then the shared scopes per call kind.
-
-    A call waits on each budget in order (the chat's first, so a chat that is itself the bottleneck
-    does not hold tokens of a shared scope other chats could use). A ``RetryAfter`` holds the chat and
-    every shared scope of that kind that is ``held_by_retry_after``.
-    """
-
-    def __init__(
-        self, chat: RateBudget, shared: Mapping[CallKind, Sequence[RateBudget]] | None = None
-    ) -> None:
-        self.chat = chat
-        given = shared or {}
-        self._budgets: dict[CallKind, tuple[RateBudget, ...]] = {
-            kind: (chat, *(b for b in given.get(kind, ()) if b is not chat)) for kind in CALL_KINDS
-        }
-
-    def budgets(self, kind: CallKind) -> tuple[RateBudget, ...]:
-        return self._budgets[kind]
-
-    async def acquire(
-        self, kind: CallKind, *, priority: bool = False, skip: tuple[RateBudget, ...] = ()
-    ) -> None:
-        for budget in self._budgets[kind]:
-            if budget not in skip:
-                await budget.acquire(priority=priority)
-
-    def penalize(self, kind: CallKind, seconds: float) -> None:
-        for budget in self._budgets[kind]:
-            if budget is self.chat or budget.held_by_retry_after:
-                budget.penalize(seconds)
-
-    def of_kind(self, kind: CallKind) -> Budget:
-        """These budgets as one, for a transport pacing its own extra calls of ``kind``."""
-        return _KindBudget(self, kind)
-
-
-class _KindBudget:
-    def __init__(self, pacing: Pacing, kind: CallKind) -> None:
-        self.pacing, self.kind = pacing, kind
-
-    async def acquire(self, *, priority: bool = False) -> None:
-        await self.pacing.acquire(self.kind, priority=priority)
-
-    def penalize(self, seconds: float) -> None:
-        self.pacing.penalize(self.kind, seconds)
-
-
-class BudgetRegistry:
-    """Budgets per scope key (chat, workspace, group), bounded so thousands of chats do not grow it."""
-
-    def __init__(
-        self,
-        min_interval: float,
-        max_chats: int = 10_000,
-        *,
-        burst: int = 2,
-        reserve: int = 0,
-        held_by_retry_after: bool = True,
-    ) -> None:
-        self.min_interval = min_interval
-        self.max_chats = max_chats
-        self.burst, self.reserve, self.held_by_retry_after = burst, reserve, held_by_retry_after
-        self._budgets: OrderedDict[str, RateBudget] = OrderedDict()
-
-    def for_chat(self, chat_key: str) -> RateBudget:
-        budget = self._budgets.get(chat_key)
-        if budget is None:
-            budget = self._budgets[chat_key] = RateBudget(
-                self.min_interval,
-                self.burst,
-                reserve=self.reserve,
-                held_by_retry_after=self.held_by_retry_after,
-            )
-            if len(self._budgets) > self.max_chats:
-                self._budgets.popitem(last=False)
-        else:
-            self._budgets.move_to_end(chat_key)
-        return budget
 
 
 class ReplyStream:
