@@ -10,6 +10,10 @@ the same comment (its takeover) and until the answer is complete.
     SWITCHBOARD_BENCH_PG_URL=postgresql+asyncpg://postgres:postgres@127.0.0.1:5432/postgres \\
         python -m bench.cluster --comments 200 --issues 40
 
+Capacity (issue 32, item 7): ``--model-seconds 1 --turn-slots 2`` gives every answer a one-second model
+and each instance two turn slots, so the answered rate is bound by slots, not by this machine's CPU, and
+two instances should answer close to twice as many per second.
+
 Each run uses a fresh database on that server (created and dropped here).
 """
 
@@ -22,10 +26,12 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import yaml
 from sqlalchemy.engine import make_url
 
 from tests.fakes.github import FakeGitHub
@@ -62,24 +68,58 @@ def drop_database(url: str) -> None:
     asyncio.run(_admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def start(tmp: Path, count: int, llm: FakeOpenAI, github: FakeGitHub, url: str) -> list[tuple[int, Any]]:
+def start(
+    tmp: Path, count: int, llm: FakeOpenAI, github: FakeGitHub, url: str, turn_slots: int | None = None
+) -> list[tuple[int, Any]]:
     running = []
     for n in range(count):
         port = free_port()
-        running.append((port, serve(write_config(tmp, f"i{n}", llm.base_url, github.url, url), port)))
+        config = write_config(tmp, f"i{n}", llm.base_url, github.url, url)
+        if turn_slots is not None:
+            limit_turn_slots(config, turn_slots)
+        running.append((port, serve(config, port)))
     for port, proc in running:
         wait_ready(port, proc)
     return running
 
 
-def throughput(base_url: str, instances: int, comments: int, issues: int, delay: float) -> float:
+def limit_turn_slots(config: Path, slots: int) -> None:
+    """Few turn slots and no claims ahead: an instance takes only the turns it can run now, so the
+    second instance gets the rest and the comparison measures capacity, not this machine's CPU."""
+    data = yaml.safe_load(config.read_text())
+    data["bus"] = {"max_concurrent_turns": slots}
+    data["cluster"]["claim_ahead"] = 0
+    config.write_text(yaml.safe_dump(data))
+
+
+def model(delay: float, model_seconds: float | None) -> Callable[[dict[str, Any]], Reply]:
+    """The fake model's answer: streamed with ``delay`` per chunk, or all at once after ``model_seconds``."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        text = echo_reply(body).text
+        if model_seconds is not None:
+            return Reply(text=text, chunk_size=len(text) or 1, delay=model_seconds)
+        return Reply(text=text, delay=delay)
+
+    return answer
+
+
+def throughput(
+    base_url: str,
+    instances: int,
+    comments: int,
+    issues: int,
+    delay: float,
+    model_seconds: float | None = None,
+    turn_slots: int | None = None,
+) -> float:
     with (
-        FakeOpenAI(lambda body: Reply(text=echo_reply(body).text, delay=delay)) as llm,
+        FakeOpenAI(model(delay, model_seconds)) as llm,
         FakeGitHub(app_id=APP_ID, public_key_pem=_key_pair()[1], bot_login=f"{BOT}[bot]") as github,
         tempfile.TemporaryDirectory() as tmp,
     ):
         url = fresh_database(base_url)
-        running = start(Path(tmp), instances, llm, github, url)
+        running = start(Path(tmp), instances, llm, github, url, turn_slots)
         try:
             numbers = [10_000 + i for i in range(issues)]
             began = time.monotonic()
@@ -135,6 +175,15 @@ def main() -> None:
     parser.add_argument("--comments", type=int, default=200)
     parser.add_argument("--issues", type=int, default=40)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds per streamed chunk of every answer")
+    parser.add_argument(
+        "--model-seconds", type=float, default=None, help="the model answers at once after this many seconds"
+    )
+    parser.add_argument(
+        "--turn-slots",
+        type=int,
+        default=None,
+        help="bus.max_concurrent_turns per instance (and claim_ahead 0)",
+    )
     parser.add_argument("--skip-failover", action="store_true")
     args = parser.parse_args()
     base = os.environ.get("SWITCHBOARD_BENCH_PG_URL") or os.environ.get("SWITCHBOARD_TEST_PG_URL")
@@ -142,11 +191,16 @@ def main() -> None:
         raise SystemExit(
             "set SWITCHBOARD_BENCH_PG_URL=postgresql+asyncpg://… (a server this may create databases on)"
         )
+    rates = []
     for instances in (1, 2):
-        rate = throughput(base, instances, args.comments, args.issues, args.delay)
-        print(
-            f"{instances} instance(s): {args.comments} comments over {args.issues} issues: {rate:.1f} answered/s"
+        rate = throughput(
+            base, instances, args.comments, args.issues, args.delay, args.model_seconds, args.turn_slots
         )
+        rates.append(rate)
+        print(
+            f"{instances} instance(s): {args.comments} comments over {args.issues} issues: {rate:.2f} answered/s"
+        )
+    print(f"2 instances / 1: {rates[1] / rates[0]:.2f}x")
     if not args.skip_failover:
         takeover, done = failover(base)
         print(
