@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -143,3 +143,17 @@ def settings(tmp_path: Path, llm: FakeOpenAI) -> Settings:
 async def harness(settings: Settings) -> AsyncIterator[Harness]:
     async with Harness.running(settings) as h:
         yield h
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def settings_on(
+    request: pytest.FixtureRequest, tmp_path: Path, llm: FakeOpenAI
+) -> AsyncIterator[Callable[..., Settings]]:
+    """Settings on each store a deployment can choose — the embedded SQLite and PostgreSQL (a fresh
+    database) — for durability tests (restarts, redelivery, finals kept for later), which must hold on both.
+    Call it like :func:`make_settings` without the path and model: ``settings_on(connections={...})``."""
+    if request.param == "sqlite":
+        yield lambda **overrides: make_settings(tmp_path, llm, **overrides)
+        return
+    async with fresh_pg_database() as url:
+        yield lambda **overrides: make_settings(tmp_path, llm, database={"url": url}, **overrides)

@@ -10,7 +10,6 @@ from bot.inbox import InboxEntry
 from channels.errors import BadRequest, NetworkError, RetryAfter
 from channels.memory import MemoryChannel
 from channels.types import ReplyLimits
-from tests.conftest import make_settings
 from tests.fakes.openai_server import Reply, last_user_text
 from tests.harness import Harness
 
@@ -31,9 +30,11 @@ async def saved_answer(harness: Harness, seconds: float = 30) -> InboxEntry:
     raise AssertionError("the answer was never saved with its entry")
 
 
-async def test_a_final_rate_limited_longer_than_the_replys_own_tries_lands_in_its_placeholder(tmp_path, llm):
+async def test_a_final_rate_limited_longer_than_the_replys_own_tries_lands_in_its_placeholder(
+    settings_on, llm
+):
     chat = paced_chat()
-    async with Harness.running(make_settings(tmp_path, llm), channels={"memory": chat}) as h:
+    async with Harness.running(settings_on(), channels={"memory": chat}) as h:
         chat.fail_next("edit", RetryAfter(0.1), times=10)  # the reply itself tries 3 times
         await chat.say("how are you?")
         await h.idle(timeout=30)
@@ -42,14 +43,14 @@ async def test_a_final_rate_limited_longer_than_the_replys_own_tries_lands_in_it
     assert (entry.status, entry.attempts) == ("done", 0), "a rate limit is not a failed attempt"
 
 
-async def test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_answer(tmp_path, llm):
+async def test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_answer(settings_on, llm):
     def answer(request):  # type: ignore[no-untyped-def]
         text = last_user_text(request)
         return Reply(text=f"echo: {text}", chunk_size=2, delay=0.05 if text == "first" else 0.0)
 
     llm.default_reply = answer
     chat = paced_chat()
-    async with Harness.running(make_settings(tmp_path, llm), channels={"memory": chat}) as h:
+    async with Harness.running(settings_on(), channels={"memory": chat}) as h:
         await chat.say("first")
         await chat.say("second")
         await chat.wait_for_text("⏳ Queued")
@@ -60,10 +61,10 @@ async def test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_an
     assert counts == {"done": 2}
 
 
-async def test_an_answer_waiting_for_the_platform_is_delivered_once_by_the_next_start(tmp_path, llm):
+async def test_an_answer_waiting_for_the_platform_is_delivered_once_by_the_next_start(settings_on, llm):
     """The service stops while the platform still fails the final edit: the answer is kept with the
     inbox entry, and the next start edits the same message into it without asking the model again."""
-    settings = make_settings(tmp_path, llm)
+    settings = settings_on()
     chat = paced_chat()
     first = Harness(settings, channels={"memory": chat})
     await first.start()
@@ -87,12 +88,12 @@ async def test_an_answer_waiting_for_the_platform_is_delivered_once_by_the_next_
 
 
 async def test_an_answer_the_platform_refused_is_kept_and_the_retry_delivers_it_without_the_model(
-    tmp_path, llm
+    settings_on, llm
 ):
     """A refusal that is not a rate limit (the platform answered 400 to the final) counts as a failed
     attempt, but the answer is kept with the entry: the next start delivers it, and the model is not asked
     again (which would cost tokens and could answer differently)."""
-    settings = make_settings(tmp_path, llm)
+    settings = settings_on()
     chat = paced_chat()
     first = Harness(settings, channels={"memory": chat})
     await first.start()

@@ -93,9 +93,9 @@ class CrashOnFinal(MemoryChannel):
 
 
 async def test_a_crash_while_delivering_the_final_reply_leaves_the_message_to_be_answered_after_restart(
-    tmp_path, llm
+    settings_on, llm
 ):
-    settings = make_settings(tmp_path, llm)
+    settings = settings_on()
     chat = CrashOnFinal()
     first = Harness(settings, channels={"memory": chat})
     await first.start()

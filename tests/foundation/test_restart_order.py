@@ -8,7 +8,6 @@ from bot.identity import Identity
 from channels.errors import NetworkError, RetryAfter
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
-from tests.conftest import make_settings
 from tests.fakes.openai_server import Reply, last_user_text
 from tests.harness import Harness
 
@@ -22,8 +21,8 @@ async def test_the_same_message_twice_in_one_group_commit_runs_once(harness, llm
     assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: only once please"]
 
 
-async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart(tmp_path, llm):
-    settings = make_settings(tmp_path, llm)
+async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart(settings_on, llm):
+    settings = settings_on()
     llm.script(Reply(text="a slow first answer", chunk_size=1, delay=0.2))
     chat = MemoryChannel("memory")
     first = Harness(settings, channels={"memory": chat})
@@ -57,8 +56,8 @@ class FailsOnce:
         return Identity("someone", bound=False)
 
 
-async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path, llm):
-    settings = make_settings(tmp_path, llm)  # max_attempts 3: one failure is not the end
+async def test_a_message_that_failed_once_is_retried_at_the_next_start(settings_on, llm):
+    settings = settings_on()  # max_attempts 3: one failure is not the end
     chat = MemoryChannel("memory")
     async with Harness.running(settings, channels={"memory": chat}) as first:
         first.manager.identity = FailsOnce()
@@ -74,10 +73,10 @@ async def test_a_message_that_failed_once_is_retried_at_the_next_start(tmp_path,
     assert chat.in_chat("chat-1")[-1].text == "echo: are you there?"
 
 
-async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(tmp_path, llm):
+async def test_a_rate_limited_final_edit_is_retried_in_place_not_posted_twice(settings_on, llm):
     """The resend path (an answer kept while the platform was down) has no streaming, so its first edit
     is the final one: a single RetryAfter there must be waited out, not turned into a second message."""
-    settings = make_settings(tmp_path, llm)
+    settings = settings_on()
     chat = MemoryChannel("memory")
     first = Harness(settings, channels={"memory": chat})
     await first.start()
