@@ -872,12 +872,16 @@ class FakeTelegram(ThreadedServer):
                 if event is not None:
                     self._loop.call_soon_threadsafe(event.set)
 
-    def add_file(self, data: bytes, name: str, mime: str | None = None) -> StoredFile:
-        """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id."""
+    def add_file(
+        self, data: bytes, name: str, mime: str | None = None, *, folder: str | None = None
+    ) -> StoredFile:
+        """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id.
+
+        ``folder`` is where Telegram's ``file_path`` puts it (``voice/file_3.oga`` for a voice note)."""
         with self._state:
             number = next(self._file_ids)
             file_id = f"FILE{number:04d}"
-            folder = "photos" if (mime or "").startswith("image/") else "documents"
+            folder = folder or ("photos" if (mime or "").startswith("image/") else "documents")
             stored = StoredFile(file_id, data, name, mime, f"{folder}/file_{number}_{name}")
             self.files[file_id] = stored
             return stored
@@ -903,6 +907,8 @@ class FakeTelegram(ThreadedServer):
         document: tuple[str, bytes, str] | None = None,
         photo: bytes | None = None,
         caption: str | None = None,
+        voice: tuple[bytes, int] | None = None,
+        audio: tuple[str, bytes, str, int] | None = None,
         is_bot: bool = False,
         push: bool = True,
     ) -> dict[str, Any]:
@@ -910,7 +916,8 @@ class FakeTelegram(ThreadedServer):
 
         Entities for ``@mentions`` and a leading ``/command`` are computed like Telegram's clients do.
         ``reply_to`` is a message id already in this fake (the bot's or a user's). ``thread_id`` makes
-        it a forum-topic message.
+        it a forum-topic message. ``voice`` is a voice note (OGG/Opus bytes, duration in seconds), sent
+        as the Bot API's ``Voice`` object; ``audio`` a music file (name, bytes, mime, seconds), ``Audio``.
         """
         if chat_type is None:
             chat_type = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")
@@ -939,6 +946,17 @@ class FakeTelegram(ThreadedServer):
             stored = self.add_file(photo, f"photo_{mid}.jpg", "image/jpeg")
             message["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
                                  "width": 800, "height": 600, "file_size": len(photo)}]  # fmt: skip
+        if voice is not None:  # Bot API ``Voice``: no file_name; downloadable through getFile
+            data, seconds = voice
+            stored = self.add_file(data, f"voice_{mid}.oga", "audio/ogg", folder="voice")
+            message["voice"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                "duration": seconds, "mime_type": "audio/ogg", "file_size": len(data)}  # fmt: skip
+        if audio is not None:  # Bot API ``Audio``
+            name, data, mime, seconds = audio
+            stored = self.add_file(data, name, mime, folder="music")
+            message["audio"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                "duration": seconds, "file_name": name, "mime_type": mime,
+                                "file_size": len(data)}  # fmt: skip
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
