@@ -37,7 +37,33 @@ class TranscribeConfig(Section):
         return value.rstrip("/")
 
 
+class SpeakConfig(Section):
+    """Voice out: an answer to a voice message is also sent as a voice message (where the platform
+    has them), spoken by an OpenAI-compatible ``/audio/speech`` server."""
+
+    #: The API root; ``/audio/speech`` is appended.
+    base_url: str
+    #: The speech model (``gpt-4o-mini-tts``, ``tts-1``, a local server's name).
+    model: str = "gpt-4o-mini-tts"
+    #: One of the server's voices (OpenAI: alloy, ash, coral, echo, fable, nova, onyx, sage, shimmer …).
+    voice: str = "alloy"
+    #: Sent as ``Authorization: Bearer …``; None sends no header. Secret: never logged.
+    api_key: str | None = None
+    #: Longer answers are not spoken (the text answer is there anyway; OpenAI takes up to 4096).
+    max_chars: int = Field(1000, gt=0, le=4096)
+    timeout_seconds: float = Field(60, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"speech.speak.base_url must start with http:// or https://, not {value!r}")
+        return value.rstrip("/")
+
+
 class SpeechConfig(Section):
-    """Voice in. Without ``transcribe`` voice messages reach the agent as audio files, as before."""
+    """Voice in, and (off by default) voice out. Without ``transcribe`` voice messages reach the agent
+    as audio files, as before."""
 
     transcribe: TranscribeConfig | None = None
+    speak: SpeakConfig | None = None

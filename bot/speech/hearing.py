@@ -29,6 +29,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bot.speech.speaking import SPOKEN_FLAG
 from bot.speech.transcriber import Transcriber, TranscriberRefused, TranscriberUnavailable
 from channels.base import Channel
 from channels.errors import ChannelError, FileTooLarge
@@ -122,6 +123,7 @@ class Hearing:
             await self.notify(message, HEARD_COMMAND.format(command=command))
             return Heard(empty=False, command=command)
         said = f"{SPOKEN} {spoken}"
+        message.context[SPOKEN_FLAG] = True  # voice out answers it with a voice message too
         message.text = f"{message.text.strip()}\n\n{said}" if message.text.strip() else said
         return Heard(empty=False)
 

@@ -511,6 +511,12 @@ class TelegramChannel(Channel):
         return bytes(data)
 
     # --- replies and policy --------------------------------------------------------------------------
+    sends_voice = True
+
+    async def send_voice(self, message: InboundMessage, audio: bytes) -> None:
+        """Voice out (docs/voice.md): a voice note in the chat, topic or reply chain of ``message``."""
+        await TelegramTransport(self, message).send_voice(audio)
+
     def reply_transport(self, message: InboundMessage) -> TelegramTransport:
         transport = TelegramTransport(self, message)
         self._transports.add(transport)

@@ -3,7 +3,7 @@
 Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot"``,
 ``base_file_url=f"{fake.url}/file/bot"``). It implements the methods a chat bot needs — ``getMe``,
 ``deleteWebhook``, ``getUpdates`` (long polling with offsets), ``sendMessage``, ``editMessageText``,
-``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
+``sendDocument``, ``sendPhoto``, ``sendVoice``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
 (private chats only), ``setWebhook``/``deleteWebhook``/``getWebhookInfo`` … — and the file
 download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
 or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
@@ -772,7 +772,10 @@ class FakeTelegram(ThreadedServer):
                                   params.get("parse_mode"), kind=kind, file_name=stored.name,
                                   file_id=stored.file_id, reply_to=reply_to, thread_id=thread)  # fmt: skip
             payload = self._bot_message(chat_id, params, message)
-            if kind == "photo":
+            if kind == "voice":
+                payload["voice"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                    "duration": 1, "mime_type": "audio/ogg", "file_size": len(stored.data)}  # fmt: skip
+            elif kind == "photo":
                 payload["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
                                      "width": 640, "height": 480, "file_size": len(stored.data)}]  # fmt: skip
             else:
@@ -790,6 +793,17 @@ class FakeTelegram(ThreadedServer):
 
     def _m_sendPhoto(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
         return self._send_media("photo", params, uploads)
+
+    def _m_sendVoice(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        """A voice note; the Bot API wants OGG/Opus (or MP3/M4A) for it to play as one."""
+        upload = uploads.get("voice")
+        if (
+            upload is not None
+            and not upload[1].startswith((b"OggS", b"ID3", b"\xff\xfb"))
+            and b"ftyp" not in upload[1][:12]
+        ):
+            raise _ApiError(400, "Bad Request: wrong file type: voice must be OGG/Opus, MP3 or M4A")
+        return self._send_media("voice", params, uploads)
 
     def _m_getFile(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
         stored = self.files.get(str(params.get("file_id")))

@@ -1,4 +1,4 @@
-"""A fake OpenAI-compatible transcription server: ``POST /v1/audio/transcriptions``.
+"""A fake OpenAI-compatible audio server: ``POST /v1/audio/transcriptions`` (and ``/v1/audio/speech``).
 
 Written from OpenAI's API reference, and strict where OpenAI is: the body must be
 ``multipart/form-data`` with a ``file`` part (with a file name) and a ``model`` field, else 400 with
@@ -23,6 +23,16 @@ from tests.fakes.server import ThreadedServer
 MAX_FILE_BYTES = 25 * 1024 * 1024
 FORMATS = ("flac", "mp3", "mp4", "mpeg", "mpga", "m4a", "ogg", "wav", "webm")
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+#: ``/audio/speech``: the longest ``input``, and each ``response_format`` with its files' first bytes.
+SPEECH_INPUT_LIMIT = 4096
+SPEECH_FORMATS = {
+    "mp3": b"ID3",
+    "opus": b"OggS",
+    "aac": b"\xff\xf1",
+    "flac": b"fLaC",
+    "wav": b"RIFF",
+    "pcm": b"",
+}
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> web.Response:
@@ -54,10 +64,46 @@ class FakeTranscriber(ThreadedServer):
     def heard(self) -> list[dict[str, Any]]:
         """The requests that were answered with a transcript."""
         with self._lock:
-            return [r for r in self.requests if r["status"] == 200]
+            return [r for r in self.requests if r.get("route") != "speech" and r["status"] == 200]
 
     def setup_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/speech", self._speech)
+
+    def spoken(self) -> list[dict[str, Any]]:
+        """The ``/audio/speech`` requests answered with audio."""
+        with self._lock:
+            return [r for r in self.requests if r.get("route") == "speech" and r["status"] == 200]
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        """``POST /audio/speech``: JSON with ``model``, ``input`` (at most 4096 characters) and ``voice``
+        required; answers the audio in ``response_format`` (mp3 by default)."""
+        entry: dict[str, Any] = {"route": "speech", "authorization": request.headers.get("Authorization")}
+        response = await self._speak(request, entry)
+        entry["status"] = response.status
+        self.record(entry)
+        return response
+
+    async def _speak(self, request: web.Request, entry: dict[str, Any]) -> web.Response:
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _error(401, "Incorrect API key provided.", code="invalid_api_key")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "We could not parse the JSON body of your request.")
+        entry["body"] = body
+        for name in ("model", "input", "voice"):
+            if not body.get(name):
+                return _error(400, f"Missing required parameter: '{name}'.", param=name)
+        if len(body["input"]) > SPEECH_INPUT_LIMIT:
+            return _error(400, f"string too long. Expected a string with maximum length {SPEECH_INPUT_LIMIT}",
+                          param="input")  # fmt: skip
+        fmt = body.get("response_format", "mp3")
+        if fmt not in SPEECH_FORMATS:
+            return _error(400, f"Invalid value: '{fmt}'. Supported values are: {list(SPEECH_FORMATS)}",
+                          param="response_format")  # fmt: skip
+        audio = SPEECH_FORMATS[fmt] + body["input"].encode()  # the format's magic bytes, then "speech"
+        return web.Response(body=audio, content_type="audio/ogg" if fmt == "opus" else f"audio/{fmt}")
 
     async def _transcribe(self, request: web.Request) -> web.Response:
         entry: dict[str, Any] = {"authorization": request.headers.get("Authorization")}

@@ -77,3 +77,23 @@ async def test_the_fake_rejects_what_openai_rejects(stt) -> None:
     assert no_key.status_code == 401 and no_key.json()["error"]["type"] == "invalid_request_error"
     assert text.status_code == 200 and text.headers["content-type"].startswith("text/plain")
     assert too_big.status_code == 413
+
+
+async def test_the_fake_speech_endpoint_rejects_what_openai_rejects(stt) -> None:
+    url = f"{stt.base_url}/audio/speech"
+    auth = {"Authorization": f"Bearer {stt.api_key}"}
+    async with httpx.AsyncClient() as http:
+        no_voice = await http.post(url, headers=auth, json={"model": "tts-1", "input": "hi"})
+        too_long = await http.post(
+            url, headers=auth, json={"model": "tts-1", "input": "x" * 4097, "voice": "alloy"}
+        )
+        no_key = await http.post(url, json={"model": "tts-1", "input": "hi", "voice": "alloy"})
+        opus = await http.post(
+            url,
+            headers=auth,
+            json={"model": "tts-1", "input": "hi", "voice": "alloy", "response_format": "opus"},
+        )
+    assert (no_voice.status_code, no_voice.json()["error"]["param"]) == (400, "voice")
+    assert (too_long.status_code, too_long.json()["error"]["param"]) == (400, "input")
+    assert no_key.status_code == 401
+    assert opus.status_code == 200 and opus.content.startswith(b"OggS")

@@ -150,3 +150,28 @@ async def test_without_a_transcriber_the_person_is_told_once_how_to_enable_it(tm
     hints = [t for t in tg.bot_texts(42) if "speech.transcribe" in t]
     assert len(hints) == 1, "told once, not on every voice note"
     assert "Files attached" in prompt_of(llm), "the voice note still reaches the agent as a file"
+
+
+async def test_voice_out_answers_a_voice_note_with_a_voice_note_too(tmp_path, llm, tg, stt):
+    stt.say(voice("out"), "Say hello")
+    speak = {"base_url": stt.base_url, "api_key": stt.api_key, "voice": "nova"}
+    settings = make_settings(
+        tmp_path,
+        llm,
+        speech={"transcribe": {"base_url": stt.base_url, "api_key": stt.api_key}, "speak": speak},
+    )
+    channel = TelegramChannel(telegram_config(tg), settings=settings)
+    async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
+        tg.user_message(42, voice=(voice("out"), 2))
+        await tg.wait_for_bot_text(42, "echo: 🎙️ Say hello")
+        await tg.wait_until(lambda: any(m.kind == "voice" for m in tg.bot_messages(42)))
+        tg.user_message(42, "typed, not spoken")
+        await tg.wait_for_bot_text(42, "echo: typed, not spoken")
+        await harness.idle()
+
+    [spoken] = stt.spoken()
+    assert spoken["body"]["input"] == "echo: 🎙️ Say hello" and spoken["body"]["voice"] == "nova"
+    assert spoken["body"]["response_format"] == "opus"
+    [note] = [m for m in tg.bot_messages(42) if m.kind == "voice"]
+    assert tg.files[note.file_id].data.startswith(b"OggS"), "Telegram plays Ogg/Opus as a voice note"
+    assert len(tg.calls("sendVoice")) == 1, "a typed message is answered in text only"
