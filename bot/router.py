@@ -24,7 +24,7 @@ from bot.inbox import FAILED, InboxEntry
 from bot.logs import trace_id_var
 from bot.schedules import is_occurrence
 from bot.settle import Settler
-from bot.speech.hearing import Hearing
+from bot.speech.hearing import Hearing, TranscriberUnavailableError
 from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest
 from bot.turns import SubmitTurn
 from channels.base import Channel
@@ -116,7 +116,10 @@ class Router:
             self.bus.release(entry.id)
             raise
         except Exception as exc:
-            log.exception("handling message failed")
+            if isinstance(exc, TranscriberUnavailableError):  # expected: said once, tried again below
+                log.warning("handling message failed: transcriber unavailable (%s)", exc)
+            else:
+                log.exception("handling message failed")
             status = await self._fail(
                 entry.id, f"{type(exc).__name__}: {exc}", message=message, shown=entry.reply_ref
             )

@@ -12,7 +12,7 @@ What the person sees:
   chat is first shown ``🎙️ Heard: /new`` so nobody wonders why the thread changed;
 * any other transcript is the turn's text, marked ``🎙️`` so the model knows it was spoken;
 * audio over the size or duration cap, or refused by the server: one plain sentence; a message that
-  had nothing else in it ends there;
+  had nothing else in it ends there, one with typed text (a caption) goes on with the audio attached;
 * the transcriber unreachable (5xx, timeout): one sentence on the first attempt, then the message
   fails like any other and the inbox runs it again later (``bus.max_attempts``) — it is not lost;
 * no transcriber configured: the sender is told once (per process) how to enable it, and the audio
@@ -111,6 +111,8 @@ class Hearing:
                 heard = await self._transcribe(file, message, channel, notes, first_attempt)
                 if heard is not None:
                     transcripts.append(heard)
+                elif message.text.strip():  # "summarise this" + a long recording: the agent may use it
+                    kept.append(file)
         spoken = " ".join(t for t in transcripts if t)
         message.files = kept
         if notes:

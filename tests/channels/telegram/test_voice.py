@@ -175,3 +175,15 @@ async def test_voice_out_answers_a_voice_note_with_a_voice_note_too(tmp_path, ll
     [note] = [m for m in tg.bot_messages(42) if m.kind == "voice"]
     assert tg.files[note.file_id].data.startswith(b"OggS"), "Telegram plays Ogg/Opus as a voice note"
     assert len(tg.calls("sendVoice")) == 1, "a typed message is answered in text only"
+
+
+async def test_a_long_recording_with_a_caption_still_reaches_the_agent_as_a_file(tmp_path, llm, tg, stt):
+    async with running(tmp_path, llm, tg, stt, max_seconds=60) as harness:
+        tg.user_message(
+            42, caption="summarise this", audio=("standup.mp3", b"ID3" + b"\x00" * 64, "audio/mpeg", 1800)
+        )
+        await tg.wait_for_bot_text(42, "echo: summarise this")
+        await harness.idle()
+
+    assert any("standup.mp3 is too long to transcribe" in t for t in tg.bot_texts(42))
+    assert "standup.mp3" in prompt_of(llm) and stt.requests == []
