@@ -30,6 +30,7 @@ from bot.pairing import PairingStore
 from bot.router import Router
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.speech.speaking import VoiceReplies
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.trust import TrustPolicy
@@ -139,6 +140,8 @@ class ChannelManager:
         )
         #: Run after every turn's answer is delivered, in order; one may ask for a follow-up turn.
         self.after_turn_hooks: list[AfterTurnHook] = self.runner.after_turn_hooks
+        if settings.speech.speak is not None:  # voice out: answers to voice messages are spoken back
+            self.after_turn_hooks.append(VoiceReplies(settings.speech.speak, channels))
 
     # --- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:

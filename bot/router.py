@@ -24,6 +24,7 @@ from bot.inbox import FAILED, InboxEntry
 from bot.logs import trace_id_var
 from bot.schedules import is_occurrence
 from bot.settle import Settler
+from bot.speech.hearing import Hearing, TranscriberUnavailableError
 from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest
 from bot.turns import SubmitTurn
 from channels.base import Channel
@@ -85,6 +86,8 @@ class Router:
         # Per-conversation lock + number of handlers using it, so it is dropped only when nobody waits.
         self._conversation_locks: dict[tuple[str, str, str, str], tuple[asyncio.Lock, int]] = {}
         self._route_slots = asyncio.Semaphore(ROUTE_CONCURRENCY)
+        #: Voice messages written down before the message is read (bot/speech/hearing.py).
+        self.hearing = Hearing(settings.speech, self.send_notice, lambda name: commands.get(name) is not None)
 
     async def level_now(self, message: InboundMessage, channel: Channel) -> TrustLevel:
         """The sender's level now: their identity resolved again, then the trust policy."""
@@ -113,7 +116,10 @@ class Router:
             self.bus.release(entry.id)
             raise
         except Exception as exc:
-            log.exception("handling message failed")
+            if isinstance(exc, TranscriberUnavailableError):  # expected: said once, tried again below
+                log.warning("handling message failed: transcriber unavailable (%s)", exc)
+            else:
+                log.exception("handling message failed")
             status = await self._fail(
                 entry.id, f"{type(exc).__name__}: {exc}", message=message, shown=entry.reply_ref
             )
@@ -157,6 +163,13 @@ class Router:
             )
             await self._complete(entry.id)
             return
+        if self.hearing.applies(message):  # a spoken "/new" is the command /new from here on
+            heard = await self.hearing.hear(message, channel, first_attempt=entry.attempts == 0)
+            if heard.empty:
+                await self._complete(entry.id, note="voice message with nothing to answer")
+                return
+            parsed = None if scheduled else parse_command(message.text)
+            command = self.commands.get(parsed.name) if parsed else None
         level = await self.trust.level(message, channel, identity)
         if scheduled:  # never above its creator's level when it was made (nor, above, their level now)
             level = lowest(level, as_level(message.scheduled or "member"))

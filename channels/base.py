@@ -195,6 +195,13 @@ class Channel(ABC):
         """Environment for this turn's sandbox commands only (e.g. a short-lived ``GH_TOKEN``)."""
         return {}
 
+    #: The platform has voice messages and this channel can send one (voice out, docs/voice.md).
+    sends_voice = False
+
+    async def send_voice(self, message: InboundMessage, audio: bytes) -> None:
+        """Send Ogg/Opus ``audio`` as a voice message where ``message`` is answered."""
+        raise NotImplementedError(f"{self.provider} does not send voice messages")
+
     # --- files -----------------------------------------------------------------------------------
     async def download(self, file: InboundFile, max_bytes: int) -> bytes:
         """Fetch an inbound file's bytes, refusing anything over ``max_bytes`` (FileTooLarge)."""

@@ -31,12 +31,26 @@ class Sender:
 
 @dataclass(frozen=True, slots=True)
 class InboundFile:
-    """A file attached to a message. ``ref`` is whatever the channel needs to download it later."""
+    """A file attached to a message. ``ref`` is whatever the channel needs to download it later.
+
+    ``audio`` marks a voice message or audio clip, which the service transcribes (docs/voice.md); the
+    channel only says so, with the ``duration`` in seconds where the platform gives it, and ``transcript``
+    when the platform already recognised the speech itself (DingTalk's ``recognition``).
+    """
 
     name: str
     ref: str
     size: int | None = None
     mime: str | None = None
+    audio: bool = False
+    duration: float | None = None
+    transcript: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "ref": self.ref, "size": self.size, "mime": self.mime}
+        if self.audio:  # only then: a stored message without audio keeps its old shape
+            data.update(audio=True, duration=self.duration, transcript=self.transcript)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +139,7 @@ class InboundMessage:
             "topic": self.topic,
             "mentioned": self.mentioned,
             "is_private": self.is_private,
-            "files": [{"name": f.name, "ref": f.ref, "size": f.size, "mime": f.mime} for f in self.files],
+            "files": [f.to_json() for f in self.files],
             "context": self.context,
             "thread_id": self.thread_id,
             "received_at": self.received_at,

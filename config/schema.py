@@ -19,6 +19,7 @@ from config.channels.github import GitHubConfig
 from config.channels.slack import SlackConfig
 from config.channels.telegram import TelegramConfig
 from config.dburl import database_url_problem
+from config.speech import SpeechConfig
 
 DEFAULT_JWT_SECRETS = frozenset({"", "changethis", "change-me", "changeme", "secret"})
 
@@ -362,6 +363,7 @@ class Settings(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    speech: SpeechConfig = Field(default_factory=SpeechConfig)
 
     @model_validator(mode="after")
     def _unique_model_names(self) -> Settings:

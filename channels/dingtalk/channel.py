@@ -466,10 +466,23 @@ class DingTalkChannel(Channel):
             text = "\n".join(p for p in parts if p.strip())
         elif kind in ("file", "video", "audio"):
             code = content.get("downloadCode")
-            if kind == "audio":
-                text = str(content.get("recognition") or "")
-            if code:
-                default = {"file": "file", "video": "video.mp4", "audio": "audio.amr"}[kind]
+            if kind == "audio" and (code or content.get("recognition")):
+                # DingTalk recognises speech itself (``recognition``): the service uses that text and
+                # does not call its transcriber (docs/voice.md). ``duration`` is in milliseconds.
+                duration = content.get("duration")
+                recognition = str(content.get("recognition") or "").strip()
+                files.append(
+                    InboundFile(
+                        name=str(content.get("fileName") or "audio.amr"),
+                        ref=str(code or ""),
+                        mime="audio/amr",
+                        audio=True,
+                        duration=float(duration) / 1000 if isinstance(duration, int | float) else None,
+                        transcript=recognition or None,
+                    )
+                )
+            elif code:
+                default = {"file": "file", "video": "video.mp4"}[kind]
                 files.append(InboundFile(name=str(content.get("fileName") or default), ref=str(code)))
         return text.strip(), files
 

@@ -532,8 +532,15 @@ class DiscordChannel(Channel):
 
     @staticmethod
     def _inbound_file(attachment: discord.Attachment) -> InboundFile:
+        # A voice message (Ogg/Opus, ``duration_secs``) or a shared audio file: the service transcribes it.
+        audio = attachment.is_voice_message() or (attachment.content_type or "").startswith("audio/")
         return InboundFile(
-            name=attachment.filename, ref=attachment.url, size=attachment.size, mime=attachment.content_type
+            name=attachment.filename,
+            ref=attachment.url,
+            size=attachment.size,
+            mime=attachment.content_type,
+            audio=audio,
+            duration=attachment.duration if audio else None,
         )
 
     async def _deliver(

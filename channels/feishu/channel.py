@@ -405,7 +405,13 @@ class FeishuChannel(Channel):
         # whose root is that message — so replies to the bot's answer continue the same conversation.
         topic = None if is_private else (message.root_id or message.thread_id or message.message_id)
         files = [
-            InboundFile(name=name, ref=f"{message.message_id}:{key}:{kind}")
+            InboundFile(
+                name=name,
+                ref=f"{message.message_id}:{key}:{kind}",
+                mime="audio/ogg" if parsed.audio else None,  # Feishu voice messages are Ogg/Opus
+                audio=parsed.audio,
+                duration=parsed.audio_seconds,
+            )
             for key, kind, name in parsed.files
         ]
         return InboundMessage(

@@ -29,6 +29,10 @@ class Mention:
 class ParsedContent:
     text: str
     files: list[tuple[str, str, str]] = field(default_factory=list)  # (key, resource type, display name)
+    #: An ``audio`` message (a voice message, Ogg/Opus): its one file is audio for the service to
+    #: transcribe, ``audio_seconds`` long (Feishu gives ``duration`` in milliseconds).
+    audio: bool = False
+    audio_seconds: float | None = None
 
 
 def _loads(content: str | None) -> dict[str, Any]:
@@ -113,7 +117,12 @@ def parse_content(
     elif message_type in FILE_MESSAGE_TYPES and value.get("file_key"):
         key = str(value["file_key"])
         default = {"audio": f"{key}.opus", "media": f"{key}.mp4"}.get(message_type, key)
-        return ParsedContent("", [(key, "file", str(value.get("file_name") or default))])
+        files = [(key, "file", str(value.get("file_name") or default))]
+        if message_type == "audio":
+            duration = value.get("duration")
+            seconds = duration / 1000 if isinstance(duration, int | float) else None
+            return ParsedContent("", files, audio=True, audio_seconds=seconds)
+        return ParsedContent("", files)
     else:
         return None
     text = _replace_mentions(text, mentions, bot_open_id)

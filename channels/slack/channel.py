@@ -417,11 +417,18 @@ class SlackChannel(Channel):
         ref = item.get("url_private_download") or item.get("url_private") or item.get("id")
         if not ref or item.get("mode") == "tombstone":
             return None
+        mime = item.get("mimetype")
+        # An audio clip recorded in Slack (``subtype: slack_audio``, with ``duration_ms``) or any shared
+        # audio file: the service transcribes it (docs/voice.md).
+        audio = item.get("subtype") == "slack_audio" or str(mime or "").startswith("audio/")
+        duration_ms = item.get("duration_ms")
         return InboundFile(
             name=str(item.get("name") or item.get("title") or item.get("id") or "file"),
             ref=str(ref),
             size=item.get("size"),
-            mime=item.get("mimetype"),
+            mime=mime,
+            audio=audio,
+            duration=duration_ms / 1000 if audio and isinstance(duration_ms, int | float) else None,
         )
 
     # --- policy and replies ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ What users get:
 * the reply appears as one message edited in place (pacing, splitting at 4096 characters and retries are
   the shared :class:`~channels.reply.ReplyStream`'s job; this module only sets the per-chat budget);
 * documents, photos, audio and video up to ``max_file_bytes`` (Bot API cap: 20 MB) reach the agent;
+  voice notes and audio files are marked as audio, for the service to transcribe (docs/voice.md);
 * buttons (Stop while an answer streams, Approve / Deny on approval requests) are inline keyboards, and a
   press comes back as a ``callback_query`` (:mod:`channels.telegram.presses`) stored like a message.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import logging
 import re
@@ -83,6 +85,15 @@ GROUP_BURST = 3
 GROUP_FINAL_RESERVE = 1
 
 _MEDIA_ATTRIBUTES = ("document", "audio", "video", "voice", "animation", "video_note")
+#: Voice notes and audio files: the Bot API's ``Voice`` and ``Audio`` objects, both with a ``duration``.
+_SPOKEN_ATTRIBUTES = frozenset({"voice", "audio"})
+
+
+def _seconds(duration: int | dt.timedelta | None) -> float | None:
+    """A media ``duration``: seconds as an int, or a timedelta (python-telegram-bot 22's newer form)."""
+    if isinstance(duration, dt.timedelta):
+        return duration.total_seconds()
+    return float(duration) if duration is not None else None
 
 
 class TelegramChannel(Channel):
@@ -471,9 +482,15 @@ class TelegramChannel(Channel):
             if media is None:
                 continue
             name = getattr(media, "file_name", None) or f"{attribute}_{message.message_id}"
+            spoken = attribute in _SPOKEN_ATTRIBUTES  # transcribed by the service (docs/voice.md)
             files.append(
                 InboundFile(
-                    name=name, ref=media.file_id, size=media.file_size, mime=getattr(media, "mime_type", None)
+                    name=name,
+                    ref=media.file_id,
+                    size=media.file_size,
+                    mime=getattr(media, "mime_type", None),
+                    audio=spoken,
+                    duration=_seconds(media.duration) if spoken else None,
                 )
             )
         return files
@@ -494,6 +511,12 @@ class TelegramChannel(Channel):
         return bytes(data)
 
     # --- replies and policy --------------------------------------------------------------------------
+    sends_voice = True
+
+    async def send_voice(self, message: InboundMessage, audio: bytes) -> None:
+        """Voice out (docs/voice.md): a voice note in the chat, topic or reply chain of ``message``."""
+        await TelegramTransport(self, message).send_voice(audio)
+
     def reply_transport(self, message: InboundMessage) -> TelegramTransport:
         transport = TelegramTransport(self, message)
         self._transports.add(transport)

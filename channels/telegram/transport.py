@@ -259,6 +259,15 @@ class TelegramTransport(ReplyTransport):
 
         await self._with_markup(call, text)
 
+    async def send_voice(self, audio: bytes) -> None:
+        """Ogg/Opus ``audio`` as a voice note (``sendVoice``), placed like the reply's other messages."""
+        try:
+            await self.bot.send_voice(
+                chat_id=self.chat_id, voice=audio, filename="answer.ogg", **self._placement()
+            )
+        except tg_errors.TelegramError as exc:
+            raise map_error(exc) from exc
+
     async def send_files(self, files: Sequence[Path]) -> None:
         """The stream acquired the budget for the first file; each further upload acquires its own."""
         for index, path in enumerate(files):

@@ -647,8 +647,13 @@ class FakeDingTalk(ThreadedServer):
         file_name: str | None = None,
         sender_nick: str | None = None,
         webhook_ttl: float = 5400,
+        recognition: str | None = None,
+        duration_ms: int = 2000,
     ) -> dict[str, Any]:
-        """The ``data`` of a robot-message callback, shaped like DingTalk's."""
+        """The ``data`` of a robot-message callback, shaped like DingTalk's.
+
+        An ``audio`` message carries ``duration`` (ms), its ``downloadCode`` and DingTalk's own speech
+        ``recognition`` text, and no file name."""
         now_ms = int(time.time() * 1000)
         if conversation_type == "1":
             conversation_id = conversation_id or self.p2p_conversation(sender_id)
@@ -684,7 +689,11 @@ class FakeDingTalk(ThreadedServer):
             data["text"] = {"content": (" " if at_bot else "") + text}
         elif msgtype == "picture":
             data["content"] = {"downloadCode": download_code, "pictureDownloadCode": download_code}
-        elif msgtype in ("file", "video", "audio"):
+        elif msgtype == "audio":
+            data["content"] = {"duration": duration_ms, "downloadCode": download_code}
+            if recognition is not None:
+                data["content"]["recognition"] = recognition
+        elif msgtype in ("file", "video"):
             data["content"] = {"downloadCode": download_code, "fileName": file_name or "file.bin"}
         elif msgtype == "richText":
             items: list[dict[str, Any]] = [{"text": text}] if text else []

@@ -114,6 +114,8 @@ LINK_STYLE, PREMIUM_STYLE = 5, 6
 ROWS_MAX, BUTTONS_PER_ROW_MAX = 5, 5
 CUSTOM_ID_MAX, BUTTON_LABEL_MAX = 100, 80
 EPHEMERAL = 1 << 6
+#: A message's flag for a voice message (Discord's message flags: ``1 << 13``).
+IS_VOICE_MESSAGE = 1 << 13
 #: Message flags an interaction response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL,
 #: SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
 RESPONSE_FLAGS = (1 << 2) | EPHEMERAL | (1 << 12) | (1 << 15)
@@ -495,6 +497,13 @@ class FakeDiscord(ThreadedServer):
             body["content_type"] = mime
         return body
 
+    def voice_message(self, channel_id: str, author: str, data: bytes, seconds: float) -> dict[str, Any]:
+        """A voice message as Discord's clients send it: no content, the ``IS_VOICE_MESSAGE`` flag, and
+        one Ogg/Opus attachment ``voice-message.ogg`` with ``duration_secs`` and a base64 ``waveform``."""
+        attachment = self.add_attachment("voice-message.ogg", data, "audio/ogg")
+        attachment.update(duration_secs=seconds, waveform="AAAAAAAAAAAA", flags=0)
+        return self.message_create(channel_id, author, "", attachments=[attachment], flags=IS_VOICE_MESSAGE)
+
     def message_create(
         self,
         channel_id: str,
@@ -507,6 +516,7 @@ class FakeDiscord(ThreadedServer):
         message_id: str | None = None,
         author_is_bot: bool = False,
         roles: list[str] | None = None,
+        flags: int = 0,
     ) -> dict[str, Any]:
         """Deliver a MESSAGE_CREATE dispatch to every identified gateway connection; returns its payload.
 
@@ -534,7 +544,7 @@ class FakeDiscord(ThreadedServer):
             "embeds": [],
             "pinned": False,
             "type": 0,
-            "flags": 0,
+            "flags": flags,
             "components": [],
         }
         guild_id = guild_id or self._guild_of(channel_id)

@@ -810,6 +810,21 @@ class FakeLark(ThreadedServer):
         self.push_event(event)
         return event
 
+    def send_audio_event(
+        self, chat_id: str, chat_type: str, sender_open_id: str, data: bytes, *, duration_ms: int
+    ) -> dict[str, Any]:
+        """A user sends a voice message: ``message_type: audio``, content ``{file_key, duration}`` (the
+        duration in milliseconds); its Ogg/Opus bytes are downloadable as a ``type=file`` resource."""
+        message_id = f"om_{uuid.uuid4().hex}"
+        key = f"file_v3_{uuid.uuid4().hex[:12]}"
+        self.resources[(message_id, key)] = (f"{key}.opus", data)
+        content = {"file_key": key, "duration": duration_ms}
+        event = self.message_event(
+            chat_id, chat_type, sender_open_id, message_id=message_id, message_type="audio", content=content
+        )
+        self.push_event(event)
+        return event
+
     def press(
         self, message: LarkMessage, label: str, operator_open_id: str, *, frame_type: str = "event"
     ) -> dict[str, Any]:

@@ -996,6 +996,13 @@ class FakeSlack(ThreadedServer):
             self.hosted_files[file_id] = (name, data, mime)
         return self.file_object(file_id)
 
+    def host_audio_clip(self, data: bytes, seconds: float, mime: str = "audio/webm") -> dict[str, Any]:
+        """An audio clip recorded in Slack's composer: a hosted file with ``subtype: slack_audio`` and
+        its length in ``duration_ms``; returns the ``files[]`` item for an event."""
+        item = self.host_file("audio_message.webm", data, mime)
+        item.update(subtype="slack_audio", media_display_type="audio", duration_ms=int(seconds * 1000))
+        return item
+
     def file_object(self, file_id: str) -> dict[str, Any]:
         name, data, mime = self.hosted_files[file_id]
         return {

@@ -3,7 +3,7 @@
 Point any Bot API client at it (python-telegram-bot: ``base_url=f"{fake.url}/bot"``,
 ``base_file_url=f"{fake.url}/file/bot"``). It implements the methods a chat bot needs — ``getMe``,
 ``deleteWebhook``, ``getUpdates`` (long polling with offsets), ``sendMessage``, ``editMessageText``,
-``sendDocument``, ``sendPhoto``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
+``sendDocument``, ``sendPhoto``, ``sendVoice``, ``getFile``, ``sendChatAction``, ``setMyCommands``, ``sendMessageDraft``
 (private chats only), ``setWebhook``/``deleteWebhook``/``getWebhookInfo`` … — and the file
 download route ``/file/bot<token>/<path>``. Like the real one it validates ``parse_mode=HTML`` (unknown
 or unbalanced tags → 400 "can't parse entities"), counts length after entity parsing (4096), and answers
@@ -772,7 +772,10 @@ class FakeTelegram(ThreadedServer):
                                   params.get("parse_mode"), kind=kind, file_name=stored.name,
                                   file_id=stored.file_id, reply_to=reply_to, thread_id=thread)  # fmt: skip
             payload = self._bot_message(chat_id, params, message)
-            if kind == "photo":
+            if kind == "voice":
+                payload["voice"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                    "duration": 1, "mime_type": "audio/ogg", "file_size": len(stored.data)}  # fmt: skip
+            elif kind == "photo":
                 payload["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
                                      "width": 640, "height": 480, "file_size": len(stored.data)}]  # fmt: skip
             else:
@@ -790,6 +793,17 @@ class FakeTelegram(ThreadedServer):
 
     def _m_sendPhoto(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
         return self._send_media("photo", params, uploads)
+
+    def _m_sendVoice(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
+        """A voice note; the Bot API wants OGG/Opus (or MP3/M4A) for it to play as one."""
+        upload = uploads.get("voice")
+        if (
+            upload is not None
+            and not upload[1].startswith((b"OggS", b"ID3", b"\xff\xfb"))
+            and b"ftyp" not in upload[1][:12]
+        ):
+            raise _ApiError(400, "Bad Request: wrong file type: voice must be OGG/Opus, MP3 or M4A")
+        return self._send_media("voice", params, uploads)
 
     def _m_getFile(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
         stored = self.files.get(str(params.get("file_id")))
@@ -872,12 +886,16 @@ class FakeTelegram(ThreadedServer):
                 if event is not None:
                     self._loop.call_soon_threadsafe(event.set)
 
-    def add_file(self, data: bytes, name: str, mime: str | None = None) -> StoredFile:
-        """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id."""
+    def add_file(
+        self, data: bytes, name: str, mime: str | None = None, *, folder: str | None = None
+    ) -> StoredFile:
+        """Store bytes as a Telegram file (what a user upload becomes); returns it with its file_id.
+
+        ``folder`` is where Telegram's ``file_path`` puts it (``voice/file_3.oga`` for a voice note)."""
         with self._state:
             number = next(self._file_ids)
             file_id = f"FILE{number:04d}"
-            folder = "photos" if (mime or "").startswith("image/") else "documents"
+            folder = folder or ("photos" if (mime or "").startswith("image/") else "documents")
             stored = StoredFile(file_id, data, name, mime, f"{folder}/file_{number}_{name}")
             self.files[file_id] = stored
             return stored
@@ -903,6 +921,8 @@ class FakeTelegram(ThreadedServer):
         document: tuple[str, bytes, str] | None = None,
         photo: bytes | None = None,
         caption: str | None = None,
+        voice: tuple[bytes, int] | None = None,
+        audio: tuple[str, bytes, str, int] | None = None,
         is_bot: bool = False,
         push: bool = True,
     ) -> dict[str, Any]:
@@ -910,7 +930,8 @@ class FakeTelegram(ThreadedServer):
 
         Entities for ``@mentions`` and a leading ``/command`` are computed like Telegram's clients do.
         ``reply_to`` is a message id already in this fake (the bot's or a user's). ``thread_id`` makes
-        it a forum-topic message.
+        it a forum-topic message. ``voice`` is a voice note (OGG/Opus bytes, duration in seconds), sent
+        as the Bot API's ``Voice`` object; ``audio`` a music file (name, bytes, mime, seconds), ``Audio``.
         """
         if chat_type is None:
             chat_type = self.chat_types.get(chat_id, "private" if chat_id > 0 else "supergroup")
@@ -939,6 +960,17 @@ class FakeTelegram(ThreadedServer):
             stored = self.add_file(photo, f"photo_{mid}.jpg", "image/jpeg")
             message["photo"] = [{"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
                                  "width": 800, "height": 600, "file_size": len(photo)}]  # fmt: skip
+        if voice is not None:  # Bot API ``Voice``: no file_name; downloadable through getFile
+            data, seconds = voice
+            stored = self.add_file(data, f"voice_{mid}.oga", "audio/ogg", folder="voice")
+            message["voice"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                "duration": seconds, "mime_type": "audio/ogg", "file_size": len(data)}  # fmt: skip
+        if audio is not None:  # Bot API ``Audio``
+            name, data, mime, seconds = audio
+            stored = self.add_file(data, name, mime, folder="music")
+            message["audio"] = {"file_id": stored.file_id, "file_unique_id": f"u{stored.file_id}",
+                                "duration": seconds, "file_name": name, "mime_type": mime,
+                                "file_size": len(data)}  # fmt: skip
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
