@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ class WebChannel(Channel):
                 await self.record(key, Entry(shown.ref, "deleted"), persist=True)
             raise
 
-    async def watch(self, user: str, conversation: str) -> AsyncIterator[Event]:
+    async def watch(self, user: str, conversation: str) -> AsyncGenerator[Event, None]:
         """A snapshot of the conversation, then every change to it until the tab goes away."""
         key = (user, conversation)
         queue: asyncio.Queue[Event | None] = asyncio.Queue(WATCH_QUEUE)

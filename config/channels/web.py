@@ -5,8 +5,10 @@ from pydantic import Field
 from config.base import EVERYONE, ChatChannelSection, TrustSection
 
 
-def _signed_in_members() -> TrustSection:
-    return TrustSection(members=[EVERYONE])
+class WebTrustSection(TrustSection):
+    """The web chat's trust: only people the server signed in reach it, so all are members by default."""
+
+    members: list[str] = [EVERYONE]
 
 
 class WebChatConfig(ChatChannelSection):
@@ -17,7 +19,7 @@ class WebChatConfig(ChatChannelSection):
     uploads and the files the agent hands back live under ``<data_dir>/web-chat/<user>/``.
     """
 
-    trust: TrustSection = Field(default_factory=_signed_in_members)
+    trust: WebTrustSection = Field(default_factory=WebTrustSection)
     #: The largest file a person may upload with a message (and the largest the agent reads from it).
     max_file_bytes: int = Field(20 * 1024 * 1024, gt=0)
     #: The longest message the page accepts, in characters.

@@ -176,7 +176,9 @@
   }
 
   function updateStop() {
-    $("stop").disabled = stopAction() === null;
+    const running = stopAction() !== null;
+    $("stop").disabled = !running;
+    if (!running && $("status").textContent === "Stopping…") status("Stopped.");
   }
 
   async function download(file) {
