@@ -7,6 +7,8 @@ a reload of the page and a restart of the service.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -15,7 +17,7 @@ from bot.inbox import PENDING
 from bot.manager import STOPPED_NOTE
 from tests.conftest import make_settings
 from tests.connections.conftest import auth, jwt_overrides, token_for
-from tests.fakes.openai_server import Reply
+from tests.fakes.openai_server import Reply, ToolCall
 from tests.serving import serving
 from tests.webchat.conftest import new_conversation, send, texts, watching, web_channel
 
@@ -123,3 +125,36 @@ async def test_bad_messages_get_a_clear_error_and_change_nothing(tmp_path, llm):
         detail = (await client.get(f"/api/chat/conversations/{conversation}", headers=auth(token))).json()
         assert detail["entries"] == []
         assert await app.state.service.inbox.unfinished() == []
+
+
+async def test_commands_and_approval_buttons_work_as_on_every_other_channel(tmp_path, llm):
+    risky = "rm -rf /mnt/user-data/workspace/build"
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && touch build/out"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": risky})]),
+        Reply(text="done with the build directory"),
+    )
+    settings = settings_for(tmp_path, llm, sandbox={"mode": "host"})
+    app = create_app(settings)
+    token = token_for("alice")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        conversation = await new_conversation(client, token)
+        async with watching(client, token, conversation) as tab:
+            assert (await send(client, token, conversation, "/help")).status_code == 202
+            await tab.until(lambda es: any("/new" in t and "/stop" in t for t in texts(es)))
+
+            assert (await send(client, token, conversation, "clean up the build")).status_code == 202
+            entries = await tab.until(
+                lambda es: any(a["label"] == "Approve" for e in es for a in e["actions"])
+            )
+            [request] = [e for e in entries if any(a["label"] == "Approve" for a in e["actions"])]
+            assert risky in request["text"]
+            approve = next(a for a in request["actions"] if a["label"] == "Approve")
+            pressed = await send(client, token, conversation, approve["command"], pressed=request["ref"])
+            assert pressed.status_code == 202
+            await tab.until(lambda es: any("done with the build directory" in t for t in texts(es)))
+            assert approve["command"] not in texts(
+                list(tab.entries.values()), "user"
+            )  # a press, not a message
+    [workspace] = Path(settings.data_dir).glob("users/alice/threads/*/user-data/workspace")
+    assert not (workspace / "build").exists()  # approved: the command ran in alice's own space
