@@ -34,8 +34,9 @@ async def send(
     *,
     files: list[tuple[str, bytes]] | None = None,
     pressed: str | None = None,
+    client_id: str | None = None,
 ) -> httpx.Response:
-    data = {"client_id": secrets.token_urlsafe(9), "text": text}
+    data = {"client_id": client_id or secrets.token_urlsafe(9), "text": text}
     if pressed:
         data["pressed"] = pressed
     upload = [("files", (name, body)) for name, body in files or []]

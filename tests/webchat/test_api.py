@@ -70,12 +70,18 @@ async def test_a_message_is_in_the_inbox_before_its_post_is_answered(tmp_path, l
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         conversation = await new_conversation(client, token)
         async with watching(client, token, conversation) as tab:
-            response = await send(client, token, conversation, "write a long story")
+            response = await send(
+                client, token, conversation, "write a long story", client_id="first-message"
+            )
             assert response.status_code == 202 and response.json()["accepted"] is True
             stored = [e for e in await app.state.service.inbox.unfinished() if e.message.provider == "web"]
             assert [(e.message.text, e.message.workspace, e.status) for e in stored] == [
                 ("write a long story", "alice", PENDING)
             ]
+            # A POST retried because its answer was lost (the page retries once): stored once, run once.
+            again = await send(client, token, conversation, "write a long story", client_id="first-message")
+            assert again.status_code == 202 and again.json()["accepted"] is False
+            assert len(await app.state.service.inbox.unfinished()) == 1
             live = await tab.until(lambda es: any(e["live"] and "word3" in e["text"] for e in es))
             [reply] = [e for e in live if e["role"] == "assistant"]
             [stop] = [a for a in reply["actions"] if a["command"].startswith("/stop")]
@@ -84,6 +90,7 @@ async def test_a_message_is_in_the_inbox_before_its_post_is_answered(tmp_path, l
             ).status_code == 202
             done = await tab.until(lambda es: any(STOPPED_NOTE in t for t in texts(es)))
             assert not any(e["live"] for e in done)
+            assert len(texts(done, "user")) == 1 and len(texts(done)) == 1
             assert "word399" not in "".join(texts(done))
 
 

@@ -273,7 +273,13 @@
     form.append("text", text);
     if (pressed) form.append("pressed", pressed);
     for (const f of files) form.append("files", f, f.name);
-    await api("POST", "/api/chat/conversations/" + encodeURIComponent(id) + "/messages", form);
+    const path = "/api/chat/conversations/" + encodeURIComponent(id) + "/messages";
+    try {
+      await api("POST", path, form);
+    } catch (err) {
+      if (!(err instanceof TypeError)) throw err; // the network, not the server: the same client_id
+      await api("POST", path, form); // again is stored (and answered) once
+    }
   }
 
   async function send() {
