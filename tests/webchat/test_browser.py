@@ -77,6 +77,7 @@ async def test_a_person_signs_in_watches_an_answer_stream_reloads_and_stops_it(t
             await page.get_by_role("button", name="Sign in").click()
             await expect(page.locator("#app")).to_be_visible()
             assert await token.input_value() == ""  # the token is not left on the page
+            assert token_for("ada").split(".")[2] not in await page.content()
 
             message = page.get_by_label("Message", exact=True)
             await expect(message).to_be_focused()
