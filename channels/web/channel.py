@@ -36,6 +36,11 @@ Key = tuple[str, str]  # (user, conversation)
 Event = dict[str, Any]
 
 
+def _writing(actions: Sequence[Action]) -> bool:
+    """A message with a Stop button is a reply still being written (the button goes with the final text)."""
+    return any(a.command.startswith("/stop") for a in actions)
+
+
 def _actions(actions: Sequence[Action]) -> list[dict[str, Any]]:
     return [{"command": a.command, "label": a.label, "style": a.style} for a in actions]
 
@@ -164,8 +169,8 @@ class WebChannel(Channel):
         return self._live.get(key, {}).get(ref)
 
     async def record(self, key: Key, entry: Entry, *, persist: bool) -> None:
-        """Show ``entry`` in every open tab; write it to the transcript when ``persist``. An entry with
-        buttons stays in memory as live (its streaming edits are not written one by one)."""
+        """Show ``entry`` in every open tab; write it to the transcript when ``persist``. A reply being
+        written (``live``) stays in memory too: its streamed words are not written one edit at a time."""
         if persist:
             await asyncio.to_thread(self.store.append, key[0], key[1], entry)
         live = self._live.setdefault(key, {})
@@ -207,7 +212,7 @@ class WebTransport(ReplyTransport):
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         ref = f"a-{new_id()}"
         self.refs.append(ref)
-        entry = Entry(ref, "assistant", text, _actions(actions), live=bool(actions))
+        entry = Entry(ref, "assistant", text, _actions(actions), live=_writing(actions))
         await self.channel.record(self.key, entry, persist=True)
         return ref
 
@@ -216,12 +221,14 @@ class WebTransport(ReplyTransport):
             self.refs.append(ref)  # a reply resumed after a restart continues its own messages
         entry = self.channel.live_entry(self.key, ref)
         new_actions = _actions(actions)
-        changed = entry is None or entry.actions != new_actions
-        updated = Entry(ref, "assistant", text, new_actions, live=bool(actions))
+        live = _writing(actions)
+        updated = Entry(ref, "assistant", text, new_actions, live=live)
         if entry is not None:
             updated.at = entry.at
             updated.files = entry.files
-        await self.channel.record(self.key, updated, persist=changed or not actions)
+        # Only the words streamed into a reply being written stay in memory; every other change is kept.
+        persist = entry is None or entry.actions != new_actions or not live
+        await self.channel.record(self.key, updated, persist=persist)
 
     async def send_files(self, files: Sequence[Path]) -> None:
         kept = [await asyncio.to_thread(self.channel.store.keep_output, self.key[0], path) for path in files]
