@@ -309,9 +309,11 @@
   }
 
   async function press(ref, command) {
+    const stopping = command.startsWith("/stop");
+    if (stopping) status("Stopping…"); // before the POST: the answer may end before it returns
     try {
       await post(command, [], ref);
-      if (command.startsWith("/stop")) status("Stopping…");
+      if (stopping) updateStop();
     } catch (err) {
       fail(err);
     }
