@@ -26,6 +26,7 @@ from bot import console, metrics, opsmetrics, tracing
 from bot.gc_tuning import start_keeper, stop_keeper, tune_gc, untune_gc
 from bot.logs import trace_id_var
 from bot.service import VERSION, Service
+from bot.webchat import api as webchat_api
 from config.schema import Settings
 from connections.auth import AuthError, user_from_header
 from webhooks.route import DirectRoute
@@ -216,6 +217,7 @@ def create_app(
         for router in feature.routers():
             app.include_router_directly(router)
     app.include_router(console.build_router(service))  # /admin and /api/admin (bot/console)
+    app.include_router(webchat_api.build_router(service))  # /chat and /api/chat (bot/webchat)
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
     @app.get("/health", tags=["service"], summary="Service, database and channel health")

@@ -122,6 +122,13 @@ class PeopleData:
     def files_dir(self, owner: str) -> Path:
         return self.data_dir / "users" / safe_component(owner)
 
+    def web_chat_dir(self, owner: str) -> Path:
+        """The web chat's transcripts, uploads and received files (channels/web/store.py): named by the
+        signed-in user id itself, which never holds a separator (an unbound owner has no such folder)."""
+        if Path(owner).name != owner or owner.startswith("."):
+            return self.data_dir / "web-chat" / ".none"
+        return self.data_dir / "web-chat" / owner
+
     async def find(self, owner: str) -> Person:
         person = Person(owner)
         async with self.db.engine.connect() as conn:
@@ -172,6 +179,7 @@ class PeopleData:
         out["accounts"] = [_account_json(a) for a in person.accounts]
         out["threads"] = sorted(person.thread_ids)
         out["files"] = await asyncio.to_thread(_file_list, self.files_dir(owner))
+        out["web_chat_files"] = await asyncio.to_thread(_file_list, self.web_chat_dir(owner))
         return out
 
     async def _inbox_rows(self, conn: AsyncConnection, person: Person) -> list[dict[str, Any]]:
@@ -251,6 +259,7 @@ class PeopleData:
             result = await conn.execute(delete(users_table).where(users_table.c.id == owner))
             counts[users_table.name] = result.rowcount
         counts["files"] = await asyncio.to_thread(_remove_files, self.files_dir(owner))
+        counts["web_chat_files"] = await asyncio.to_thread(_remove_files, self.web_chat_dir(owner))
         return {name: n for name, n in counts.items() if n}
 
 

@@ -140,6 +140,7 @@ def _routes() -> str:
     from bot import console
     from bot.app import create_app
     from bot.service import Service
+    from bot.webchat import api as webchat_api
 
     # Telegram's webhook route exists only in webhook mode: list the routes of a config that has it.
     telegram = {"enabled": True, "bot_token": "0:reference", "mode": "webhook", "webhook_secret": "reference"}
@@ -152,6 +153,7 @@ def _routes() -> str:
         for router in feature.routers():
             routes.extend(router.routes)
     routes.extend(console.build_router(service).routes)  # included by create_app itself
+    routes.extend(webchat_api.build_router(service).routes)  # so is the web chat's
     rows: dict[str, str] = {}
     for route in routes:
         if isinstance(route, APIRoute | Route):

@@ -15,6 +15,7 @@ CHANNEL_CLASSES: dict[str, str] = {
     "feishu": "channels.feishu.channel:FeishuChannel",
     "dingtalk": "channels.dingtalk.channel:DingTalkChannel",
     "github": "webhooks.channel:GitHubChannel",
+    "web": "channels.web.channel:WebChannel",
 }
 
 

@@ -64,6 +64,7 @@ from bot.router import ROUTE_CONNECTIONS
 from bot.thread_retention import AbandonedThreads, ThreadEraser
 from bot.threads import ThreadStore
 from bot.version import VERSION
+from bot.webchat.identity import WebIdentity
 from channels.base import Channel
 from channels.types import ChatCommand
 from config.schema import Settings
@@ -153,7 +154,7 @@ class Service:
             settings.database.retention_days, [self.inbox, self.github.store, abandoned]
         )
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
-        self.identity = IdentityChain([self.github.identity, self.connections.identity])
+        self.identity = IdentityChain([self.github.identity, WebIdentity(), self.connections.identity])
 
         self._given_channels = channels
         self._given_agent = agent

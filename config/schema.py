@@ -18,6 +18,7 @@ from config.channels.feishu import FeishuConfig
 from config.channels.github import GitHubConfig
 from config.channels.slack import SlackConfig
 from config.channels.telegram import TelegramConfig
+from config.channels.web import WebChatConfig
 from config.dburl import database_url_problem
 from config.speech import SpeechConfig
 
@@ -335,6 +336,7 @@ class ChannelsConfig(Section):
     feishu: FeishuConfig = Field(default_factory=FeishuConfig)
     dingtalk: DingTalkConfig = Field(default_factory=DingTalkConfig)
     github: GitHubConfig = Field(default_factory=GitHubConfig)
+    web: WebChatConfig = Field(default_factory=WebChatConfig)
 
     def items(self) -> list[tuple[str, ChannelSection]]:
         return [(name, getattr(self, name)) for name in type(self).model_fields]

@@ -19,9 +19,11 @@ TITLES = {
     "feishu": "Feishu / Lark",
     "dingtalk": "DingTalk",
     "github": "GitHub",
+    "web": "Web chat",
 }
 NOT_CONNECTABLE = {
     "github": "GitHub is connected per repository by an operator, not per person with a code",
+    "web": "the web chat (/chat) is you, signed in to this server: there is nothing to connect",
 }
 
 

@@ -21,6 +21,8 @@ from connections import metadata as connections_metadata
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
+    from connections.api import ConnectionsApi
+
 
 class ConnectionIdentity:
     """An :class:`~bot.identity.IdentitySource` that answers for every message (bound or not).
@@ -63,17 +65,28 @@ class ConnectionsFeature:
         self.identity = ConnectionIdentity(OwnerResolver(self.store), base.threads)
         self._live_providers = live_providers
         self._handle = handle
+        self._api: ConnectionsApi | None = None
 
     def tables(self) -> list[MetaData]:
         return [connections_metadata]
 
     def routers(self) -> list[APIRouter]:
-        from connections.api import ConnectionsApi, build_router  # FastAPI: only when serving HTTP
+        from connections.api import build_router  # FastAPI: only when serving HTTP
 
-        api = ConnectionsApi(
-            store=self.store, settings=self.settings, live_providers=self._live_providers, handle=self._handle
-        )
-        return [build_router(api)]
+        return [build_router(self.rest_api())]
+
+    def rest_api(self) -> ConnectionsApi:
+        """The one :class:`ConnectionsApi` of this service; the web chat signs people in through it too."""
+        if self._api is None:
+            from connections.api import ConnectionsApi
+
+            self._api = ConnectionsApi(
+                store=self.store,
+                settings=self.settings,
+                live_providers=self._live_providers,
+                handle=self._handle,
+            )
+        return self._api
 
     async def start(self, running: Running) -> None:
         return None
