@@ -38,6 +38,7 @@ from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.spend.keeper import SpendKeeper
 from bot.threads import Conversation
 from bot.trust import lowest, profile_for
 from bot.turns import (
@@ -96,6 +97,8 @@ class TurnRunner:
         self.schedules = schedules
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
+        #: Prices finished turns and checks budgets before a turn starts (bot/spend/); None: neither.
+        self.spend: SpendKeeper | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -135,6 +138,10 @@ class TurnRunner:
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
+                elif self.spend is not None and (refusal := await self.spend.before_turn(turn)) is not None:
+                    # Over budget: the turn ends with the sentence, as failed (a goal stops, no memory).
+                    final, files, stopped, failed = refusal, (), False, True
+                    metrics.mark_outcome("over_budget")
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
@@ -307,6 +314,8 @@ class TurnRunner:
                 elif isinstance(event, TurnFinished):
                     result["text"], result["files"] = event.text, event.files
                     progress[0] = None
+                    if self.spend is not None:
+                        await self.spend.after_turn(turn, event)
                 reply.update(render())
 
         lane.agent_task = asyncio.create_task(consume(), name="agent-turn")
