@@ -63,6 +63,14 @@ class SpendKeeper:
         reset = "midnight UTC" if all(r.period == "day" for r in reached) else "the next day or month (UTC)"
         return f"💸 This {what} did not run: {why}.{asked} It resets at {reset}; an admin can raise it for today."
 
+    async def over_budget(self, message: InboundMessage, owner: str) -> str | None:
+        """Which limits a turn of ``owner`` here would be over, in words (None: none). Asks nobody: for
+        work nobody waits on, such as the next step of a goal (bot/goal_runner.py)."""
+        if not self.gate.enabled:
+            return None
+        reached = await self.gate.reached(SpendKey.of(message, owner))
+        return "; ".join(self._state(r, message, "is used up") for r in reached) or None
+
     async def before_turn(self, turn: Turn) -> str | None:
         """None when the turn may run; otherwise the sentence its reply ends with."""
         if not self.gate.enabled:
