@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, get_args
+from typing import Any
 
 from config.schema import Settings
 
@@ -29,17 +29,14 @@ async def report(settings: Settings, by: str, since: str, until: str, limit: int
     from bot.spend.ledger import SpendLedger
     from bot.spend.prices import MICROS, money
     from bot.spend.report import line_text, total
-    from bot.spend.scope import Scope
+    from bot.spend.scope import SCOPES, Scope
 
     db = Database(settings.database.url)
     try:
         async with db.engine.begin() as conn:  # a database the service never used reports nothing
             await conn.run_sync(tables.metadata.create_all)
-        group: Scope | None = None
-        for scope in get_args(Scope):
-            if scope == by:
-                group = scope
-        lines = await SpendLedger(db).report(group=group, since=since, until=until, limit=limit)
+        scopes: dict[str, Scope] = {scope: scope for scope in SCOPES}  # "model" groups by model
+        lines = await SpendLedger(db).report(group=scopes.get(by), since=since, until=until, limit=limit)
     finally:
         await db.close()
     currency = currency_of(settings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from bot.spend.prices import money, turn_cost_micros
 from bot.spend.scope import SpendKey, agent_of, schedule_of
 from channels.types import InboundMessage, Sender
 from config.schema import BudgetsConfig, ModelPricing, Settings
+from tests.conftest import fresh_pg_database
 
 NOON = 1_796_904_000.0  # 2026-12-10 12:00 UTC
 PRICING = ModelPricing(input=Decimal("0.15"), cached=Decimal("0.075"), output=Decimal("0.60"))
@@ -58,15 +60,26 @@ def test_the_agent_and_schedule_of_a_turn_come_from_its_message():
     assert (schedule_of(chat), schedule_of(scheduled)) == ("", "ab12cd")
 
 
-async def _ledger(tmp_path: Path) -> tuple[Database, SpendLedger]:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'spend.db'}")
+async def _ledger(tmp_path: Path, url: str | None = None) -> tuple[Database, SpendLedger]:
+    db = Database(url or f"sqlite+aiosqlite:///{tmp_path / 'spend.db'}")
     async with db.engine.begin() as conn:
         await conn.run_sync(tables.metadata.create_all)
     return db, SpendLedger(db)
 
 
-async def test_budgets_count_today_and_this_month_and_a_raise_lifts_them_for_the_day(tmp_path: Path):
-    db, ledger = await _ledger(tmp_path)
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str | None]:
+    if request.param == "sqlite":
+        yield None
+        return
+    async with fresh_pg_database() as url:
+        yield url
+
+
+async def test_budgets_count_today_and_this_month_and_a_raise_lifts_them_for_the_day(
+    tmp_path: Path, database_url: str | None
+):
+    db, ledger = await _ledger(tmp_path, database_url)
     alice = SpendKey("alice", "telegram/-/42", "default")
     try:
         for when, cost in ((NOON - 86_400 * 3, 700_000), (NOON, 200_000), (NOON, 150_000)):
