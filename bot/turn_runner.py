@@ -138,10 +138,10 @@ class TurnRunner:
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
-                elif self.spend is not None and (refusal := await self.spend.before_turn(turn)) is not None:
+                elif (halt := await self._over_budget(turn, lane)) is not None:
                     # Over budget: the turn ends with the sentence, as failed (a goal stops, no memory).
-                    final, files, stopped, failed = refusal, (), False, True
-                    metrics.mark_outcome("over_budget")
+                    final, files, stopped, failed = halt, (), halt == STOPPED_NOTE, halt != STOPPED_NOTE
+                    metrics.mark_outcome("stopped" if stopped else "over_budget")
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
@@ -216,6 +216,30 @@ class TurnRunner:
             await self.on_turn_error(failure)
         except Exception:
             log.exception("the on_turn_error hook failed")
+
+    async def _over_budget(self, turn: Turn, lane: Lane) -> str | None:
+        """The budget check (bot/spend/): None to run the turn, else the text its reply ends with. It may
+        wait for an admin's approval, so it runs as the lane's stoppable task: ⏹ Stop withdraws the request."""
+        spend = self.spend
+        if spend is None or not spend.gate.enabled:
+            return None
+        refusal: list[str | None] = [None]
+
+        async def check() -> None:
+            refusal[0] = await spend.before_turn(turn)
+
+        lane.agent_task = asyncio.create_task(check(), name="budget-check")
+        try:
+            await lane.agent_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not lane.stop_requested or (current is not None and current.cancelling()):
+                lane.agent_task.cancel()
+                raise
+            return STOPPED_NOTE
+        finally:
+            lane.agent_task = None
+        return refusal[0]
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""

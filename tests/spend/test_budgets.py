@@ -166,3 +166,21 @@ async def test_a_scheduled_task_over_its_budget_does_not_run_and_says_so_in_its_
     )
     assert sum("echo: post the news" in t for t in tg.bot_texts(ALICE)) == 1
     await asyncio.sleep(0)
+
+
+async def test_stop_withdraws_a_waiting_budget_request_and_nothing_runs(
+    tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
+):
+    llm.default_reply = answer
+    settings = priced_settings(tmp_path, llm, {"per_chat": {"day": "0"}})  # this chat may spend nothing
+    channel = TelegramChannel(telegram_config(tg, admins=[str(ADMIN)]), settings=settings)
+    async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+        say(tg, "question 1")
+        request = await tg.wait_for_bot_text(GROUP, "this turn is over budget", timeout=30)
+        assert "this chat's daily budget is used up ($0.0000 of $0.0000 today)" in request.text
+        placeholder = next(m for m in tg.bot_messages(GROUP) if m.buttons == ["⏹ Stop"])
+        tg.press(GROUP, placeholder.message_id, "⏹ Stop")
+        await tg.wait_until(lambda: placeholder.text.endswith("⏹ Stopped."), timeout=20)
+        await tg.wait_until(lambda: "withdrawn" in request.text and request.keyboard is None, timeout=20)
+        await h.idle(timeout=20)
+    assert llm.completions == [], "the model was never asked"
