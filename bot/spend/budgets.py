@@ -14,7 +14,7 @@ from typing import Literal
 from bot.spend.ledger import SpendLedger, day_of, month_of
 from bot.spend.prices import money, to_micros
 from bot.spend.scope import SCOPES, Scope, SpendKey
-from config.schema import BudgetLimits, BudgetsConfig
+from config.schema import BudgetLimits, BudgetsConfig, Settings
 
 Period = Literal["day", "month"]
 RAISED, WARNED = "raised", "warned"
@@ -47,9 +47,14 @@ class Reached:
 
 
 class BudgetGate:
-    def __init__(self, config: BudgetsConfig, ledger: SpendLedger) -> None:
-        self.config = config
+    def __init__(self, settings: Settings, ledger: SpendLedger) -> None:
+        self.settings = settings
         self.ledger = ledger
+
+    @property
+    def config(self) -> BudgetsConfig:
+        """Read at every check, so a ``SIGHUP`` that changes ``budgets:`` applies to the next turn."""
+        return self.settings.budgets
 
     def limits(self, scope: Scope) -> BudgetLimits:
         return {

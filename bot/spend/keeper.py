@@ -38,12 +38,18 @@ class SpendKeeper:
     def __init__(self, settings: Settings, db: Database, notify: SendNotice) -> None:
         self.settings = settings
         self.ledger = SpendLedger(db)
-        self.gate = BudgetGate(settings.budgets, self.ledger)
+        self.gate = BudgetGate(settings, self.ledger)
         self.notify = notify
-        self.currency = currency_of(settings)
         #: Where an over-budget turn asks an admin (``ask_admin``); None: it stops.
         self.approvals: ApprovalDesk | None = None
-        self._pricing: dict[str, ModelPricing | None] = {m.name: m.pricing for m in settings.models}
+
+    @property
+    def currency(self) -> str:
+        return currency_of(self.settings)
+
+    def pricing(self, model: str) -> ModelPricing | None:
+        """The model's prices now (``models`` may change on ``SIGHUP``, bot/reload.py)."""
+        return next((m.pricing for m in self.settings.models if m.name == model), None)
 
     @staticmethod
     def key(turn: Turn) -> SpendKey:
@@ -102,7 +108,7 @@ class SpendKeeper:
         key = self.key(turn)
         model = finished.model or "default"
         cost = turn_cost_micros(
-            self._pricing.get(model), finished.input_tokens, finished.output_tokens, finished.cached_tokens
+            self.pricing(model), finished.input_tokens, finished.output_tokens, finished.cached_tokens
         )
         try:
             await self.ledger.record(
@@ -125,7 +131,7 @@ class SpendKeeper:
             log.warning("checking budget warnings failed: %s", type(exc).__name__)
             return
         for r in warned:
-            percent = self.settings.budgets.warn_at_percent
+            percent = r.spent * 100 // r.limit  # at least warn_at_percent; more if one turn went past it
             text = f"💸 Heads-up: {percent} % of {self._state(r, turn.message, 'is spent')}."
             try:
                 await self.notify(turn.message, text, private=r.scope == "owner")

@@ -88,7 +88,8 @@ async def test_budgets_count_today_and_this_month_and_a_raise_lifts_them_for_the
             )
         spent = await ledger.spent("owner", "alice", NOON)
         assert (spent.day, spent.month) == (350_000, 1_050_000)
-        gate = BudgetGate(BudgetsConfig(per_owner={"day": Decimal("0.30"), "month": Decimal("1")}), ledger)
+        budgets = BudgetsConfig(per_owner={"day": Decimal("0.30"), "month": Decimal("1")})
+        gate = BudgetGate(Settings(budgets=budgets), ledger)
         reached = await gate.reached(alice, NOON)
         assert [(r.period, r.limit, r.spent) for r in reached] == [
             ("day", 300_000, 350_000),
