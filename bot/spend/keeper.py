@@ -104,7 +104,12 @@ class SpendKeeper:
         return None
 
     async def after_turn(self, turn: Turn, finished: TurnFinished) -> None:
-        """Price and record a finished turn; warn at ``warn_at_percent``. Never fails the turn."""
+        """Price and record a finished turn; warn at ``warn_at_percent``. Never fails the turn.
+
+        A turn the provider reported no tokens for (a model server without usage reports, the
+        benchmark's instant model) costs nothing and writes nothing: no database write on that path."""
+        if not (finished.input_tokens or finished.output_tokens):
+            return
         key = self.key(turn)
         model = finished.model or "default"
         cost = turn_cost_micros(
