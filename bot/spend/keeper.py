@@ -67,7 +67,7 @@ class SpendKeeper:
         why = "; ".join(self._state(r, message, "is used up") for r in reached)
         what = "scheduled task" if first.scope == "schedule" else "turn"
         reset = "midnight UTC" if all(r.period == "day" for r in reached) else "the next day or month (UTC)"
-        return f"💸 This {what} did not run: {why}.{asked} It resets at {reset}; an admin can raise it for today."
+        return f"💸 This {what} did not run: {why}.{asked} It resets at {reset}."
 
     async def over_budget(self, message: InboundMessage, owner: str) -> str | None:
         """Which limits a turn of ``owner`` here would be over, in words (None: none). Asks nobody: for

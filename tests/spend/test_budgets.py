@@ -100,7 +100,7 @@ async def test_ten_priced_turns_cost_what_usage_says_and_the_daily_budget_stops_
         await h.idle(timeout=20)
         assert refusal.text == (
             "💸 This turn did not run: Alice's daily budget is used up. An admin did not approve going over "
-            "it. It resets at midnight UTC; an admin can raise it for today."
+            "it. It resets at midnight UTC."
         )
         assert not any("echo: question 9" in t for t in tg.bot_texts(GROUP))
 
@@ -162,7 +162,7 @@ async def test_a_scheduled_task_over_its_budget_does_not_run_and_says_so_in_its_
         await h.idle(timeout=20)
     assert stopped.text == (
         f"💸 This scheduled task did not run: the daily budget of scheduled task {schedule_id} is used up "
-        "($0.0040 of $0.0040 today). It resets at midnight UTC; an admin can raise it for today."
+        "($0.0040 of $0.0040 today). It resets at midnight UTC."
     )
     assert sum("echo: post the news" in t for t in tg.bot_texts(ALICE)) == 1
     await asyncio.sleep(0)
