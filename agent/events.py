@@ -191,6 +191,10 @@ class TurnFinished:
     files: tuple[Path, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Of ``input_tokens``, those the provider served from its prompt cache (priced apart: bot/spend/).
+    cached_tokens: int = 0
+    #: The configured model (``models[].name``) the turn ran on: its pricing applies.
+    model: str = ""
 
 
 AgentEvent = TextDelta | TextWithdrawn | ToolStarted | ToolFinished | TurnFinished

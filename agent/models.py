@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from config.schema import ModelConfig
 
 # Keys of ModelConfig that describe the model to Switchboard rather than configure the class.
-_OWN_KEYS = {"name", "use", "supports_vision", "supports_thinking", "context_tokens"}
+_OWN_KEYS = {"name", "use", "supports_vision", "supports_thinking", "context_tokens", "pricing"}
 
 # Friendly install hints for the providers people use most.
 _PACKAGE_HINTS = {

@@ -180,8 +180,18 @@ class _Run:
     texts: list[str] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     #: The model's last answer was cut off twice (agent/stream_end.py): the reply says so.
     cut: bool = False
+
+    def count(self, usage: Any) -> None:
+        """Add one model call's usage report (LangChain's ``usage_metadata``; cached prompt tokens are
+        ``input_token_details.cache_read``, part of ``input_tokens``)."""
+        if not usage:
+            return
+        self.input_tokens += int(usage.get("input_tokens", 0))
+        self.output_tokens += int(usage.get("output_tokens", 0))
+        self.cached_tokens += int((usage.get("input_token_details") or {}).get("cache_read", 0) or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,9 +459,7 @@ class AgentRuntime:
         async def call_model(state: ThreadState, config: RunnableConfig) -> dict[str, Any]:
             run = self._run_of(config)
             response, removed, summary = await self._call_fitted(run, state, config)
-            usage = getattr(response, "usage_metadata", None) or {}
-            run.input_tokens += int(usage.get("input_tokens", 0))
-            run.output_tokens += int(usage.get("output_tokens", 0))
+            run.count(getattr(response, "usage_metadata", None))
             text = message_text(response)
             if text.strip():
                 run.texts.append(text)
@@ -563,9 +571,7 @@ class AgentRuntime:
         cap = min(ctxfit.MAX_SUMMARY_CHARS, max(400, budget // 3 * 4))
         for lines in ctxfit.chunk_lines(ctxfit.transcript_lines(messages), limit):
             answer = await model.ainvoke(ctxfit.summary_request(summary, lines))
-            usage = getattr(answer, "usage_metadata", None) or {}
-            run.input_tokens += int(usage.get("input_tokens", 0))
-            run.output_tokens += int(usage.get("output_tokens", 0))
+            run.count(getattr(answer, "usage_metadata", None))
             text = message_text(answer).strip()
             if text:
                 summary = text[:cap]
@@ -914,6 +920,8 @@ class AgentRuntime:
             files=files,
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
+            cached_tokens=run.cached_tokens,
+            model=run.model_name,
         )
 
 

@@ -262,8 +262,10 @@ class ApprovalDesk:
         *,
         patterns: Sequence[str] = (),
         trust: TrustLevel = "member",
+        subject: str = "command",
     ) -> ApprovalDecision:
-        """Store, show and wait for one decision (see the module doc)."""
+        """Store, show and wait for one decision (see the module doc). ``subject`` names what is asked
+        about in the request's first line (a turn over its budget asks too: bot/spend/)."""
         approval_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         channel = self.channels.get(message.provider)
@@ -286,7 +288,7 @@ class ApprovalDesk:
                 )
             ref = await self.notify(
                 message,
-                f"🔐 Approval needed — this command {reason}:\n```\n{command}\n```\n"
+                f"🔐 Approval needed — this {subject} {reason}:\n```\n{command}\n```\n"
                 f"Reply /approve {approval_id} to run it or /deny {approval_id} to refuse "
                 + self._who_may(message, approvers, patterns).replace("ID", approval_id),
                 actions=_buttons(approval_id, bool(patterns)),

@@ -111,6 +111,15 @@ class GoalRunner:
         if conversation is None or conversation.thread_id != step.thread_id:
             await self.store.close(step.thread_id, "closed", MOVED_ON)
             return f"🎯 Goal closed: {MOVED_ON}, so I did not continue it there."
+        # Every step is checked against the budgets (bot/spend/): over one, the goal pauses cleanly.
+        spend = self.manager.spend
+        over = await spend.over_budget(origin, step.owner) if spend is not None else None
+        if over is not None:
+            await self.store.mark(step.id, "cancelled", expect=("queued", "running"), reason="over budget")
+            await self.store.update(step.thread_id, status="stopped", last_reason=f"over budget: {over}")
+            return (
+                f"🎯 Goal paused: {over}. Send /goal {goal.objective} to resume when there is budget again."
+            )
         # The claim: of two starts of one step (two instances resuming it), only one gets past here.
         if not await self.store.mark(step.id, "running", expect=("queued",)):
             return "🎯 Not continuing the goal: this step is already being handled."

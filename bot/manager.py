@@ -31,6 +31,7 @@ from bot.router import Router
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
 from bot.speech.speaking import VoiceReplies
+from bot.spend.keeper import SpendKeeper
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.trust import TrustPolicy
@@ -209,6 +210,15 @@ class ChannelManager:
     @approvals.setter
     def approvals(self, desk: ApprovalDesk | None) -> None:
         self.runner.approvals = desk
+
+    @property
+    def spend(self) -> SpendKeeper | None:
+        """Prices turns and checks budgets (bot/spend/); None: the service runs without it."""
+        return self.runner.spend
+
+    @spend.setter
+    def spend(self, keeper: SpendKeeper | None) -> None:
+        self.runner.spend = keeper
 
     @property
     def on_turn_error(self) -> OnTurnError | None:

@@ -132,6 +132,13 @@ QUEUE_WAIT_SECONDS = _Tally(
     _LATENCY_BUCKETS,
 )
 MODEL_TOKENS = _Tally("switchboard_model_tokens", "Model tokens by model and direction.", ["model", "kind"])
+#: Money is summed exactly in the database (integer micro-units, bot/spend/); this counter is its float
+#: mirror for dashboards. No per-person labels: who spent what is ``/usage`` and ``switchboard usage``.
+COST = _Tally(
+    "switchboard_cost",
+    "Cost of finished turns by agent and model, in the currency of models[].pricing.",
+    ["agent", "model"],
+)
 INBOX_UNFINISHED = Gauge(
     "switchboard_inbox_unfinished",
     "Accepted messages not finished yet (queued or running).",
@@ -156,7 +163,7 @@ PLATFORM_RATE_LIMITED = _Tally(
 REGISTRY.register(
     _TallyCollector(
         [
-            *(TURNS, TURN_SECONDS, FIRST_TOKEN_SECONDS, QUEUE_WAIT_SECONDS, MODEL_TOKENS),
+            *(TURNS, TURN_SECONDS, FIRST_TOKEN_SECONDS, QUEUE_WAIT_SECONDS, MODEL_TOKENS, COST),
             *(PLATFORM_CALLS, PLATFORM_RATE_LIMITED),
         ]
     )

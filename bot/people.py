@@ -43,6 +43,7 @@ from bot.db import Database
 from bot.inbox import inbox_table
 from bot.pairing import paired_senders_table, pairing_requests_table
 from bot.schedules import schedules_table
+from bot.spend.tables import budget_marks, spend_daily
 from bot.threads import conversations_table
 from connections.tables import connect_codes_table, connections_table, users_table
 
@@ -58,6 +59,8 @@ OWNED: tuple[Table, ...] = (
     agent_tables.memory_pending,
     agent_tables.goals,
     agent_tables.goal_continuations,
+    spend_daily,  # what their turns cost, per day, chat, agent and model
+    budget_marks,  # budget warnings sent to them and raises their turns asked for
 )
 #: Tables keyed by an agent thread: a thread the person took part in is reset, so all its rows go.
 BY_THREAD: tuple[Table, ...] = (

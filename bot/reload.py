@@ -4,7 +4,8 @@ What changes safely is what is read afresh for each message or turn: a channel's
 and ``approvers`` (who may do what, looked up per message), the ``models`` (looked up per turn; a running
 turn keeps the model object it started with), the approval rules (``sandbox.approval`` between
 ``risky`` and ``always``, ``sandbox.risky_patterns``: judged per command of a new turn) and the agent's
-``system_prompt``, ``timezone`` and ``recursion_limit`` (read as each turn starts). Everything else
+``system_prompt``, ``timezone`` and ``recursion_limit`` (read as each turn starts), and ``budgets``
+(checked before each turn). Everything else
 — connections, listeners, pools, the sandbox, MCP servers — was built from the config at start-up, so a
 change there is logged as needing a restart and left alone; the running values stay in effect.
 
@@ -86,6 +87,9 @@ async def apply(service: Service, new: Settings) -> ReloadReport:
             _apply_channel_key(service, parts[1], parts[2], new)
             report.applied.append(key)
         elif key == "models" and runtime is not None:
+            report.applied.append(key)
+        elif parts[0] == "budgets":  # read at every turn's check (bot/spend/budgets.py)
+            current.budgets = new.budgets
             report.applied.append(key)
         elif key in AGENT_KEYS:
             _apply_agent_key(current, key, new)

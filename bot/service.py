@@ -61,6 +61,8 @@ from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
 from bot.router import ROUTE_CONNECTIONS
+from bot.spend import tables as spend_tables
+from bot.spend.keeper import SpendKeeper
 from bot.thread_retention import AbandonedThreads, ThreadEraser
 from bot.threads import ThreadStore
 from bot.version import VERSION
@@ -184,6 +186,7 @@ class Service:
             inbox_module.metadata,
             threads_module.metadata,
             approvals_module.metadata,
+            spend_tables.metadata,
             pairing_module.metadata,
             migrations.metadata,
         ]
@@ -326,6 +329,9 @@ class Service:
                 timeout=self.settings.sandbox.approval_timeout_seconds,
                 channels=self.channels,
             )
+        # Cost per turn and budgets (bot/spend/); over budget, a turn asks on the approvals desk.
+        self.manager.spend = SpendKeeper(self.settings, self.db, self.manager.send_notice)
+        self.manager.spend.approvals = self.manager.approvals
         self.manager.storage.probe = self.storage_problem
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()

@@ -38,6 +38,7 @@ from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.spend.keeper import SpendKeeper
 from bot.threads import Conversation
 from bot.trust import lowest, profile_for
 from bot.turns import (
@@ -96,6 +97,8 @@ class TurnRunner:
         self.schedules = schedules
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
+        #: Prices finished turns and checks budgets before a turn starts (bot/spend/); None: neither.
+        self.spend: SpendKeeper | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -135,6 +138,10 @@ class TurnRunner:
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
+                elif (halt := await self._over_budget(turn, lane)) is not None:
+                    # Over budget: the turn ends with the sentence, as failed (a goal stops, no memory).
+                    final, files, stopped, failed = halt, (), halt == STOPPED_NOTE, halt != STOPPED_NOTE
+                    metrics.mark_outcome("stopped" if stopped else "over_budget")
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
@@ -209,6 +216,30 @@ class TurnRunner:
             await self.on_turn_error(failure)
         except Exception:
             log.exception("the on_turn_error hook failed")
+
+    async def _over_budget(self, turn: Turn, lane: Lane) -> str | None:
+        """The budget check (bot/spend/): None to run the turn, else the text its reply ends with. It may
+        wait for an admin's approval, so it runs as the lane's stoppable task: ⏹ Stop withdraws the request."""
+        spend = self.spend
+        if spend is None or not spend.gate.enabled:
+            return None
+        refusal: list[str | None] = [None]
+
+        async def check() -> None:
+            refusal[0] = await spend.before_turn(turn)
+
+        lane.agent_task = asyncio.create_task(check(), name="budget-check")
+        try:
+            await lane.agent_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not lane.stop_requested or (current is not None and current.cancelling()):
+                lane.agent_task.cancel()
+                raise
+            return STOPPED_NOTE
+        finally:
+            lane.agent_task = None
+        return refusal[0]
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
@@ -307,6 +338,8 @@ class TurnRunner:
                 elif isinstance(event, TurnFinished):
                     result["text"], result["files"] = event.text, event.files
                     progress[0] = None
+                    if self.spend is not None:
+                        await self.spend.after_turn(turn, event)
                 reply.update(render())
 
         lane.agent_task = asyncio.create_task(consume(), name="agent-turn")

@@ -7,6 +7,7 @@ Defaults are the embedded, single-instance set-up (SQLite under ``./data``, no a
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -97,6 +98,17 @@ class AuthConfig(Section):
         return self
 
 
+class ModelPricing(Section):
+    """What a model costs, per million tokens (docs/budgets.md). Prices are exact decimals, never floats."""
+
+    input: Decimal = Field(Decimal(0), ge=0)
+    output: Decimal = Field(Decimal(0), ge=0)
+    #: Prompt tokens the provider served from its cache (OpenAI's ``cached_tokens``); they are part of the
+    #: input count and are charged at this price instead of ``input``.
+    cached: Decimal = Field(Decimal(0), ge=0)
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
+
+
 class ModelConfig(Section):
     """One chat model. ``use`` is ``module:Class``; every other key is passed to that class."""
 
@@ -111,6 +123,8 @@ class ModelConfig(Section):
     supports_thinking: bool = False
     #: How many tokens the model accepts per request (prompt + answer); threads are fitted into it.
     context_tokens: int = Field(128_000, ge=1024)
+    #: Prices for cost per turn, ``/usage`` and budgets; None: turns of this model cost nothing.
+    pricing: ModelPricing | None = None
 
 
 class SandboxLimits(Section):
@@ -342,6 +356,28 @@ class ChannelsConfig(Section):
         return [(name, getattr(self, name)) for name in type(self).model_fields]
 
 
+class BudgetLimits(Section):
+    """Most that may be spent per UTC day and per UTC month, in the models' currency; None: no limit."""
+
+    day: Decimal | None = Field(None, ge=0)
+    month: Decimal | None = Field(None, ge=0)
+
+
+class BudgetsConfig(Section):
+    """Spending limits, checked before every turn (docs/budgets.md). Each limit applies to every owner,
+    chat, agent or schedule separately."""
+
+    per_owner: BudgetLimits = Field(default_factory=BudgetLimits)
+    per_chat: BudgetLimits = Field(default_factory=BudgetLimits)
+    per_agent: BudgetLimits = Field(default_factory=BudgetLimits)
+    per_schedule: BudgetLimits = Field(default_factory=BudgetLimits)
+    #: The person is told once per day (month) when this share of a limit is spent.
+    warn_at_percent: int = Field(80, gt=0, lt=100)
+    #: At a limit: ``stop`` the turn with a sentence, or ``ask_admin`` (a person's turn waits for an
+    #: admin's approval through the approvals desk, which lifts that limit for the rest of the day).
+    on_limit: Literal["stop", "ask_admin"] = "ask_admin"
+
+
 def _default_models() -> list[ModelConfig]:
     return [ModelConfig(name="default", api_key="$OPENAI_API_KEY")]
 
@@ -366,6 +402,7 @@ class Settings(Section):
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     speech: SpeechConfig = Field(default_factory=SpeechConfig)
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
 
     @model_validator(mode="after")
     def _unique_model_names(self) -> Settings:
@@ -377,6 +414,9 @@ class Settings(Section):
         repeated = sorted({n for n in servers if servers.count(n) > 1})
         if repeated:
             raise ValueError(f"mcp server names must be unique; repeated: {', '.join(repeated)}")
+        currencies = sorted({m.pricing.currency for m in self.models if m.pricing is not None})
+        if len(currencies) > 1:  # budgets and sums are in one currency
+            raise ValueError(f"models[].pricing must use one currency; found {', '.join(currencies)}")
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

@@ -30,6 +30,7 @@ async def _open(settings: Settings) -> tuple[Database, PeopleData]:
     from bot import approvals, inbox, pairing, schedules, threads
     from bot.db import Database
     from bot.people import PeopleData
+    from bot.spend import tables as spend_tables
     from connections.tables import metadata as connections_metadata
 
     db = Database(settings.database.url)
@@ -42,6 +43,7 @@ async def _open(settings: Settings) -> tuple[Database, PeopleData]:
             pairing.metadata,
             schedules.metadata,
             threads.metadata,
+            spend_tables.metadata,
         ):
             await conn.run_sync(metadata.create_all)
     return db, PeopleData(db, Path(settings.data_dir))

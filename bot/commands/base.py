@@ -21,6 +21,7 @@ from bot.approvals import ApprovalDesk
 from bot.identity import Identity
 from bot.pairing import PairingStore
 from bot.schedules import ScheduleBook
+from bot.spend.keeper import SpendKeeper
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.turns import StatusProvider, StopResult
@@ -74,6 +75,8 @@ class CommandHost(Protocol):
     def schedules(self) -> ScheduleBook | None: ...
     @property
     def approvals(self) -> ApprovalDesk | None: ...
+    @property
+    def spend(self) -> SpendKeeper | None: ...
     @property
     def pairing(self) -> PairingStore | None: ...
     @property

@@ -49,6 +49,9 @@ class Reply:
     retry_after: float | None = None
     prompt_tokens: int = 10
     completion_tokens: int | None = None
+    #: Of ``prompt_tokens``, how many the server says came from its prompt cache
+    #: (``usage.prompt_tokens_details.cached_tokens``, as OpenAI reports it).
+    cached_tokens: int = 0
     abort_after_chunks: int | None = None  # drop the connection mid-stream after this many text chunks
     #: End the stream cleanly after this many text chunks, with no finish_reason and no ``[DONE]``: what
     #: a proxy or an overloaded server that gives up half way sends (the client sees a normal end).
@@ -176,10 +179,11 @@ class FakeOpenAI(ThreadedServer):
             )
         completion_id = f"chatcmpl-{next(self._ids)}"
         model = body.get("model", "fake-model")
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens or max(1, len(reply.text) // 4),
             "total_tokens": reply.prompt_tokens + (reply.completion_tokens or max(1, len(reply.text) // 4)),
+            "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
         }
         if not body.get("stream"):
             if reply.delay:  # as long as the streamed answer would take
@@ -250,7 +254,7 @@ class FakeOpenAI(ThreadedServer):
         entry["finished"] = time.monotonic()
         return response
 
-    def _full(self, completion_id: str, model: str, reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+    def _full(self, completion_id: str, model: str, reply: Reply, usage: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.tool_calls:
             message["tool_calls"] = [

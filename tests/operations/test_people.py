@@ -106,6 +106,8 @@ async def test_export_then_delete_leaves_nothing_of_the_person_and_everything_of
     assert "water the ALICEMARK plants" in dumped  # schedule
     assert "in the group ALICEMARK says hi" in dumped  # what she said in the group
     assert any(f["path"].endswith("notes-ALICEMARK.txt") for f in exported["files"])
+    spending = exported["tables"]["spend_daily"]  # what her turns cost, in her DM and in the group
+    assert {r["owner"] for r in spending} == {alice} and sum(r["turns"] for r in spending) >= 2
     thread_ids = exported["threads"]
     assert thread_ids
 
