@@ -1,6 +1,5 @@
-// The operator console: channels, turns (stop one), approvals (decide), schedules (cancel),
-// failed messages (retry one),
-// over /api/admin.
+// The operator console over /api/admin: channels, turns (stop one), approvals (decide), schedules
+// (cancel), failed messages and GitHub deliveries (retry one), usage, people (unlink a connection).
 // Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
 (() => {
   "use strict";
@@ -140,17 +139,61 @@
       }, "schedule " + s.id))));
   }
 
+  function renderDeliveries(deliveries) {
+    fill("deliveries", "no-deliveries", deliveries.map((d) => row(
+      { delivery: d.id, status: d.status }, d.event, d.id + " — " + d.detail + " (" + d.attempts + " tries, " +
+        age(d.age_seconds) + " ago)",
+      badge(d.status, d.retryable ? "bad" : (d.status === "done" ? "on" : "")),
+      d.retryable ? action("Retry", "", async () => {
+        await api("POST", "/api/admin/deliveries/" + encodeURIComponent(d.id) + "/retry");
+        return "Queued delivery " + d.id + " for another run.";
+      }, "delivery " + d.id) : null)));
+  }
+
+  const count = (n) => n.toLocaleString("en");
+
+  function renderUsage(rows) {
+    fill("usage", "no-usage", rows.map((u) => row(
+      { owner: u.owner }, u.owner,
+      count(u.input_tokens) + " tokens in / " + count(u.output_tokens) + " out · " + u.turns + " turns in " +
+        u.threads + " conversation" + (u.threads === 1 ? "" : "s") + " · " + u.models.join(", "),
+      null, null)));
+  }
+
+  function renderPeople(people) {
+    fill("people", "no-people", people.map((p) => {
+      const li = el("li", { className: "person" });
+      li.dataset.person = p.id;
+      const links = el("ul", { className: "links" }, ...p.connections.map((c) => row(
+        { connection: c.id }, c.provider + " · " + (c.external_name || c.external_id), c.workspace, null,
+        action("Unlink", "danger", async () => {
+          await api("POST", "/api/admin/people/" + encodeURIComponent(p.id) + "/connections/" +
+            encodeURIComponent(c.id) + "/unlink");
+          return "Unlinked " + p.id + "'s " + c.provider + " account.";
+        }, p.id + "'s " + c.provider + " account"))));
+      li.append(el("div", { className: "what" },
+        el("span", { className: "name", textContent: p.id }),
+        el("span", { className: "sub", textContent: p.connections.length ? "" : "no connected account" }),
+        links));
+      return li;
+    }));
+  }
+
   async function refresh() {
     try {
-      const [channels, turns, approvals, schedules, dead] = await Promise.all([
+      const [channels, turns, approvals, schedules, dead, deliveries, usage, people] = await Promise.all([
         api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"), api("GET", "/api/admin/approvals"),
         api("GET", "/api/admin/schedules"), api("GET", "/api/admin/dead-letters"),
+        api("GET", "/api/admin/deliveries"), api("GET", "/api/admin/usage"), api("GET", "/api/admin/people"),
       ]);
       renderChannels(channels);
       renderTurns(turns);
       renderApprovals(approvals);
       renderSchedules(schedules);
       renderDead(dead);
+      renderDeliveries(deliveries);
+      renderUsage(usage);
+      renderPeople(people);
       showApp();
     } catch (err) {
       if (err instanceof SignInNeeded) return showSignIn(err.message);
