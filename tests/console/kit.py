@@ -42,10 +42,12 @@ def console_routes(app: FastAPI) -> list[tuple[str, str]]:
     return found
 
 
-def console_settings(tmp_path: Path, llm: FakeOpenAI, github: FakeGitHub) -> Settings:
+def console_settings(tmp_path: Path, llm: FakeOpenAI, github: FakeGitHub, **bus: Any) -> Settings:
     """GitHub (webhook secret, App key) and Telegram, jwt sign-in, commands run on the host, a failed
     message is dead at once."""
-    settings = github_settings(tmp_path, llm, github, sandbox={"mode": "host"}, bus={"max_attempts": 1})
+    settings = github_settings(
+        tmp_path, llm, github, sandbox={"mode": "host"}, bus={"max_attempts": 1, **bus}
+    )
     return settings.model_copy(
         update={"auth": settings.auth.model_copy(update={"mode": "jwt", "jwt_secret": JWT_SECRET})}
     )
