@@ -3,6 +3,8 @@ every console list has something in it, so a test can walk all of ``/api/admin``
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -42,12 +44,16 @@ def console_routes(app: FastAPI) -> list[tuple[str, str]]:
     return found
 
 
-def console_settings(tmp_path: Path, llm: FakeOpenAI, github: FakeGitHub, **bus: Any) -> Settings:
+def console_settings(
+    tmp_path: Path, llm: FakeOpenAI, github: FakeGitHub, *, jwt_auth: bool = True, **bus: Any
+) -> Settings:
     """GitHub (webhook secret, App key) and Telegram, jwt sign-in, commands run on the host, a failed
     message is dead at once."""
     settings = github_settings(
         tmp_path, llm, github, sandbox={"mode": "host"}, bus={"max_attempts": 1, **bus}
     )
+    if not jwt_auth:
+        return settings
     return settings.model_copy(
         update={"auth": settings.auth.model_copy(update={"mode": "jwt", "jwt_secret": JWT_SECRET})}
     )
@@ -69,29 +75,36 @@ class Console:
         return response.json()
 
     async def deliver(self, event: str, data: dict[str, Any], delivery: str) -> httpx.Response:
-        import json
-
-        body = json.dumps(data).encode()
-        headers = {
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery,
-            "X-Hub-Signature-256": sign(WEBHOOK_SECRET, body),
-            "Content-Type": "application/json",
-        }
+        body, headers = signed_delivery(event, data, delivery)
         return await self.client.post("/api/webhooks/github", content=body, headers=headers)
 
     async def idle(self, timeout: float = 30) -> None:
-        import asyncio
-
         assert self.service.manager is not None
         await asyncio.wait_for(self.service.manager.wait_idle(), timeout)
 
 
-@asynccontextmanager
-async def running_console(settings: Settings) -> AsyncIterator[Console]:
+def console_app(settings: Settings) -> tuple[FastAPI, MemoryChannel]:
+    """The real app with Telegram in memory and the real GitHub channel (talking to the fake API)."""
     telegram = MemoryChannel("telegram")
     channels = {"telegram": telegram, "github": GitHubChannel(settings.channels.github, settings=settings)}
-    app = create_app(settings, channels=channels)  # type: ignore[arg-type]
+    return create_app(settings, channels=channels), telegram  # type: ignore[arg-type]
+
+
+def signed_delivery(event: str, data: dict[str, Any], delivery: str) -> tuple[bytes, dict[str, str]]:
+    """A webhook body and the headers GitHub sends with it (signed with the configured secret)."""
+    body = json.dumps(data).encode()
+    headers = {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": sign(WEBHOOK_SECRET, body),
+        "Content-Type": "application/json",
+    }
+    return body, headers
+
+
+@asynccontextmanager
+async def running_console(settings: Settings) -> AsyncIterator[Console]:
+    app, telegram = console_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL) as client:

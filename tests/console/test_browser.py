@@ -1,14 +1,15 @@
 """The operator console in a real headless Chromium against the real app served by uvicorn.
 
-An operator sees a running turn and stops it, cancels a schedule, retries a dead-lettered message and
-denies a waiting command, at a phone's and a desktop's size with the controls on screen; a non-admin
-token is refused on the page.
+An operator sees a running turn and stops it, cancels a schedule, retries a dead-lettered message,
+denies a waiting command, retries a failed GitHub delivery and unlinks a person's connection, at a
+phone's and a desktop's size with the controls on screen; a non-admin token is refused on the page.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bot.app import create_app
@@ -18,7 +19,9 @@ from channels.memory import MemoryChannel
 from tests.conftest import make_settings
 from tests.connections.conftest import jwt_overrides, token_for
 from tests.connections.test_browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, PHONE, TIMEOUT_MS
+from tests.console.kit import console_app, console_settings, signed_delivery
 from tests.fakes.openai_server import Reply
+from tests.github.conftest import BOT, REPO, app_key, comment_payload, github  # noqa: F401  (fixtures)
 from tests.serving import serving
 
 pytestmark = [
@@ -170,3 +173,76 @@ async def test_an_operator_denies_a_waiting_command_from_the_console(tmp_path, l
             await browser.close()
         [workspace] = Path(settings.data_dir).glob("users/*/threads/*/user-data/workspace")
         assert (workspace / "build" / "out").exists()  # denied: nothing was removed
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone-390x844", "desktop-1366x900"])
+async def test_an_operator_retries_a_github_delivery_and_unlinks_a_connection(
+    tmp_path,
+    llm,
+    github,  # noqa: F811
+    viewport,
+):
+    from playwright.async_api import async_playwright, expect
+
+    llm.script(Reply(text="counted", prompt_tokens=1234, completion_tokens=56))
+    settings = console_settings(tmp_path, llm, github, jwt_auth=False, queue_size=1)
+    app, telegram = console_app(settings)
+    github.pause("create_comment")  # the first turn holds the only slot, so the second delivery fails
+
+    async with (
+        serving(app) as base_url,
+        async_playwright() as pw,
+        httpx.AsyncClient(base_url=base_url) as http,
+    ):
+        code = (await http.post("/api/channels/telegram/connect")).json()["code"]
+        await telegram.say(f"/start {code}", sender="tg-default", sender_name="Grace")
+        await app.state.service.manager.wait_idle()  # one message at a time: the inbox holds one
+        await telegram.say("count the stars", sender="tg-default")
+        await telegram.wait_for_text("counted")
+        await app.state.service.manager.wait_idle()
+        for number, delivery in ((1, "ok-1"), (2, "fail-1")):
+            body, headers = signed_delivery(
+                "issue_comment", comment_payload(f"@{BOT} #{number}", number=number), delivery
+            )
+            await http.post("/api/webhooks/github", content=body, headers=headers)
+        github.resume("create_comment")
+        await app.state.service.manager.wait_idle()
+
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport=viewport)
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(f"{base_url}/admin")
+            failed = page.locator('#deliveries li[data-delivery="fail-1"]')
+            await expect(failed).to_contain_text("issue_comment.created")
+            await expect(failed).to_contain_text("failed")
+            await expect(page.locator('#deliveries li[data-delivery="ok-1"] button')).to_have_count(0)
+            await expect(page.locator('#usage li[data-owner="default"]')).to_contain_text(
+                "1,234 tokens in / 56 out"
+            )
+            person = page.locator('#people li[data-person="default"]')
+            await expect(person).to_contain_text("telegram · Grace")
+
+            shot = tmp_path / f"admin-more-{viewport['width']}x{viewport['height']}.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 1000
+            for control in (
+                '#deliveries li[data-delivery="fail-1"] button',
+                "#people li[data-connection] button",
+            ):
+                box = await _box(page, control)
+                assert _on_screen(box), (control, box)
+
+            await failed.get_by_role("button", name="Retry").focus()  # keyboard: Enter presses it
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#status")).to_contain_text("Queued delivery fail-1")
+            await github.wait_for(lambda: github.comments_on(REPO, 2) or None)
+            await expect(failed).to_contain_text("done")
+            await expect(failed.get_by_role("button")).to_have_count(0)
+
+            await person.get_by_role("button", name="Unlink default's telegram account").click()
+            await expect(page.locator("#status")).to_contain_text("Unlinked default's telegram account")
+            await expect(person).to_contain_text("no connected account")
+            assert (await http.get("/api/channels/connections")).json() == []
+        finally:
+            await browser.close()

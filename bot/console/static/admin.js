@@ -151,12 +151,13 @@
   }
 
   const count = (n) => n.toLocaleString("en");
+  const plural = (n, word) => count(n) + " " + word + (n === 1 ? "" : "s");
 
   function renderUsage(rows) {
     fill("usage", "no-usage", rows.map((u) => row(
       { owner: u.owner }, u.owner,
-      count(u.input_tokens) + " tokens in / " + count(u.output_tokens) + " out · " + u.turns + " turns in " +
-        u.threads + " conversation" + (u.threads === 1 ? "" : "s") + " · " + u.models.join(", "),
+      count(u.input_tokens) + " tokens in / " + count(u.output_tokens) + " out · " + plural(u.turns, "turn") +
+        " in " + plural(u.threads, "conversation") + " · model " + u.models.join(", "),
       null, null)));
   }
 
