@@ -31,6 +31,10 @@ SECURITY_HEADERS = {
     ),
 }
 MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+#: The kit every page loads before its own files (``connections/static``): the signed-in fetch, element
+#: building and the status line (``page.js``), the shared look (``page.css``).
+KIT_PACKAGE = "connections"
+KIT = ("page.js", "page.css")
 
 
 class ErrorOut(BaseModel):
@@ -68,7 +72,8 @@ def authenticate(settings: Settings, request: Request, authorization: str | None
 @dataclass(frozen=True)
 class StaticPage:
     """One page: ``package/static/<html>`` with ``__AUTH_MODE__`` filled in, and its assets under
-    ``<path>/assets/<name>`` (only the names listed, so nothing else in the package is served)."""
+    ``<path>/assets/<name>`` (only the names listed and the shared :data:`KIT`, so nothing else in the
+    package is served)."""
 
     package: str
     html: str
@@ -76,7 +81,7 @@ class StaticPage:
     assets: tuple[str, ...]
 
     def text(self, name: str) -> str:
-        return _read(self.package, name)
+        return _read(KIT_PACKAGE if name in KIT else self.package, name)
 
     def render(self, auth_mode: str) -> HTMLResponse:
         body = self.text(self.html).replace("__AUTH_MODE__", html.escape(auth_mode, quote=True))
@@ -85,7 +90,7 @@ class StaticPage:
     def add_asset_route(self, router: APIRouter) -> None:
         async def asset(name: str) -> Response:
             suffix = name[name.rfind(".") :] if "." in name else ""
-            if name not in self.assets or suffix not in MEDIA_TYPES:
+            if (name not in self.assets and name not in KIT) or suffix not in MEDIA_TYPES:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, detail="no such asset")
             return Response(self.text(name), media_type=MEDIA_TYPES[suffix], headers=SECURITY_HEADERS)
 

@@ -44,6 +44,11 @@ async def _box(page, selector: str) -> dict[str, float]:  # type: ignore[no-unty
     )
 
 
+#: Resolves when the page next redraws the list with this id (its poll replaces the list's children).
+REDRAWN = """(id) => new Promise((done) => new MutationObserver((_, seen) => { seen.disconnect(); done(); })
+    .observe(document.getElementById(id), {childList: true}))"""
+
+
 def _on_screen(box: dict[str, float]) -> bool:
     return (
         box["left"] >= 0
@@ -99,6 +104,11 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
                 assert _on_screen(box), (control, box)
 
             await running.get_by_role("button", name="Stop").focus()  # keyboard: Enter presses it
+            # The lists are redrawn on every poll; the keyboard's focus stays on the same button.
+            await page.evaluate(REDRAWN, "turns")
+            assert (
+                await page.evaluate("document.activeElement.getAttribute('aria-label')") == "Stop Ada's turn"
+            )
             await page.keyboard.press("Enter")
             await telegram.wait_for_text(STOPPED_NOTE)
             await expect(page.locator("#no-turns")).to_be_visible()

@@ -10,42 +10,10 @@
   const $ = (id) => document.getElementById(id);
   let pollTimer = null;
 
-  class SignInNeeded extends Error {}
-
-  const token = () => sessionStorage.getItem(TOKEN_KEY);
-
-  async function api(method, path) {
-    const headers = { Accept: "application/json" };
-    if (mode === "jwt") {
-      if (!token()) throw new SignInNeeded("Please sign in.");
-      headers.Authorization = "Bearer " + token();
-    }
-    const res = await fetch(path, { method, headers });
-    let body = null;
-    try { body = await res.json(); } catch (_) { /* no JSON body */ }
-    const detail = (body && body.detail) || res.status + " " + res.statusText;
-    if (res.status === 401 || res.status === 403) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      throw new SignInNeeded(detail);
-    }
-    if (!res.ok) throw new Error(detail);
-    return body;
-  }
-
-  function setStatus(text, kind) {
-    const el = $("status");
-    el.textContent = text || "";
-    el.className = "status" + (kind ? " " + kind : "");
-  }
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    Object.assign(node, props || {});
-    for (const child of children) {
-      if (child !== null && child !== undefined) node.append(child);
-    }
-    return node;
-  }
+  const { SignInNeeded, el, setStatus } = window.switchboardPage;
+  // 401 and 403 both send the page back to sign-in: a person's token without the admin claim is no use here.
+  const session = window.switchboardPage.client(mode, TOKEN_KEY, [401, 403]);
+  const { api, token } = session;
 
   function age(seconds) {
     if (seconds < 120) return Math.round(seconds) + "s";
@@ -67,9 +35,17 @@
     return el("span", { className: "badge" + (kind ? " " + kind : ""), textContent: text });
   }
 
+  // The lists are redrawn on every poll; a keyboard user's focus must survive that, so the focused
+  // button is found again by its accessible name (each names its row) and focused in the new list.
   function fill(listId, emptyId, items) {
-    $(listId).replaceChildren(...items);
+    const list = $(listId);
+    const focused = list.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    list.replaceChildren(...items);
     $(emptyId).hidden = items.length > 0;
+    if (focused) {
+      const again = [...list.querySelectorAll("button")].find((b) => b.getAttribute("aria-label") === focused);
+      if (again) again.focus();
+    }
   }
 
   // ``what`` names the row in the button's accessible name: a screen reader hears "Stop Ada's turn",
@@ -220,12 +196,12 @@
 
   $("token-form").addEventListener("submit", async (event) => {
     event.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    session.setToken($("token-input").value.trim());
     $("token-input").value = "";
     await refresh();
   });
   $("signout").addEventListener("click", () => {
-    sessionStorage.removeItem(TOKEN_KEY);
+    session.forget();
     showSignIn("Signed out.");
   });
   $("refresh").addEventListener("click", refresh);
