@@ -94,7 +94,13 @@ class StaticPage:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, detail="no such asset")
             return Response(self.text(name), media_type=MEDIA_TYPES[suffix], headers=SECURITY_HEADERS)
 
-        router.add_api_route(f"{self.path}/assets/{{name}}", asset, methods=["GET"], include_in_schema=False)
+        router.add_api_route(
+            f"{self.path}/assets/{{name}}",
+            asset,
+            methods=["GET"],
+            name=f"{self.path.strip('/')} asset",
+            include_in_schema=False,
+        )
 
 
 @lru_cache(maxsize=16)
