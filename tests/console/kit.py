@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import jwt
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from bot.app import create_app
+from bot.console import build_router as console_router
 from bot.inbox import DEAD
 from bot.service import Service
 from channels.memory import MemoryChannel
@@ -34,14 +36,17 @@ def admin_token(user: str = "ops") -> str:
 
 
 def console_routes(app: FastAPI) -> list[tuple[str, str]]:
-    """Every (method, path) of ``/api/admin/`` as the app documents it at ``/docs`` (every console action
-    must be there), plus the page itself — read from the app, so a route added later is covered
-    without editing a list here."""
-    found = [("GET", "/admin")]
+    """Every (method, path) of the console, read from the code so a route added later is covered without
+    editing a list here: all routes of the console's own router (documented or not, the page included)
+    and every ``/api/admin/`` path the app documents at ``/docs`` (wherever it was defined)."""
+    found: set[tuple[str, str]] = set()
+    for route in console_router(app.state.service).routes:
+        if isinstance(route, APIRoute) and not route.path.startswith("/admin/assets/"):
+            found.update((method, route.path) for method in route.methods)
     for path, operations in app.openapi()["paths"].items():
         if path.startswith("/api/admin/"):
-            found.extend((method.upper(), path) for method in sorted(operations))
-    return found
+            found.update((method.upper(), path) for method in operations)
+    return sorted(found)
 
 
 def console_settings(

@@ -1,7 +1,7 @@
 """The operator console in a real headless Chromium against the real app served by uvicorn.
 
 An operator sees a running turn and stops it, cancels a schedule, retries a dead-lettered message,
-denies a waiting command, retries a failed GitHub delivery and unlinks a person's connection, at a
+approves or denies a waiting command, retries a failed GitHub delivery and unlinks a person's connection, at a
 phone's and a desktop's size with the controls on screen; a non-admin token is refused on the page.
 """
 
@@ -150,7 +150,8 @@ async def test_a_non_admin_token_is_refused_by_the_console(tmp_path, llm):
             await browser.close()
 
 
-async def test_an_operator_denies_a_waiting_command_from_the_console(tmp_path, llm):
+@pytest.mark.parametrize("decision", ["Approve", "Deny"])
+async def test_an_operator_decides_a_waiting_command_from_the_console(tmp_path, llm, decision):
     from playwright.async_api import async_playwright, expect
 
     from tests.console.test_api import RISKY, RISKY_TURN
@@ -171,18 +172,21 @@ async def test_an_operator_denies_a_waiting_command_from_the_console(tmp_path, l
             waiting = page.locator("#approvals li")
             await expect(waiting).to_have_count(1)
             await expect(waiting).to_contain_text(RISKY)
-            deny = waiting.get_by_role("button", name="Deny")
-            box = await _box(page, "#approvals li button.danger")
+            button = waiting.get_by_role("button", name=decision)
+            place = "first-child" if decision == "Approve" else "last-child"
+            box = await _box(page, f"#approvals li .buttons button:{place}")
             assert _on_screen(box), box
-            await deny.click()
-            await expect(page.locator("#status")).to_contain_text("Denied")
-            await telegram.wait_for_text("Denied by default (console)")
+            await button.click()
+            said = "Approved" if decision == "Approve" else "Denied"
+            await expect(page.locator("#status")).to_contain_text(said)
+            await telegram.wait_for_text(f"{said} by default (console)")
             await telegram.wait_for_text("done with the build directory", timeout=30)
             await expect(page.locator("#no-approvals")).to_be_visible()
         finally:
             await browser.close()
         [workspace] = Path(settings.data_dir).glob("users/*/threads/*/user-data/workspace")
-        assert (workspace / "build" / "out").exists()  # denied: nothing was removed
+        # Approved: the command ran and the directory is gone; denied: nothing was removed.
+        assert (workspace / "build" / "out").exists() is (decision == "Deny")
 
 
 @pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["phone-390x844", "desktop-1366x900"])
