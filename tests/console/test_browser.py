@@ -7,7 +7,10 @@ phone's and a desktop's size with the controls on screen; a non-admin token is r
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -49,6 +52,19 @@ REDRAWN = """(id) => new Promise((done) => new MutationObserver((_, seen) => { s
     .observe(document.getElementById(id), {childList: true}))"""
 
 
+@asynccontextmanager
+async def console_page(pw: Any, base_url: str, viewport: dict[str, int]) -> AsyncIterator[Any]:
+    """``/admin`` open in a fresh headless Chromium at this size; the browser closes after the block."""
+    browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    try:
+        page = await browser.new_page(viewport=viewport)
+        page.set_default_timeout(TIMEOUT_MS)
+        await page.goto(f"{base_url}/admin")
+        yield page
+    finally:
+        await browser.close()
+
+
 def _on_screen(box: dict[str, float]) -> bool:
     return (
         box["left"] >= 0
@@ -76,11 +92,7 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
         await telegram.wait_for_text("Scheduled", chat="chat-3")
         await telegram.say("write me a long story", sender_name="Ada")
 
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport=viewport)
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(f"{base_url}/admin")
+        async with console_page(pw, base_url, viewport) as page:
             await expect(page.get_by_role("heading", name="Operator console")).to_be_visible()
             await expect(page.locator('#channels li[data-channel="telegram"]')).to_contain_text("connected")
 
@@ -120,8 +132,6 @@ async def test_an_operator_stops_a_running_turn_and_retries_a_dead_letter(tmp_pa
             await letter.get_by_role("button", name="Retry").click()
             await telegram.wait_for_text("echo: are you there?", chat="chat-2")
             await expect(page.locator("#no-dead")).to_be_visible()
-        finally:
-            await browser.close()
 
 
 async def test_a_non_admin_token_is_refused_by_the_console(tmp_path, llm):
@@ -130,24 +140,21 @@ async def test_a_non_admin_token_is_refused_by_the_console(tmp_path, llm):
     settings = make_settings(tmp_path, llm, **jwt_overrides())
     app = create_app(settings, channels={"telegram": MemoryChannel("telegram")})
 
-    async with serving(app) as base_url, async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport=PHONE)
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(f"{base_url}/admin")
-            await expect(page.locator("#signin")).to_be_visible()
-            await page.get_by_label("Operator token").fill(token_for("alice"))
-            await page.get_by_role("button", name="Sign in").click()
-            await expect(page.locator("#signin-error")).to_contain_text("alice is not an operator")
-            await expect(page.locator("#app")).to_be_hidden()
+    async with (
+        serving(app) as base_url,
+        async_playwright() as pw,
+        console_page(pw, base_url, PHONE) as page,
+    ):
+        await expect(page.locator("#signin")).to_be_visible()
+        await page.get_by_label("Operator token").fill(token_for("alice"))
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#signin-error")).to_contain_text("alice is not an operator")
+        await expect(page.locator("#app")).to_be_hidden()
 
-            response = await page.request.get(
-                f"{base_url}/admin", headers={"Authorization": f"Bearer {token_for('alice')}"}
-            )
-            assert response.status == 403
-        finally:
-            await browser.close()
+        response = await page.request.get(
+            f"{base_url}/admin", headers={"Authorization": f"Bearer {token_for('alice')}"}
+        )
+        assert response.status == 403
 
 
 @pytest.mark.parametrize("decision", ["Approve", "Deny"])
@@ -164,11 +171,7 @@ async def test_an_operator_decides_a_waiting_command_from_the_console(tmp_path, 
     async with serving(app) as base_url, async_playwright() as pw:
         await telegram.say("clean up the build", sender_name="Ada")
         await telegram.wait_for_text("Approval needed", timeout=30)
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport=PHONE)
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(f"{base_url}/admin")
+        async with console_page(pw, base_url, PHONE) as page:
             waiting = page.locator("#approvals li")
             await expect(waiting).to_have_count(1)
             await expect(waiting).to_contain_text(RISKY)
@@ -182,8 +185,6 @@ async def test_an_operator_decides_a_waiting_command_from_the_console(tmp_path, 
             await telegram.wait_for_text(f"{said} by default (console)")
             await telegram.wait_for_text("done with the build directory", timeout=30)
             await expect(page.locator("#no-approvals")).to_be_visible()
-        finally:
-            await browser.close()
         [workspace] = Path(settings.data_dir).glob("users/*/threads/*/user-data/workspace")
         # Approved: the command ran and the directory is gone; denied: nothing was removed.
         assert (workspace / "build" / "out").exists() is (decision == "Deny")
@@ -222,11 +223,7 @@ async def test_an_operator_retries_a_github_delivery_and_unlinks_a_connection(
         github.resume("create_comment")
         await app.state.service.manager.wait_idle()
 
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport=viewport)
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(f"{base_url}/admin")
+        async with console_page(pw, base_url, viewport) as page:
             failed = page.locator('#deliveries li[data-delivery="fail-1"]')
             await expect(failed).to_contain_text("issue_comment.created")
             await expect(failed).to_contain_text("failed")
@@ -258,5 +255,3 @@ async def test_an_operator_retries_a_github_delivery_and_unlinks_a_connection(
             await expect(page.locator("#status")).to_contain_text("Unlinked default's telegram account")
             await expect(person).to_contain_text("no connected account")
             assert (await http.get("/api/channels/connections")).json() == []
-        finally:
-            await browser.close()
