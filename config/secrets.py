@@ -21,7 +21,7 @@ SECRET_NAME = re.compile(
     r"|_HEADERS$)"
 )
 # A few harmless names that contain a secret-looking fragment.
-ALLOWED_NAMES = frozenset({"PWD", "OLDPWD", "PRIVATE_KEY_PATH", "AUTH_MODE", "MODE"})
+ALLOWED_NAMES = frozenset({"PWD", "OLDPWD", "PRIVATE_KEY_PATH", "AUTH_MODE", "MODE", "CARD_CONTENT_KEY"})
 # Values that carry credentials even under an innocent name (``scheme://user:pass@host``).
 CREDENTIAL_URL = re.compile(r"^[a-z][a-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@", re.I)
 MASK = "***"

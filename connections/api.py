@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 
 from config.schema import Settings
 from connections import page
-from connections.auth import AuthError, ForeignHost, check_host, user_from_header
 from connections.providers import deep_link, instruction, known_providers, provider_info
 from connections.store import Connection, ConnectionStore, TooManyPendingCodes
+from connections.web import AUTH_ERRORS, ErrorOut, authenticate
 
 KNOWN_USERS_CACHE = 10_000
 
@@ -47,10 +47,6 @@ class ConnectionsApi:
 
 
 # --- response models --------------------------------------------------------------------------------
-class ErrorOut(BaseModel):
-    detail: str
-
-
 class ProviderOut(BaseModel):
     name: str = Field(description="provider id used in URLs, e.g. telegram")
     title: str = Field(description="display name")
@@ -94,18 +90,7 @@ async def get_current_user(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str:
-    auth = api.settings.auth
-    if auth.mode == "none":  # nobody signs in: the request must at least be addressed to this machine
-        try:
-            check_host(request.headers.get("host"), api.settings.server.public_url)
-        except ForeignHost as exc:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(exc)) from None
-    try:
-        user = user_from_header(auth.mode, auth.jwt_secret, authorization)
-    except AuthError as exc:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}
-        ) from None
+    user = authenticate(api.settings, request, authorization).user
     await api.ensure_user(user)
     return user
 
@@ -124,7 +109,7 @@ def _when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
-def _connection_out(c: Connection) -> ConnectionOut:
+def connection_out(c: Connection) -> ConnectionOut:
     return ConnectionOut(
         id=c.id,
         provider=c.provider,
@@ -135,12 +120,6 @@ def _connection_out(c: Connection) -> ConnectionOut:
         created_at=_when(c.created_at),
         updated_at=_when(c.updated_at),
     )
-
-
-AUTH_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorOut, "description": "auth.mode none: the Host header names another server"},
-    401: {"model": ErrorOut, "description": "not signed in"},
-}
 
 
 def build_router(api: ConnectionsApi) -> APIRouter:
@@ -186,7 +165,7 @@ def build_router(api: ConnectionsApi) -> APIRouter:
         responses=AUTH_ERRORS,
     )
     async def list_connections(store: Store, user: CurrentUser) -> list[ConnectionOut]:
-        return [_connection_out(c) for c in await store.list_connections(user)]
+        return [connection_out(c) for c in await store.list_connections(user)]
 
     @router.post(
         "/api/channels/{provider}/connect",

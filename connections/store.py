@@ -92,6 +92,15 @@ class Connection:
 
 
 @dataclass(frozen=True, slots=True)
+class Person:
+    """A signed-in user and their active connections, as the operator console lists them."""
+
+    id: str
+    last_seen_at: float
+    connections: list[Connection]
+
+
+@dataclass(frozen=True, slots=True)
 class BindResult:
     connection: Connection
     #: The owner whose binding this one replaced (None when the identity was free or already theirs).
@@ -435,6 +444,34 @@ class ConnectionStore:
                 .all()
             )
         return [_connection(r) for r in rows]
+
+    async def people(self, limit: int) -> list[Person]:
+        """Signed-in people, most recently seen first, each with their active connections (the console)."""
+        u, t = users_table.c, connections_table.c
+        async with self.engine.connect() as conn:
+            users = (
+                (await conn.execute(select(users_table).order_by(u.last_seen_at.desc(), u.id).limit(limit)))
+                .mappings()
+                .all()
+            )
+            ids = [row["id"] for row in users]
+            rows = (
+                (
+                    await conn.execute(
+                        select(connections_table)
+                        .where(t.owner.in_(ids), t.status == ACTIVE)
+                        .order_by(t.created_at, t.id)
+                    )
+                )
+                .mappings()
+                .all()
+                if ids
+                else []
+            )
+        found: dict[str, list[Connection]] = {user_id: [] for user_id in ids}
+        for row in rows:
+            found[row["owner"]].append(_connection(row))
+        return [Person(row["id"], row["last_seen_at"], found[row["id"]]) for row in users]
 
     async def active_connections(self, identity: PlatformIdentity) -> list[Connection]:
         """Every active row for ``identity`` (the invariant says at most one; tests check it)."""

@@ -14,7 +14,7 @@ from importlib import resources
 from fastapi import APIRouter, HTTPException, Response
 from fastapi.responses import HTMLResponse
 
-from connections.page import SECURITY_HEADERS
+from connections.web import SECURITY_HEADERS
 
 ASSETS = {"chat.js": "text/javascript; charset=utf-8", "chat.css": "text/css; charset=utf-8"}
 

@@ -16,47 +16,10 @@
   let lastProvidersJson = "";
   let lastConnectionsJson = "";
 
-  class SignInNeeded extends Error {}
-
-  function token() {
-    return sessionStorage.getItem(TOKEN_KEY);
-  }
-
-  async function api(method, path) {
-    const headers = { Accept: "application/json" };
-    if (mode === "jwt") {
-      if (!token()) throw new SignInNeeded("Please sign in.");
-      headers.Authorization = "Bearer " + token();
-    }
-    const res = await fetch(path, { method, headers });
-    if (res.status === 401) {
-      let detail = "Your session is not valid.";
-      try { detail = (await res.json()).detail || detail; } catch (_) { /* keep default */ }
-      sessionStorage.removeItem(TOKEN_KEY);
-      throw new SignInNeeded(detail);
-    }
-    if (!res.ok) {
-      let detail = res.status + " " + res.statusText;
-      try { detail = (await res.json()).detail || detail; } catch (_) { /* keep default */ }
-      throw new Error(detail);
-    }
-    return res.status === 204 ? null : res.json();
-  }
-
-  function setStatus(text, kind) {
-    const el = $("status");
-    el.textContent = text || "";
-    el.className = "status" + (kind ? " " + kind : "");
-  }
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    Object.assign(node, props || {});
-    for (const child of children) {
-      if (child !== null && child !== undefined) node.append(child);
-    }
-    return node;
-  }
+  const { SignInNeeded, el, setStatus } = window.switchboardPage;
+  // Only 401 means "sign in again" here: every signed-in person may use this page.
+  const session = window.switchboardPage.client(mode, TOKEN_KEY, [401]);
+  const { api, token } = session;
 
   function showSignIn(message) {
     stopPolling();
@@ -264,13 +227,13 @@
     event.preventDefault();
     const value = $("token-input").value.trim();
     if (!value) return;
-    sessionStorage.setItem(TOKEN_KEY, value);
+    session.setToken(value);
     $("token-input").value = "";
     start();
   });
   $("copy").addEventListener("click", () => copyCode());
   $("signout").addEventListener("click", () => {
-    sessionStorage.removeItem(TOKEN_KEY);
+    session.forget();
     hideCode();
     showSignIn("Signed out.");
   });

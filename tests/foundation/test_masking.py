@@ -75,3 +75,12 @@ def test_a_tracing_backends_auth_header_never_reaches_the_sandbox_and_is_masked(
     masker = SecretMasker()
     masker.add(known_secrets(Settings(), environ))
     assert masker(f"the header was {auth}") == "the header was ***"
+
+
+def test_a_setting_whose_name_ends_in_key_but_holds_a_field_name_is_not_a_secret():
+    """DingTalk's ``card_content_key`` names a card field ("content"); masking it turned every "content"
+    in logs and console responses into ``***``."""
+    from config.schema import Settings
+    from config.secrets import known_secrets
+
+    assert "content" not in known_secrets(Settings(), {})

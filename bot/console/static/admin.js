@@ -1,6 +1,5 @@
-// The operator console: channels, turns (stop one), approvals (decide), schedules (cancel),
-// failed messages (retry one),
-// over /api/admin.
+// The operator console over /api/admin: channels, turns (stop one), approvals (decide), schedules
+// (cancel), failed messages and GitHub deliveries (retry one), usage, people (unlink a connection).
 // Plain JavaScript, no build step. All data is rendered with textContent (never innerHTML).
 (() => {
   "use strict";
@@ -11,42 +10,10 @@
   const $ = (id) => document.getElementById(id);
   let pollTimer = null;
 
-  class SignInNeeded extends Error {}
-
-  const token = () => sessionStorage.getItem(TOKEN_KEY);
-
-  async function api(method, path) {
-    const headers = { Accept: "application/json" };
-    if (mode === "jwt") {
-      if (!token()) throw new SignInNeeded("Please sign in.");
-      headers.Authorization = "Bearer " + token();
-    }
-    const res = await fetch(path, { method, headers });
-    let body = null;
-    try { body = await res.json(); } catch (_) { /* no JSON body */ }
-    const detail = (body && body.detail) || res.status + " " + res.statusText;
-    if (res.status === 401 || res.status === 403) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      throw new SignInNeeded(detail);
-    }
-    if (!res.ok) throw new Error(detail);
-    return body;
-  }
-
-  function setStatus(text, kind) {
-    const el = $("status");
-    el.textContent = text || "";
-    el.className = "status" + (kind ? " " + kind : "");
-  }
-
-  function el(tag, props, ...children) {
-    const node = document.createElement(tag);
-    Object.assign(node, props || {});
-    for (const child of children) {
-      if (child !== null && child !== undefined) node.append(child);
-    }
-    return node;
-  }
+  const { SignInNeeded, el, setStatus } = window.switchboardPage;
+  // 401 and 403 both send the page back to sign-in: a person's token without the admin claim is no use here.
+  const session = window.switchboardPage.client(mode, TOKEN_KEY, [401, 403]);
+  const { api, token } = session;
 
   function age(seconds) {
     if (seconds < 120) return Math.round(seconds) + "s";
@@ -68,9 +35,17 @@
     return el("span", { className: "badge" + (kind ? " " + kind : ""), textContent: text });
   }
 
+  // The lists are redrawn on every poll; a keyboard user's focus must survive that, so the focused
+  // button is found again by its accessible name (each names its row) and focused in the new list.
   function fill(listId, emptyId, items) {
-    $(listId).replaceChildren(...items);
+    const list = $(listId);
+    const focused = list.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    list.replaceChildren(...items);
     $(emptyId).hidden = items.length > 0;
+    if (focused) {
+      const again = [...list.querySelectorAll("button")].find((b) => b.getAttribute("aria-label") === focused);
+      if (again) again.focus();
+    }
   }
 
   // ``what`` names the row in the button's accessible name: a screen reader hears "Stop Ada's turn",
@@ -140,17 +115,62 @@
       }, "schedule " + s.id))));
   }
 
+  function renderDeliveries(deliveries) {
+    fill("deliveries", "no-deliveries", deliveries.map((d) => row(
+      { delivery: d.id, status: d.status }, d.event, d.id + " — " + d.detail + " (" + d.attempts + " tries, " +
+        age(d.age_seconds) + " ago)",
+      badge(d.status, d.retryable ? "bad" : (d.status === "done" ? "on" : "")),
+      d.retryable ? action("Retry", "", async () => {
+        await api("POST", "/api/admin/deliveries/" + encodeURIComponent(d.id) + "/retry");
+        return "Queued delivery " + d.id + " for another run.";
+      }, "delivery " + d.id) : null)));
+  }
+
+  const count = (n) => n.toLocaleString("en");
+  const plural = (n, word) => count(n) + " " + word + (n === 1 ? "" : "s");
+
+  function renderUsage(rows) {
+    fill("usage", "no-usage", rows.map((u) => row(
+      { owner: u.owner }, u.owner,
+      count(u.input_tokens) + " tokens in / " + count(u.output_tokens) + " out · " + plural(u.turns, "turn") +
+        " in " + plural(u.threads, "conversation") + " · model " + u.models.join(", "),
+      null, null)));
+  }
+
+  function renderPeople(people) {
+    fill("people", "no-people", people.map((p) => {
+      const li = el("li", { className: "person" });
+      li.dataset.person = p.id;
+      const links = el("ul", { className: "links" }, ...p.connections.map((c) => row(
+        { connection: c.id }, c.provider + " · " + (c.external_name || c.external_id), c.workspace, null,
+        action("Unlink", "danger", async () => {
+          await api("POST", "/api/admin/people/" + encodeURIComponent(p.id) + "/connections/" +
+            encodeURIComponent(c.id) + "/unlink");
+          return "Unlinked " + p.id + "'s " + c.provider + " account.";
+        }, p.id + "'s " + c.provider + " account"))));
+      li.append(el("div", { className: "what" },
+        el("span", { className: "name", textContent: p.id }),
+        el("span", { className: "sub", textContent: p.connections.length ? "" : "no connected account" }),
+        links));
+      return li;
+    }));
+  }
+
   async function refresh() {
     try {
-      const [channels, turns, approvals, schedules, dead] = await Promise.all([
+      const [channels, turns, approvals, schedules, dead, deliveries, usage, people] = await Promise.all([
         api("GET", "/api/admin/channels"), api("GET", "/api/admin/turns"), api("GET", "/api/admin/approvals"),
         api("GET", "/api/admin/schedules"), api("GET", "/api/admin/dead-letters"),
+        api("GET", "/api/admin/deliveries"), api("GET", "/api/admin/usage"), api("GET", "/api/admin/people"),
       ]);
       renderChannels(channels);
       renderTurns(turns);
       renderApprovals(approvals);
       renderSchedules(schedules);
       renderDead(dead);
+      renderDeliveries(deliveries);
+      renderUsage(usage);
+      renderPeople(people);
       showApp();
     } catch (err) {
       if (err instanceof SignInNeeded) return showSignIn(err.message);
@@ -176,12 +196,12 @@
 
   $("token-form").addEventListener("submit", async (event) => {
     event.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    session.setToken($("token-input").value.trim());
     $("token-input").value = "";
     await refresh();
   });
   $("signout").addEventListener("click", () => {
-    sessionStorage.removeItem(TOKEN_KEY);
+    session.forget();
     showSignIn("Signed out.");
   });
   $("refresh").addEventListener("click", refresh);
