@@ -29,6 +29,7 @@ from agent.events import (
 )
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics, tracing
+from bot.agents.directory import AgentDirectory
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
@@ -96,6 +97,8 @@ class TurnRunner:
         self.schedules = schedules
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
+        #: Named agents (bot/agents/): fits each turn's request to its agent; None: the built-in agent.
+        self.agents: AgentDirectory | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -289,6 +292,8 @@ class TurnRunner:
             metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
             callbacks=tracing.agent_callbacks(),
         )
+        if self.agents is not None:  # the named agent's prompt, model, tools, policies, room window
+            await self.agents.prepare(request, turn.message, turn.conversation)
 
         async def consume() -> None:
             async for event in self.agent.run(request):

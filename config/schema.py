@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from config.agents import AgentBinding, NamedAgent, agent_problems
 from config.base import ChannelSection, Section, from_env
 from config.channels.dingtalk import DingTalkConfig
 from config.channels.discord import DiscordConfig
@@ -362,6 +363,10 @@ class Settings(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    #: Named agents (docs/agents.md); empty: the one built-in agent answers everywhere.
+    agents: list[NamedAgent] = Field(default_factory=list)
+    #: Which agent answers where, most specific first (docs/agents.md).
+    bindings: list[AgentBinding] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_model_names(self) -> Settings:
@@ -373,6 +378,15 @@ class Settings(Section):
         repeated = sorted({n for n in servers if servers.count(n) > 1})
         if repeated:
             raise ValueError(f"mcp server names must be unique; repeated: {', '.join(repeated)}")
+        problems = agent_problems(
+            self.agents,
+            self.bindings,
+            models=set(names),
+            mcp_servers=set(servers),
+            github_agents={a.name: a.agent for a in self.channels.github.agents},
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:
