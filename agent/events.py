@@ -167,6 +167,8 @@ class TurnRequest:
     callbacks: list[BaseCallbackHandler] = field(default_factory=list)
     #: Task cards for background work in this turn (subagents); None: tasks run without a card.
     tasks: TaskReporter | None = None
+    #: Models tried in order when ``model`` fails (a named agent's ``fallback_models``).
+    fallbacks: tuple[str, ...] = ()
     #: The person's memory is read into this turn's prompt (a named agent's ``memory: false`` turns it off).
     memory: bool = True
 

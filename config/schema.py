@@ -385,8 +385,8 @@ class Settings(Section):
             mcp_servers=set(servers),
             github_agents={a.name: a.agent for a in self.channels.github.agents},
         )
-        if problems:
-            raise ValueError("; ".join(problems))
+        if problems:  # each starts with its place; the loader shows one a line (and a single one alone)
+            raise ValueError("\n".join(problems) + ("\n" if len(problems) == 1 else ""))
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

@@ -261,6 +261,7 @@ class AgentDirectory:
             request.system_prompt = f"{base}\n\n{room_block(window)}"
         if conversation.model is None and agent.model is not None:
             request.model = agent.model
+            request.fallbacks = tuple(agent.fallback_models)
         if request.approval_mode is None:
             request.approval_mode = agent.approval
         request.memory = request.memory and agent.memory

@@ -3,7 +3,7 @@
 Why in memory: the window is a few lines per chat that only sharpen the next answer; losing it on a
 restart costs a little context, never correctness, and keeping strangers' chatter out of the database
 means nothing of it outlives the process (no retention, export or deletion to get right). Bounded twice:
-``depth`` messages per chat, ``max_chats`` chats (least recently active dropped first).
+``2 × depth`` messages per chat, ``max_chats`` chats (least recently active dropped first).
 
 Only group chats are kept: a private chat is never recorded, and a window is read for the chat its
 message came from, so a DM agent never sees a group's messages. The messages go into one turn's system
@@ -38,7 +38,8 @@ class Said:
 
 
 class RoomLog:
-    """Per group chat, the last ``depth`` messages the bot saw, addressed to it or not."""
+    """Per group chat, the last messages the bot saw, addressed to it or not: enough for a window of
+    ``depth`` before any recent message."""
 
     def __init__(self, depth: int, max_chats: int = MAX_CHATS) -> None:
         self.depth = depth
@@ -66,7 +67,9 @@ class RoomLog:
         speaker = message.sender.name or message.sender.id
         text = " ".join(message.text.split())[:MAX_CHARS]
         bisect.insort(room, Said(message.received_at, message.platform_message_id, speaker, text))
-        del room[: max(0, len(room) - self.depth)]
+        # Twice the window: the message being answered is recorded too, and a mention may be recorded
+        # (at its turn) after later chatter arrived; the window before it must still be whole.
+        del room[: max(0, len(room) - 2 * self.depth)]
 
     def before(self, message: InboundMessage, count: int) -> list[Said]:
         """The last ``count`` messages of the message's chat that came before it, oldest first."""

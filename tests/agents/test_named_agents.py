@@ -200,3 +200,18 @@ async def test_a_thread_keeps_its_agent_when_the_binding_changes_new_threads_get
     assert "Agent: ops (this thread keeps it; a changed binding" in status[0].text
     assert answers == ["[fake-smart] You are Ops, the on-call engineer."] * 2
     assert new[0].text == "[fake-tiny] You are Writer; you only read and write prose."
+
+
+async def test_an_agents_fallback_model_answers_when_its_model_fails(
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, tg: FakeTelegram
+) -> None:
+    llm.default_reply = says_who
+    settings = settings_for(tmp_path, llm, slack)
+    settings.models[1].model_extra["max_retries"] = 0  # type: ignore[index]  # "smart" fails at once
+    settings.agents[0].fallback_models = ["tiny"]
+    llm.script(Reply(status=503, error="overloaded"))
+    async with running(settings, slack, tg):
+        slack.mention(OPS, "U1", "is the site up?")
+        answer = await slack.wait_for_text("[fake-tiny]", OPS)
+    assert [body["model"] for body in llm.completions] == ["fake-smart", "fake-tiny"]
+    assert answer.text == "[fake-tiny] You are Ops, the on-call engineer."
