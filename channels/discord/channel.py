@@ -475,6 +475,8 @@ class DiscordChannel(Channel):
             context["reply_channel"] = topic or chat
             if topic is None:
                 context["reference"] = str(message.id)
+            if isinstance(message.author, discord.Member):  # for agent bindings by role (docs/agents.md)
+                context["roles"] = [str(role.id) for role in message.author.roles]
         return InboundMessage(
             provider=self.provider,
             workspace=workspace,
