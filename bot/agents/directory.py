@@ -21,7 +21,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Column, Float, MetaData, String, Table, select, update
+from sqlalchemy import Column, Float, MetaData, String, Table, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from agent.events import ToolProfile, TurnRequest
 from bot.agents.room import RoomLog, room_block
@@ -122,6 +123,7 @@ class AgentDirectory:
         self.room: RoomLog | None = RoomLog(depth) if depth else None
         self._servers = frozenset(s.name for s in settings.mcp_servers)
         self._cache: OrderedDict[str, str | None] | None = None if not db.is_sqlite else OrderedDict()
+        self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(agent_choices_table)
 
     # --- storage -----------------------------------------------------------------------------------
     async def kept(self, thread_id: str) -> str | None:
@@ -152,22 +154,20 @@ class AgentDirectory:
         """Store ``agent`` for ``scope``; unless ``replace_existing``, a row already there wins (two
         instances starting a thread's first turn agree on one agent). Returns the stored agent."""
         c = agent_choices_table.c
+        row = {"scope": scope, "agent": agent, "updated_at": time.time()}
+        insert = self._insert.values(row)
+        statement = (
+            insert.on_conflict_do_update(
+                index_elements=["scope"], set_={"agent": agent, "updated_at": row["updated_at"]}
+            )
+            if replace_existing
+            else insert.on_conflict_do_nothing(index_elements=["scope"])
+        )
         async with self.db.engine.begin() as conn:
-            current = (await conn.execute(select(c.agent).where(c.scope == scope))).scalar_one_or_none()
-            if current is None:
-                await conn.execute(
-                    agent_choices_table.insert().values(scope=scope, agent=agent, updated_at=time.time())
-                )
-                current = agent
-            elif replace_existing:
-                await conn.execute(
-                    update(agent_choices_table)
-                    .where(c.scope == scope)
-                    .values(agent=agent, updated_at=time.time())
-                )
-                current = agent
-        self._remember(scope, current)
-        return current
+            await conn.execute(statement)
+            stored = (await conn.execute(select(c.agent).where(c.scope == scope))).scalar_one()
+        self._remember(scope, stored)
+        return str(stored)
 
     # --- choosing ----------------------------------------------------------------------------------
     def bound(self, message: InboundMessage) -> AgentChoice:

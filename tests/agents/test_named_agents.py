@@ -19,7 +19,7 @@ from config.schema import Settings
 from tests.agent.helpers import all_tool_results, system_text
 from tests.channels.slack.conftest import slack_section
 from tests.channels.telegram.conftest import telegram_config
-from tests.conftest import make_settings
+from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
@@ -54,7 +54,11 @@ def model(name: str, llm: FakeOpenAI) -> dict[str, Any]:
 
 
 def settings_for(
-    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, bindings: list[dict[str, Any]] | None = None
+    tmp_path: Path,
+    llm: FakeOpenAI,
+    slack: FakeSlack,
+    bindings: list[dict[str, Any]] | None = None,
+    database: str | None = None,
 ) -> Settings:
     persona = tmp_path / "helper.md"
     persona.write_text("You are Helper, the Telegram group's friendly assistant.\n")
@@ -81,6 +85,7 @@ def settings_for(
             {"agent": "helper", "provider": "telegram", "chat": str(GROUP)},
         ],
         channels={"slack": slack_section(slack)},
+        **({"database": {"url": database}} if database else {}),
     )
 
 
@@ -168,16 +173,26 @@ async def test_agent_names_the_binding_and_an_admin_switches_only_to_switchable_
     assert switched.text == "[fake-tiny] You are Writer; you only read and write prose."
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
+    """SQLite (cached choices) and PostgreSQL (read by every instance): the same behaviour."""
+    if request.param == "sqlite":
+        yield None
+        return
+    async with fresh_pg_database() as url:
+        yield url
+
+
 async def test_a_thread_keeps_its_agent_when_the_binding_changes_new_threads_get_the_new_one(
-    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, tg: FakeTelegram
+    tmp_path: Path, llm: FakeOpenAI, slack: FakeSlack, tg: FakeTelegram, database: str | None
 ) -> None:
     llm.default_reply = says_who
-    async with running(settings_for(tmp_path, llm, slack), slack, tg):
+    async with running(settings_for(tmp_path, llm, slack, database=database), slack, tg):
         first = slack.mention(OPS, "U1", "start of an incident")
         await slack.wait_for_text("[fake-smart]", OPS)
 
     rebound = [{"agent": "writer", "provider": "slack"}]  # now every Slack channel gets writer
-    async with running(settings_for(tmp_path, llm, slack, bindings=rebound), slack, tg):
+    async with running(settings_for(tmp_path, llm, slack, bindings=rebound, database=database), slack, tg):
         thread = first["event"]["ts"]
         slack.mention(OPS, "U1", "/status", thread_ts=thread)
         status = await slack.wait_for(
