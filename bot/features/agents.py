@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import MetaData
 
 from bot.agents import directory as directory_module
-from bot.agents.directory import BUILT_IN, AgentDirectory
+from bot.agents.directory import AgentDirectory
 from bot.features import Foundation, Running
 from bot.threads import Conversation
 
@@ -52,10 +52,16 @@ class AgentsFeature:
         kept = await self.directory.kept(conversation.thread_id)
         if kept is None:
             return "Agent: chosen by this chat's binding at the thread's first turn (/agent shows which)"
-        name = "built-in" if kept == BUILT_IN else kept
+        agent = self.directory.agents.get(kept)
+        name = "built-in" if agent is None else agent.name
+        own_model = (
+            f"; its model {agent.model} answers unless /models picked one"
+            if agent is not None and agent.model and conversation.model is None
+            else ""
+        )
         return (
             f"Agent: {name} (this thread keeps it; a changed binding or /agent switch applies to new"
-            " threads — /agent shows why)"
+            f" threads — /agent shows why{own_model})"
         )
 
     async def stop(self) -> None:

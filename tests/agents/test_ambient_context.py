@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
+from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
 from config.schema import Settings
 from tests.agent.helpers import system_text
+from tests.channels.slack.conftest import slack_section
 from tests.channels.telegram.conftest import telegram_config
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
 
@@ -95,3 +98,27 @@ async def test_a_mentions_agent_sees_only_what_was_addressed_to_it(
         await tg.wait_for_bot_text(GROUP, "echo: what did we decide?")
     [group] = llm.completions
     assert "room message" not in str(group["messages"])
+
+
+async def test_on_slack_the_room_window_holds_channel_messages_that_did_not_mention_the_bot(
+    tmp_path: Path, llm: FakeOpenAI
+) -> None:
+    with FakeSlack() as slack:
+        settings = make_settings(
+            tmp_path,
+            llm,
+            agents=[{"name": "room", "context": {"ambient": 3}}],
+            bindings=[{"agent": "room"}],
+            channels={"slack": slack_section(slack)},
+        )
+        channel = SlackChannel(settings.channels.slack, settings=settings)
+        async with Harness.running(settings, channels={"slack": channel}):  # type: ignore[dict-item]
+            await slack.wait_connected()
+            sent = [slack.channel_message("C0TEAM", "UALICE", f"standup note {n}") for n in range(1, 5)]
+            # Slack's ack follows the store (or here, the note in the window): then the mention.
+            await slack.wait_for(lambda: all(slack.acked(s["envelope_id"]) for s in sent), what="acks")
+            slack.mention("C0TEAM", "UBOB", "summarise the standup")
+            await slack.wait_for_text("echo:", "C0TEAM")
+    [request] = llm.completions
+    lines = [line for line in system_text(request).splitlines() if line.startswith("[")]
+    assert lines == [f"[ualice] standup note {n}" for n in (2, 3, 4)]
