@@ -248,8 +248,8 @@ class AgentDirectory:
         """Fit the turn's request to its agent: prompt, model, tools, approval, memory, room window."""
         choice = await self.choose(message, conversation)
         agent = choice.agent
-        if self.room is not None and not request.hidden:
-            self.room.record(message)
+        if self.room is not None and not request.hidden and message.scheduled is None:
+            self.room.record(message)  # what was said to the bot is part of the room too
         if agent is None:
             return choice
         own = agent.prompt()
