@@ -179,12 +179,15 @@ class AgentDirectory:
         if best is not None and best[2].rank > 0:
             _, index, binding = best
             return AgentChoice(self.agents.get(binding.agent), f"binding {index} ({binding.describe()})")
-        if message.provider == "github":
+        if message.provider == "github":  # an App is its own default: it answers as it always did
             for app in self.settings.channels.github.agents:
                 if app.name == message.topic and app.agent is not None:
                     return AgentChoice(
                         self.agents.get(app.agent), f"the GitHub agent {app.name} (channels.github.agents)"
                     )
+            return AgentChoice(
+                None, f"the GitHub agent {message.topic} names no agent, so the built-in one answers"
+            )
         if best is not None:
             _, index, binding = best
             return AgentChoice(self.agents.get(binding.agent), f"binding {index} (the default binding)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from config.agents import NamedAgent
+from config.agents import AgentBinding, NamedAgent
 from tests.agent.helpers import all_tool_results, system_text
 from tests.fakes.github import FakeGitHub
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
@@ -38,3 +38,17 @@ async def test_a_github_app_naming_an_agent_answers_with_its_prompt_and_without_
     assert [t["function"]["name"] for t in first["tools"]] == ["read_file"]
     [refusal] = all_tool_results(llm)
     assert refusal.startswith("Refused: `bash` is not available in this conversation: the agent careful")
+
+
+async def test_the_default_binding_does_not_reach_a_github_app_that_names_no_agent(
+    tmp_path: Path, llm: FakeOpenAI, github: FakeGitHub
+) -> None:
+    settings = github_settings(tmp_path, llm, github)
+    settings.agents = [NamedAgent(name="chat", system_prompt="You are Chat.", tools=["ls"])]
+    settings.bindings = [AgentBinding(agent="chat")]
+    async with running_service(settings) as sb:
+        await sb.deliver("issue_comment", comment_payload(f"@{BOT} please review"))
+        await sb.idle()
+    [request] = llm.completions
+    assert "You are Chat." not in system_text(request)
+    assert "bash" in [t["function"]["name"] for t in request["tools"]]
