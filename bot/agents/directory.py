@@ -201,20 +201,23 @@ class AgentDirectory:
             return AgentChoice(agent, "an admin switched this chat with /agent")
         return self.bound(message)
 
-    async def current(self, message: InboundMessage, conversation: Conversation) -> AgentChoice:
-        """The agent answering in this conversation now, without recording anything."""
+    async def current(
+        self, message: InboundMessage, conversation: Conversation, *, explain: bool = True
+    ) -> AgentChoice:
+        """The agent answering in this conversation now, without recording anything; ``explain`` also
+        says what new threads here would get (one more read, for ``/agent``)."""
         kept = await self._read(thread_scope(conversation.thread_id))
         if kept is not None and (kept == BUILT_IN or kept in self.agents):
-            new = await self.configured(message)
             why = "this thread started with it and keeps it"
-            if new.name != (kept or "built-in"):
+            new = await self.configured(message) if explain else None
+            if new is not None and new.name != (kept or "built-in"):
                 why += f"; new threads here get {new.name} ({new.why})"
             return AgentChoice(self.agents.get(kept), why, kept=True)
         return await self.configured(message)
 
     async def choose(self, message: InboundMessage, conversation: Conversation) -> AgentChoice:
         """The agent for a turn; a thread's first turn records it, so the thread keeps it."""
-        choice = await self.current(message, conversation)
+        choice = await self.current(message, conversation, explain=False)
         if not choice.kept:
             stored = await self._write(
                 thread_scope(conversation.thread_id),
@@ -222,7 +225,7 @@ class AgentDirectory:
                 replace_existing=False,
             )
             if stored != (choice.agent.name if choice.agent else BUILT_IN):
-                return await self.current(message, conversation)
+                return await self.current(message, conversation, explain=False)
         return choice
 
     async def switch(self, message: InboundMessage, conversation: Conversation, name: str) -> None:

@@ -198,6 +198,8 @@ async def test_a_thread_keeps_its_agent_when_the_binding_changes_new_threads_get
         status = await slack.wait_for(
             lambda: [e for e in slack.ephemerals_for("U1", OPS) if "Agent:" in e.text], what="/status"
         )
+        slack.mention(OPS, "U1", "/agent", thread_ts=thread)
+        why = await slack.wait_for_text("Agent here:", OPS, thread_ts=thread)
         slack.mention(OPS, "U1", "still on it?", thread_ts=thread)
         await slack.wait_for(
             lambda: len([m for m in slack.channel_messages(OPS, thread) if m.text.startswith("[")]) == 2,
@@ -213,6 +215,10 @@ async def test_a_thread_keeps_its_agent_when_the_binding_changes_new_threads_get
         answers = [m.text for m in slack.channel_messages(OPS, thread) if m.text.startswith("[")]
 
     assert "Agent: ops (this thread keeps it; a changed binding" in status[0].text
+    assert why.text.splitlines()[:2] == [
+        "Agent here: ops",
+        "Why: this thread started with it and keeps it; new threads here get writer (binding 0 (provider slack)).",
+    ]
     assert answers == ["[fake-smart] You are Ops, the on-call engineer."] * 2
     assert new[0].text == "[fake-tiny] You are Writer; you only read and write prose."
 
