@@ -1,4 +1,4 @@
-"""Issue 34: a binding by the sender's platform role (Discord carries roles in the event)."""
+"""Issue 34 on Discord: a binding by the sender's role (carried in the event), and the room window."""
 
 from __future__ import annotations
 
@@ -52,3 +52,26 @@ async def test_a_role_binding_picks_the_agent_for_holders_of_the_role_only(
         await h.idle()
     prompts = {str(b["messages"][-1]["content"]): system_text(b).splitlines()[0] for b in llm.completions}
     assert prompts == {"from staff": "You help the staff.", "from a visitor": "You help visitors."}
+
+
+async def test_on_discord_the_room_window_holds_server_messages_that_did_not_mention_the_bot(
+    tmp_path: Path, llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        llm,
+        agents=[{"name": "room", "context": {"ambient": 2}}],
+        bindings=[{"agent": "room", "provider": "discord"}],
+    )
+    channel = DiscordChannel(discord_config(discord_fake), settings=settings)
+    bot = discord_fake.bot_id
+    async with Harness.running(settings, channels={"discord": channel}):  # type: ignore[dict-item]
+        for n in range(1, 4):
+            discord_fake.message_create(discord_fake.channel_id, "5151", f"deploy note {n}")
+        asked = discord_fake.message_create(
+            discord_fake.channel_id, USER_ID, f"<@{bot}> what changed?", mentions=[bot]
+        )
+        await final_reply(discord_fake, asked["id"], "echo: what changed?")
+    [request] = llm.completions
+    lines = [line for line in system_text(request).splitlines() if line.startswith("[")]
+    assert [line.split("] ", 1)[1] for line in lines] == ["deploy note 2", "deploy note 3"]
