@@ -99,11 +99,23 @@ class ToolProfile:
     mcp: bool = True
     secrets: bool = True
     why: str = ""
+    #: MCP servers whose tools (``<server>__<tool>``) are allowed; None: every server's (a named agent's
+    #: ``mcp_servers``, docs/agents.md).
+    mcp_servers: frozenset[str] | None = None
+    #: Skills the turn may see and load; None: all.
+    skills: frozenset[str] | None = None
 
     def allows(self, tool: str, *, is_mcp: bool = False) -> bool:
         if is_mcp:
-            return self.mcp and (self.tools is None or tool in self.tools)
+            if not self.mcp:
+                return False
+            if self.mcp_servers is not None:
+                return tool.partition("__")[0] in self.mcp_servers
+            return self.tools is None or tool in self.tools
         return self.tools is None or tool in self.tools
+
+    def allows_skill(self, skill: str) -> bool:
+        return self.skills is None or skill in self.skills
 
 
 #: Everything the runtime offers (members and admins, under the default policy).
@@ -155,6 +167,10 @@ class TurnRequest:
     callbacks: list[BaseCallbackHandler] = field(default_factory=list)
     #: Task cards for background work in this turn (subagents); None: tasks run without a card.
     tasks: TaskReporter | None = None
+    #: Models tried in order when ``model`` fails (a named agent's ``fallback_models``).
+    fallbacks: tuple[str, ...] = ()
+    #: The person's memory is read into this turn's prompt (a named agent's ``memory: false`` turns it off).
+    memory: bool = True
 
 
 @dataclass(frozen=True, slots=True)

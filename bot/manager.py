@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 
 from agent.events import Agent, TrustLevel
+from bot.agents.directory import AgentDirectory
 from bot.approvals import ApprovalDesk
 from bot.bus import MessageBus
 from bot.commands import Command, CommandRegistry
@@ -229,6 +230,15 @@ class ChannelManager:
     @on_turn_error.setter
     def on_turn_error(self, hook: OnTurnError | None) -> None:
         self.runner.on_turn_error = hook
+
+    @property
+    def agents(self) -> AgentDirectory | None:
+        """Named agents (bot/agents/): which answers each turn; None: only the built-in agent."""
+        return self.runner.agents
+
+    @agents.setter
+    def agents(self, directory: AgentDirectory | None) -> None:
+        self.runner.agents = directory
 
     @property
     def pairing(self) -> PairingStore | None:

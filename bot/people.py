@@ -80,6 +80,7 @@ IMPERSONAL: dict[str, str] = {
     "cluster_leases": "which instance polls which platform",
     "schema_version": "migration steps",
     "discord_cursors": "the last Discord message id seen per channel",
+    "agent_choices": "which named agent a thread or a switched chat uses (agent names only)",
     "github_deliveries": "GitHub webhook deliveries (repository events, kept for retries; pruned by retention)",
 }
 #: How each table that holds personal data is searched (the test compares this with the metadata).

@@ -49,6 +49,7 @@ from bot.db import Database
 from bot.diskcheck import disk_check
 from bot.features import Feature, Foundation, Running
 from bot.features.agent import AgentFeature
+from bot.features.agents import AgentsFeature
 from bot.features.connections import ConnectionsFeature
 from bot.features.github import GitHubFeature
 from bot.features.schedules import SchedulesFeature
@@ -145,7 +146,14 @@ class Service:
         self.github = GitHubFeature(base)
         self.schedules = SchedulesFeature(base, publish=self.bus.publish, clock=clock)
         self.telegram = TelegramWebhookFeature(base)  # webhook mode's route → the Telegram channel
-        self.features: list[Feature] = [self.connections, self.github, self.telegram, self.schedules]
+        self.agents = AgentsFeature(base)  # named agents and bindings (bot/agents/)
+        self.features: list[Feature] = [
+            self.connections,
+            self.github,
+            self.telegram,
+            self.schedules,
+            self.agents,
+        ]
         # The agent's memory and goals, wired into the manager once the agent is ready.
         self.agent_feature = AgentFeature()
         # Finished inbox entries and GitHub deliveries older than database.retention_days are deleted,
@@ -333,6 +341,7 @@ class Service:
         self.manager.spend = SpendKeeper(self.settings, self.db, self.manager.send_notice)
         self.manager.spend.approvals = self.manager.approvals
         self.manager.storage.probe = self.storage_problem
+        self.agents.attach(self.manager)
         await self.agent_feature.start(self.agent, self.manager)
         await self.manager.start()
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now

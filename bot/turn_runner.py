@@ -29,6 +29,7 @@ from agent.events import (
 )
 from agent.paths import ThreadPaths, safe_filename, unique_path
 from bot import metrics, tracing
+from bot.agents.directory import AgentDirectory
 from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
@@ -99,6 +100,8 @@ class TurnRunner:
         self.approvals: ApprovalDesk | None = None
         #: Prices finished turns and checks budgets before a turn starts (bot/spend/); None: neither.
         self.spend: SpendKeeper | None = None
+        #: Named agents (bot/agents/): fits each turn's request to its agent; None: the built-in agent.
+        self.agents: AgentDirectory | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -220,6 +223,8 @@ class TurnRunner:
     async def _over_budget(self, turn: Turn, lane: Lane) -> str | None:
         """The budget check (bot/spend/): None to run the turn, else the text its reply ends with. It may
         wait for an admin's approval, so it runs as the lane's stoppable task: ⏹ Stop withdraws the request."""
+        if self.agents is not None and turn.agent is None:  # spending counts for the turn's agent
+            turn.agent = await self.agents.choose(turn.message, turn.conversation)
         spend = self.spend
         if spend is None or not spend.gate.enabled:
             return None
@@ -320,6 +325,8 @@ class TurnRunner:
             metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
             callbacks=tracing.agent_callbacks(),
         )
+        if self.agents is not None:  # the named agent's prompt, model, tools, policies, room window
+            turn.agent = await self.agents.prepare(request, turn.message, turn.conversation, turn.agent)
 
         async def consume() -> None:
             async for event in self.agent.run(request):

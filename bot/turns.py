@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from agent.events import TrustLevel
+from bot.agents.directory import AgentChoice
 from bot.identity import Identity
 from bot.threads import Conversation
 from channels.reply import ReplyStream
@@ -104,6 +105,9 @@ class Turn:
     reply: ReplyStream | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: The named agent answering (bot/agents/), decided before the budget check so spending counts for
+    #: it; None: not decided yet (or no named agents).
+    agent: AgentChoice | None = None
     #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide when it runs.
     trust: TrustLevel | None = None
     #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.

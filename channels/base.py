@@ -52,6 +52,9 @@ class Channel(ABC):
         self.status = ChannelStatus()
         self._budgets = BudgetRegistry(self.limits.min_edit_interval)
         self._sink: InboundSink | None = None
+        #: Told about group messages not addressed to the bot (set by the service when an agent reads the
+        #: room, docs/agents.md); they are never stored or answered. None: not wanted.
+        self.overhear: Callable[[InboundMessage], None] | None = None
         #: The service's chat commands, for platforms with a command menu (set before :meth:`start`).
         self.commands: tuple[ChatCommand, ...] = ()
         #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).

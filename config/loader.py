@@ -277,6 +277,9 @@ def _format_validation_error(error: ValidationError, res: _Resolution) -> list[s
             message = "unknown key"
         elif message.startswith("Value error, "):
             message = message.removeprefix("Value error, ")
+        if not loc and "\n" in message:  # cross-section checks: one located problem a line
+            lines += message.splitlines()
+            continue
         if loc in res.unset:
             message = f"environment variable {res.unset[loc]} is not set ({message})"
         elif loc in res.origin:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from config.agents import AgentBinding, NamedAgent, agent_problems
 from config.base import ChannelSection, Section, from_env
 from config.channels.dingtalk import DingTalkConfig
 from config.channels.discord import DiscordConfig
@@ -403,6 +404,10 @@ class Settings(Section):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     speech: SpeechConfig = Field(default_factory=SpeechConfig)
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    #: Named agents (docs/agents.md); empty: the one built-in agent answers everywhere.
+    agents: list[NamedAgent] = Field(default_factory=list)
+    #: Which agent answers where, most specific first (docs/agents.md).
+    bindings: list[AgentBinding] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_model_names(self) -> Settings:
@@ -417,6 +422,15 @@ class Settings(Section):
         currencies = sorted({m.pricing.currency for m in self.models if m.pricing is not None})
         if len(currencies) > 1:  # budgets and sums are in one currency
             raise ValueError(f"models[].pricing must use one currency; found {', '.join(currencies)}")
+        problems = agent_problems(
+            self.agents,
+            self.bindings,
+            models=set(names),
+            mcp_servers=set(servers),
+            github_agents={a.name: a.agent for a in self.channels.github.agents},
+        )
+        if problems:  # each starts with its place; the loader shows one a line (and a single one alone)
+            raise ValueError("\n".join(problems) + ("\n" if len(problems) == 1 else ""))
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the agent's types, not its LangChain imports: `serve` loads
     from agent.events import Agent, TrustLevel
     from agent.goals import GoalKeeper
     from agent.memory import MemoryService
+    from bot.agents.directory import AgentDirectory
 
 COMMAND_PATTERN = re.compile(
     r"^/(?P<name>[A-Za-z][A-Za-z0-9_-]{0,31})(?:@(?P<bot>[A-Za-z0-9_.\-]+))?(?:\s+(?P<args>.*))?$", re.S
@@ -83,6 +84,10 @@ class CommandHost(Protocol):
     def status_providers(self) -> Sequence[StatusProvider]: ...
     @property
     def eraser(self) -> ThreadEraser | None: ...
+    @property
+    def agents(self) -> AgentDirectory | None:
+        """Named agents and their bindings (``/agent``); None: only the built-in agent."""
+        ...
 
     def listed_commands(self) -> Sequence[Command]:
         """The chat commands, by name (what ``/help`` lists)."""

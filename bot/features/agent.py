@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 def memory_hook(manager: ChannelManager, memory: MemoryService) -> AfterTurnHook:
     async def after_turn(outcome: TurnOutcome) -> FollowUp | None:
+        agents = manager.agents  # a named agent with ``memory: false`` keeps nothing (docs/agents.md)
+        if agents is not None and not await agents.remembers(outcome.conversation.thread_id):
+            return None
         if not outcome.failed:
             await memory.turn_finished(
                 outcome.identity.owner,

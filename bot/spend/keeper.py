@@ -53,7 +53,8 @@ class SpendKeeper:
 
     @staticmethod
     def key(turn: Turn) -> SpendKey:
-        return SpendKey.of(turn.message, turn.identity.owner)
+        agent = turn.agent.name if turn.agent is not None and turn.agent.agent is not None else None
+        return SpendKey.of(turn.message, turn.identity.owner, agent)
 
     def _state(self, r: Reached, message: InboundMessage, state: str) -> str:
         """One limit in words. A person's own spending is private: in a group the sentence names them

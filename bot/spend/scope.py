@@ -1,7 +1,8 @@
 """Whose and where a turn's spending counts: owner, chat, agent and schedule.
 
-:func:`agent_of` is the one place that decides a turn's agent name. Until named agents and bindings
-exist it is the GitHub agent the delivery was for, and ``default`` for chats; wire the binding here.
+:func:`agent_of` is the agent name when no named agent answers (bot/agents/ chose none): the GitHub agent
+the delivery was for, else ``default``. A named agent's turn counts under that agent's name
+(:meth:`bot.spend.keeper.SpendKeeper.key`, from the choice the turn runner made before the check).
 """
 
 from __future__ import annotations

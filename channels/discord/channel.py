@@ -462,9 +462,11 @@ class DiscordChannel(Channel):
                 chat, topic = str(self._bot_threads[channel.id]), str(channel.id)
             elif isinstance(channel, discord.Thread):
                 if self.config.mention_only and not mentioned:
+                    self._overheard(message, workspace, str(channel.parent_id), text)
                     return None
                 chat, topic = str(channel.parent_id), str(channel.id)
             elif self.config.mention_only and not mentioned:
+                self._overheard(message, workspace, str(channel.id), text)
                 return None
             elif mentioned and message.guild is not None and self._guild_allowed(workspace):
                 chat = str(channel.id)
@@ -475,6 +477,8 @@ class DiscordChannel(Channel):
             context["reply_channel"] = topic or chat
             if topic is None:
                 context["reference"] = str(message.id)
+            if isinstance(message.author, discord.Member):  # for agent bindings by role (docs/agents.md)
+                context["roles"] = [str(role.id) for role in message.author.roles]
         return InboundMessage(
             provider=self.provider,
             workspace=workspace,
@@ -493,6 +497,20 @@ class DiscordChannel(Channel):
             files=[self._inbound_file(a) for a in message.attachments],
             context=context,
         )
+
+    def _overheard(self, message: discord.Message, workspace: str, chat: str, text: str) -> None:
+        """A server message not for the bot: not answered, only offered to the room window (docs/agents.md)."""
+        if self.overhear is not None and text.strip():
+            self.overhear(
+                InboundMessage(
+                    provider=self.provider,
+                    workspace=workspace,
+                    chat=chat,
+                    sender=Sender(id=str(message.author.id), name=message.author.display_name),
+                    text=text,
+                    platform_message_id=str(message.id),
+                )
+            )
 
     def _strip_mention(self, content: str) -> str:
         """Remove the bot's own ``<@id>``/``<@!id>`` so ``@bot /new`` reads as the command ``/new``."""

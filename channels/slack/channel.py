@@ -229,6 +229,9 @@ class SlackChannel(Channel):
             thread = event.get("thread_ts")
             followed = thread and self._following(str(event.get("channel")), str(thread))
             if not (self.config.thread_follow_ups and followed):
+                heard = self._normalise(event, body, mentioned=False) if self.overhear else None
+                if heard is not None and self.overhear is not None:  # the room window (docs/agents.md)
+                    self.overhear(heard)
                 return
         message = self._normalise(event, body, mentioned=False)
         if message is not None:

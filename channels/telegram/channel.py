@@ -375,6 +375,18 @@ class TelegramChannel(Channel):
             text, entities = message.caption or "", message.parse_caption_entities()
         addressed, text = self._addressing(message, text, entities)
         if not private and not addressed:
+            if self.overhear is not None and text.strip():  # the room window (docs/agents.md)
+                name = user.full_name or user.username
+                self.overhear(
+                    InboundMessage(
+                        provider=self.provider,
+                        workspace="",
+                        chat=str(chat.id),
+                        sender=Sender(id=str(user.id), name=name),
+                        text=text,
+                        platform_message_id=str(message.message_id),
+                    )
+                )
             return None
         files = self._files(message)
         if not text.strip() and not files:

@@ -59,6 +59,9 @@ class GitHubAgent(Section):
     installation_id: int | None = None
     system_prompt: str | None = None
     model: str | None = None
+    #: A named agent (``agents[].name``) that answers for this App: its prompt, model, tools and policies
+    #: (docs/agents.md); ``system_prompt`` and ``model`` here still win when set.
+    agent: str | None = None
     #: Whose space (files, memory) the agent works in; default ``github:<name>``.
     owner: str | None = None
     bindings: list[GitHubBinding] = Field(default_factory=list)

@@ -184,3 +184,36 @@ async def test_stop_withdraws_a_waiting_budget_request_and_nothing_runs(
         await tg.wait_until(lambda: "withdrawn" in request.text and request.keyboard is None, timeout=20)
         await h.idle(timeout=20)
     assert llm.completions == [], "the model was never asked"
+
+
+async def test_a_named_agents_budget_counts_its_own_turns_and_stops_only_that_agent(
+    tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
+):
+    """Issue 34: ``budgets.per_agent`` counts under the named agent the binding chose (bot/agents/), so the
+    agent bound to this group runs out while the built-in agent in Alice's direct messages does not."""
+    llm.default_reply = answer
+    settings = agent_settings(
+        tmp_path,
+        llm,
+        sandbox={"mode": "host"},
+        budgets={"per_agent": {"day": "0.008"}, "on_limit": "stop"},  # two turns of $0.004
+        agents=[{"name": "helper", "system_prompt": "You are Helper."}],
+        bindings=[{"agent": "helper", "provider": "telegram", "chat": str(GROUP)}],
+    )
+    for model in settings.models:
+        model.pricing = PRICING  # type: ignore[assignment]
+    channel = TelegramChannel(telegram_config(tg, admins=[str(ADMIN)]), settings=settings)
+    async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+        for n in (1, 2):
+            say(tg, f"question {n}")
+            await tg.wait_for_bot_text(GROUP, f"echo: question {n}", timeout=30)
+            await h.idle(timeout=20)
+        say(tg, "question 3")
+        refusal = await tg.wait_for_bot_text(GROUP, "did not run", timeout=30)
+        await h.idle(timeout=20)
+        assert "the daily budget of agent helper is used up" in refusal.text
+        assert not any("echo: question 3" in t for t in tg.bot_texts(GROUP))
+
+        tg.user_message(ALICE, "still here?")  # her direct messages: the built-in agent, its own count
+        await tg.wait_for_bot_text(ALICE, "echo: still here?", timeout=30)
+        await h.idle(timeout=20)

@@ -1,0 +1,1 @@
+"""Named agents at run time: which one answers a message and why, and the room window (docs/agents.md)."""
