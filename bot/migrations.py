@@ -89,6 +89,14 @@ async def _inbox_reply_state(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE inbox ADD COLUMN reply_state TEXT"))
 
 
+async def _subagent_tasks(conn: AsyncConnection) -> None:
+    """Subagent tasks and their steps (docs/subagents.md), for a database older than them."""
+    from agent import tables as agent_tables
+
+    tables = [agent_tables.subagent_tasks, agent_tables.subagent_steps]
+    await conn.run_sync(lambda sync: agent_tables.metadata.create_all(sync, tables=tables))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
@@ -97,6 +105,7 @@ STEPS: list[tuple[int, str, Step]] = [
     (4, "github_deliveries.identity: a replayed GitHub delivery is a duplicate", _delivery_identity),
     (5, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
     (6, "inbox.reply_state: every message and live card of a reply, for resuming it", _inbox_reply_state),
+    (7, "agent_tasks, agent_task_steps: subagent tasks and their stored steps", _subagent_tasks),
 ]
 
 
