@@ -74,7 +74,16 @@ from agent.sandbox import (
 from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
 from agent.stream_end import CUT_NOTE, was_cut
-from agent.subagents import Session, SubagentKind, Subagents, kinds_prompt, run_tool_calls, subagent_profile
+from agent.subagents import (
+    Note,
+    Session,
+    SubagentKind,
+    Subagents,
+    WatchedApprovals,
+    kinds_prompt,
+    run_tool_calls,
+    subagent_profile,
+)
 from agent.task_store import TaskStore
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
 from agent.usage import UsageStore
@@ -728,8 +737,8 @@ class AgentRuntime:
         if "task" in self.disabled_tools or not run.profile.allows("task"):
             return None
 
-        async def opener(kind: SubagentKind, child: Subagents, task_id: str) -> Session:
-            return await self._open_subagent(run, paths, kind, child)
+        async def opener(kind: SubagentKind, child: Subagents, task_id: str, note: Note) -> Session:
+            return await self._open_subagent(run, paths, kind, child, note)
 
         return Subagents(
             self.settings.agent.subagents,
@@ -740,7 +749,7 @@ class AgentRuntime:
         )
 
     async def _open_subagent(
-        self, turn: _Run, paths: ThreadPaths, kind: SubagentKind, child: Subagents
+        self, turn: _Run, paths: ThreadPaths, kind: SubagentKind, child: Subagents, note: Note
     ) -> Session:
         """A subagent's model, tools and sandbox: the turn's checks, approvals and secrets, narrowed to
         the kind's tools, on a sandbox handle of its own (closing it kills what the subagent started).
@@ -754,7 +763,13 @@ class AgentRuntime:
             context_prompt="",
             model=model,
             vision=False,
-            tools=replace(turn.tools, sandbox=sandbox, subagents=child, call_id=""),
+            tools=replace(
+                turn.tools,
+                sandbox=sandbox,
+                subagents=child,
+                call_id="",
+                approvals=WatchedApprovals(turn.tools.approvals, note) if turn.tools.approvals else None,
+            ),
             model_name=cfg.name,
             context_tokens=cfg.context_tokens,
             profile=profile,

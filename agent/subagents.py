@@ -26,7 +26,15 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
-from agent.events import TaskReporter, TaskStatus, ToolProfile, ToolStarted
+from agent.events import (
+    ApprovalDecision,
+    ApprovalGate,
+    TaskReporter,
+    TaskStatus,
+    ToolProfile,
+    ToolStarted,
+    TrustLevel,
+)
 from agent.sandbox import SandboxError
 from agent.task_store import TaskStore
 from agent.tools import short
@@ -133,8 +141,27 @@ class Session:
     close: Callable[[], Awaitable[None]]
 
 
-#: (kind, the subagent's own delegator, task id) → a session for it.
-Opener = Callable[[SubagentKind, "Subagents", str], Awaitable[Session]]
+#: A line for the task's card and steps, with the status it puts the task in.
+Note = Callable[[str, TaskStatus], None]
+#: (kind, the subagent's own delegator, task id, its notes) → a session for it.
+Opener = Callable[[SubagentKind, "Subagents", str, Note], Awaitable[Session]]
+
+
+class WatchedApprovals:
+    """The turn's approval gate as a subagent uses it: while a person is asked, the task card says the
+    task is ``waiting`` (and for what), so nobody wonders why it stands still."""
+
+    def __init__(self, gate: ApprovalGate, note: Note) -> None:
+        self.gate = gate
+        self.note = note
+
+    async def approve(
+        self, command: str, reason: str, *, patterns: Sequence[str] = (), trust: TrustLevel = "member"
+    ) -> ApprovalDecision:
+        self.note(f"waiting for approval: {short(command, 120)}", "waiting")
+        decision = await self.gate.approve(command, reason, patterns=patterns, trust=trust)
+        self.note("approved" if decision.approved else "not approved", "running")
+        return decision
 
 
 @dataclass(slots=True)
@@ -295,7 +322,9 @@ class Subagents:
 
     # --- one task ------------------------------------------------------------------------------------
     async def _run(self, spec: SubagentKind, task_id: str, prompt: str, trail: _Trail) -> Outcome:
-        session = await self.opener(spec, self.child(task_id), task_id)
+        session = await self.opener(
+            spec, self.child(task_id), task_id, lambda text, status: trail.add("note", text, status=status)
+        )
         stop = self.reporter.stop_requested(task_id) if self.reporter is not None else None
         counts = Outcome("running", "")
         work = asyncio.create_task(self._converse(session, spec, prompt, trail, counts))

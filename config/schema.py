@@ -433,6 +433,17 @@ class Settings(Section):
             raise ValueError(f"mcp server names must be unique; repeated: {', '.join(repeated)}")
         return self
 
+    @model_validator(mode="after")
+    def _subagent_models_exist(self) -> Settings:
+        names = [m.name for m in self.models]
+        for profile in self.agent.subagents.profiles:
+            if profile.model is not None and profile.model not in names:
+                raise ValueError(
+                    f"agent.subagents.profiles: {profile.name} names the model {profile.model!r}, which is not"
+                    f" in models ({', '.join(names)})"
+                )
+        return self
+
     def model_named(self, name: str | None) -> ModelConfig:
         """The named model, or the first one (the default) when ``name`` is None."""
         if name is None:

@@ -9,7 +9,9 @@ the bot's side of the seam (agent.events.TaskReporter); here a recorder stands i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,13 +19,15 @@ from typing import Any
 import pytest
 
 from agent import tables as agent_tables
-from agent.events import TaskStatus, TurnFinished, TurnRequest
+from agent.events import ApprovalDecision, TaskStatus, TrustLevel, TurnFinished, TurnRequest
 from agent.runtime import AgentRuntime
 from agent.subagents import task_id_for
+from agent.task_store import TaskStore
 from bot.db import Database
 from tests.agent.helpers import agent_settings, tool_results, wait_until
 from tests.agent.test_sandbox import HEARTBEAT, beat, beating
 from tests.fakes.openai_server import FakeOpenAI, Hold, Reply, ToolCall, prompt_text
+from tests.harness import Harness
 
 pytestmark = pytest.mark.slow  # real sandboxed processes and a fake model server
 
@@ -58,7 +62,7 @@ async def runtime_for(tmp_path: Path, llm: FakeOpenAI, **subagents: Any) -> Asyn
     settings = agent_settings(
         tmp_path, llm, agent={"system_prompt": PARENT, "subagents": {"enabled": True, **subagents}}
     )
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'switchboard.db'}")
+    db = Database(settings.database.url)
     await db.create_schema([agent_tables.metadata])
     runtime = AgentRuntime(settings, checkpoint_path=tmp_path / "checkpoints.db", engine=db.engine)
     await runtime.start()
@@ -69,9 +73,28 @@ async def runtime_for(tmp_path: Path, llm: FakeOpenAI, **subagents: Any) -> Asyn
         await db.close()
 
 
-async def turn(runtime: AgentRuntime, text: str, cards: Cards | None = None, thread: str = "thread-1") -> str:
+class Approver:
+    """The chat's approval gate (the bot's side): a person who says yes, and what they were asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def approve(
+        self, command: str, reason: str, *, patterns: Sequence[str] = (), trust: TrustLevel = "member"
+    ) -> ApprovalDecision:
+        self.asked.append(command)
+        return ApprovalDecision(True, "approved in the chat")
+
+
+async def turn(
+    runtime: AgentRuntime,
+    text: str,
+    cards: Cards | None = None,
+    thread: str = "thread-1",
+    approvals: Approver | None = None,
+) -> str:
     final = None
-    request = TurnRequest(thread_id=thread, owner="owner-1", text=text, tasks=cards)
+    request = TurnRequest(thread_id=thread, owner="owner-1", text=text, tasks=cards, approvals=approvals)
     async for event in runtime.run(request):
         if isinstance(event, TurnFinished):
             final = event
@@ -323,3 +346,72 @@ async def test_a_redelivered_task_call_gets_its_stored_result_without_running_ag
     assert [t.task_id for t in stored] == [task_id_for("thread-1", "call_fixed_1")]
     assert len(requests_for(llm, "JOB-ONCE")) == 1
     assert tool_results(requests_for(llm, PARENT)[-1])[-1].endswith("ONCE-RESULT")
+
+
+async def test_a_subagents_risky_command_waits_for_the_chats_approval_and_its_card_says_so(tmp_path, llm):
+    llm.script_for(PARENT, Reply(tool_calls=[task("clean", "JOB-CLEAN: tidy up")]), Reply(text="Tidied."))
+    llm.script_for(
+        "JOB-CLEAN",
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build && rm -rf build && echo CLEANED"})]),
+        Reply(text="Removed build."),
+    )
+    cards, approver = Cards(), Approver()
+    async with runtime_for(tmp_path, llm) as runtime:
+        await turn(runtime, "tidy up", cards, approvals=approver)
+    assert approver.asked == ["mkdir -p build && rm -rf build && echo CLEANED"]
+    waiting = [text for kind, _, text in cards.calls if kind == "step:waiting"]
+    assert waiting == ["waiting for approval: mkdir -p build && rm -rf build && echo CLEANED"]
+    [output] = tool_results(requests_for(llm, "JOB-CLEAN")[1])
+    assert output == "[exit code 0]\nCLEANED"
+
+
+async def test_an_operator_reads_a_threads_tasks_and_a_tasks_steps_with_the_cli(tmp_path, llm):
+    llm.script_for(
+        PARENT, Reply(tool_calls=[task("listing", "JOB-LS: list the workspace")]), Reply(text="ok")
+    )
+    llm.script_for(
+        "JOB-LS", Reply(tool_calls=[ToolCall("bash", {"command": "echo LISTED-7"})]), Reply(text="LS-RESULT")
+    )
+    async with runtime_for(tmp_path, llm) as runtime:
+        await turn(runtime, "list it")
+        assert runtime.tasks is not None
+        [stored] = await runtime.tasks.tasks_of_thread("thread-1")
+        url = runtime.settings.database.url
+    config = tmp_path / "config.yaml"
+    config.write_text(f"database:\n  url: {url}\n")
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "bot", "tasks", *args, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return done.stdout
+
+    listing = await asyncio.to_thread(cli, "list", "thread-1")
+    assert stored.task_id in listing and "done" in listing and "listing" in listing
+    shown = await asyncio.to_thread(cli, "show", stored.task_id)
+    assert "prompt:\nJOB-LS: list the workspace" in shown
+    assert "tool    running `echo LISTED-7`" in shown
+    assert "output  bash: [exit code 0]" in shown
+    assert "result  done: LS-RESULT" in shown
+
+
+async def test_slash_stop_in_the_chat_stops_a_running_subagent_and_its_commands(tmp_path, llm):
+    settings = agent_settings(tmp_path, llm, agent={"system_prompt": PARENT, "subagents": {"enabled": True}})
+    llm.script_for(PARENT, Reply(tool_calls=[task("watch", "JOB-BEAT: keep watching")]))
+    llm.script_for("JOB-BEAT", Reply(tool_calls=[ToolCall("bash", {"command": HEARTBEAT})]))
+    async with Harness.running(settings) as h:
+        await h.chat.say("watch it")
+        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
+        await h.chat.say("/stop")
+        await h.chat.wait_for_text("⏹ Stopped.")
+        assert not await beating(tmp_path)
+        answer = await h.ask("still there?")
+        conversation = await h.service.threads.get(h.chat.make_message("", chat="chat-1").conversation_key)
+        assert conversation is not None
+        [stored] = await TaskStore(h.service.db.engine).tasks_of_thread(conversation.thread_id)
+    assert answer == "echo: still there?"
+    assert stored.status == "stopped" and stored.title == "watch"
