@@ -297,21 +297,27 @@ class Subagents:
             return self._for_parent(task_id, spec.name, Outcome("done", earlier.result))
         number = await self._begin(task_id, call_id, spec.name, title, prompt)
         trail = _Trail(task_id, self.thread_id, self.store, self.reporter, number)
-        pump = asyncio.create_task(trail.pump())
+        stop = self.reporter.stop_requested(task_id) if self.reporter is not None else None
         outcome = Outcome("stopped", "stopped: the turn that started it was stopped")
-        if self.reporter is not None:
-            await _quietly(self.reporter.started(task_id=task_id, title=title, kind=spec.name))
+        pump = asyncio.create_task(trail.pump())
         try:
+            if self.reporter is not None:
+                await _quietly(self.reporter.started(task_id=task_id, title=title, kind=spec.name))
             if self._slots.locked():
                 trail.add(
                     "note",
                     f"waiting for a free slot ({self.config.max_concurrent} tasks run at once)",
                     status="queued",
                 )
-            async with self._slots:
-                trail.add("note", f"started ({spec.name})")
-                await self._set_status(task_id, "running")
-                outcome = await self._run(spec, task_id, prompt, trail)
+            if await self._take_slot(stop):
+                try:
+                    trail.add("note", f"started ({spec.name})")
+                    await self._set_status(task_id, "running")
+                    outcome = await self._run(spec, task_id, prompt, trail)
+                finally:
+                    self._slots.release()
+            else:
+                outcome = Outcome("stopped", "stopped: a person stopped this task before it started")
         except Exception as exc:
             log.exception("task %s failed", task_id)
             outcome = Outcome("failed", f"failed: {type(exc).__name__}")
@@ -319,6 +325,36 @@ class Subagents:
             # Also when the turn is cancelled (/stop): the record and the card say how it ended.
             await asyncio.shield(self._finish(task_id, outcome, trail, pump))
         return self._for_parent(task_id, spec.name, outcome)
+
+    async def _take_slot(self, stop: asyncio.Event | None) -> bool:
+        """Wait for a free slot; False (holding none) when the task is stopped while it waits, so Stop
+        on a queued task's card ends it at once rather than when a slot frees."""
+        if stop is None:
+            await self._slots.acquire()
+            return True
+        if stop.is_set():
+            return False
+        taking = asyncio.create_task(self._slots.acquire())
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait((taking, stopping), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the turn is stopped while this task waits
+            stopping.cancel()
+            taking.cancel()
+            await asyncio.wait((taking, stopping))
+            if not taking.cancelled():
+                self._slots.release()
+            raise
+        stopping.cancel()
+        if not taking.done():
+            taking.cancel()
+        await asyncio.wait((taking, stopping))
+        got = not taking.cancelled()
+        if got and not stop.is_set():
+            return True
+        if got:  # the slot came just as the task was stopped: give it back
+            self._slots.release()
+        return False
 
     # --- one task ------------------------------------------------------------------------------------
     async def _run(self, spec: SubagentKind, task_id: str, prompt: str, trail: _Trail) -> Outcome:

@@ -415,3 +415,32 @@ async def test_slash_stop_in_the_chat_stops_a_running_subagent_and_its_commands(
         [stored] = await TaskStore(h.service.db.engine).tasks_of_thread(conversation.thread_id)
     assert answer == "echo: still there?"
     assert stored.status == "stopped" and stored.title == "watch"
+
+
+async def test_stop_on_a_queued_tasks_card_ends_it_at_once_while_the_running_one_goes_on(tmp_path, llm):
+    hold = Hold()
+    llm.script_for(
+        PARENT,
+        Reply(tool_calls=[task("first", "JOB-FIRST: slow part"), task("second", "JOB-SECOND: other part")]),
+        Reply(text="One done, one stopped."),
+    )
+    llm.script_for("JOB-FIRST", Reply(text="FIRST-RESULT", hold=hold))
+    llm.script_for("JOB-SECOND", Reply(text="never asked"))
+    cards = Cards()
+    async with runtime_for(tmp_path, llm, max_concurrent=1) as runtime:
+        running = asyncio.create_task(turn(runtime, "two parts", cards))
+        try:
+            await asyncio.to_thread(hold.wait_for_waiting, 1)
+            await wait_until(lambda: len(cards.ids("step:queued")) == 1)
+            [queued] = cards.ids("step:queued")
+            cards.stop_requested(queued).set()
+            await wait_until(lambda: cards.ids("finished:stopped") == [queued])
+            assert hold.waiting == 1  # the first task still runs
+        finally:
+            hold.open()
+        answer = await running
+    assert answer == "One done, one stopped."
+    first, second = tool_results(requests_for(llm, PARENT)[1])
+    assert first.endswith("FIRST-RESULT")
+    assert " stopped: general]" in second and "a person stopped this task before it started" in second
+    assert requests_for(llm, "JOB-SECOND") == []
