@@ -9,6 +9,7 @@ the bot's side of the seam (agent.events.TaskReporter); here a recorder stands i
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -19,7 +20,16 @@ from typing import Any
 import pytest
 
 from agent import tables as agent_tables
-from agent.events import ApprovalDecision, TaskStatus, TrustLevel, TurnFinished, TurnRequest
+from agent.events import (
+    CHAT_ONLY_PROFILE,
+    FULL_PROFILE,
+    ApprovalDecision,
+    TaskStatus,
+    ToolProfile,
+    TrustLevel,
+    TurnFinished,
+    TurnRequest,
+)
 from agent.runtime import AgentRuntime
 from agent.subagents import task_id_for
 from agent.task_store import TaskStore
@@ -58,10 +68,14 @@ class Cards:
 
 
 @asynccontextmanager
-async def runtime_for(tmp_path: Path, llm: FakeOpenAI, **subagents: Any) -> AsyncIterator[AgentRuntime]:
+async def runtime_for(
+    tmp_path: Path, llm: FakeOpenAI, database_url: str | None = None, **subagents: Any
+) -> AsyncIterator[AgentRuntime]:
     settings = agent_settings(
         tmp_path, llm, agent={"system_prompt": PARENT, "subagents": {"enabled": True, **subagents}}
     )
+    if database_url is not None:
+        settings.database.url = database_url
     db = Database(settings.database.url)
     await db.create_schema([agent_tables.metadata])
     runtime = AgentRuntime(settings, checkpoint_path=tmp_path / "checkpoints.db", engine=db.engine)
@@ -92,9 +106,12 @@ async def turn(
     cards: Cards | None = None,
     thread: str = "thread-1",
     approvals: Approver | None = None,
+    profile: ToolProfile = FULL_PROFILE,
 ) -> str:
     final = None
-    request = TurnRequest(thread_id=thread, owner="owner-1", text=text, tasks=cards, approvals=approvals)
+    request = TurnRequest(
+        thread_id=thread, owner="owner-1", text=text, tasks=cards, approvals=approvals, profile=profile
+    )
     async for event in runtime.run(request):
         if isinstance(event, TurnFinished):
             final = event
@@ -444,3 +461,42 @@ async def test_stop_on_a_queued_tasks_card_ends_it_at_once_while_the_running_one
     assert first.endswith("FIRST-RESULT")
     assert " stopped: general]" in second and "a person stopped this task before it started" in second
     assert requests_for(llm, "JOB-SECOND") == []
+
+
+async def test_a_guests_turn_is_neither_offered_nor_allowed_the_task_tool(tmp_path, llm):
+    llm.script_for(PARENT, Reply(tool_calls=[task("sneak", "JOB-SNEAK: run bash")]), Reply(text="No."))
+    async with runtime_for(tmp_path, llm) as runtime:
+        await turn(runtime, "delegate this", profile=CHAT_ONLY_PROFILE)
+        assert runtime.tasks is not None
+        assert await runtime.tasks.tasks_of_thread("thread-1") == []
+    first, second = requests_for(llm, PARENT)
+    assert "task" not in offered(first)
+    assert "Subagent kinds" not in prompt_text(first)
+    [refusal] = tool_results(second)
+    assert refusal.startswith("Refused: `task` is not available in this conversation")
+    assert requests_for(llm, "JOB-SNEAK") == []
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(
+    not os.environ.get("SWITCHBOARD_TEST_PG_URL"), reason="set SWITCHBOARD_TEST_PG_URL to run"
+)
+async def test_on_postgres_parallel_tasks_store_their_steps(tmp_path, llm, pg_url):
+    llm.script_for(
+        PARENT, Reply(tool_calls=[task("a", "JOB-PA: one"), task("b", "JOB-PB: two")]), Reply(text="Both.")
+    )
+    llm.script_for(
+        "JOB-PA", Reply(tool_calls=[ToolCall("bash", {"command": "echo PA"})]), Reply(text="PA-DONE")
+    )
+    llm.script_for("JOB-PB", Reply(text="PB-DONE"))
+    async with runtime_for(tmp_path, llm, database_url=pg_url) as runtime:
+        assert await turn(runtime, "two on postgres") == "Both."
+        assert runtime.tasks is not None
+        stored = await runtime.tasks.tasks_of_thread("thread-1")
+        steps = await runtime.tasks.steps(next(t.task_id for t in stored if t.title == "a"))
+    assert sorted((t.title, t.status, t.result) for t in stored) == [
+        ("a", "done", "PA-DONE"),
+        ("b", "done", "PB-DONE"),
+    ]
+    assert [s.kind for s in steps] == ["note", "model", "tool", "output", "model", "result"]
+    assert [s.number for s in steps] == list(range(1, len(steps) + 1))
