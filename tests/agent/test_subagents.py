@@ -150,7 +150,8 @@ async def test_two_tasks_run_at_the_same_time_and_the_turn_answers_once_with_bot
             hold.open()
         answer = await running
         assert runtime.tasks is not None
-        stored = await runtime.tasks.tasks_of_thread("thread-1")
+        # Started together: the order of their rows is whichever was written first.
+        stored = sorted(await runtime.tasks.tasks_of_thread("thread-1"), key=lambda t: t.title)
         steps = {t.task_id: await runtime.tasks.steps(t.task_id) for t in stored}
     assert answer == "Both jobs are done."
     parent = requests_for(llm, PARENT)
