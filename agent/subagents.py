@@ -303,13 +303,7 @@ class Subagents:
         try:
             if self.reporter is not None:
                 await _quietly(self.reporter.started(task_id=task_id, title=title, kind=spec.name))
-            if self._slots.locked():
-                trail.add(
-                    "note",
-                    f"waiting for a free slot ({self.config.max_concurrent} tasks run at once)",
-                    status="queued",
-                )
-            if await self._take_slot(stop):
+            if await self._take_slot(stop, trail):
                 try:
                     trail.add("note", f"started ({spec.name})")
                     await self._set_status(task_id, "running")
@@ -326,9 +320,17 @@ class Subagents:
             await asyncio.shield(self._finish(task_id, outcome, trail, pump))
         return self._for_parent(task_id, spec.name, outcome)
 
-    async def _take_slot(self, stop: asyncio.Event | None) -> bool:
+    async def _take_slot(self, stop: asyncio.Event | None, trail: _Trail) -> bool:
         """Wait for a free slot; False (holding none) when the task is stopped while it waits, so Stop
         on a queued task's card ends it at once rather than when a slot frees."""
+        if not self._slots.locked():
+            await self._slots.acquire()  # free: taken at once, without yielding to another task
+            return True
+        trail.add(
+            "note",
+            f"waiting for a free slot ({self.config.max_concurrent} tasks run at once)",
+            status="queued",
+        )
         if stop is None:
             await self._slots.acquire()
             return True
