@@ -153,7 +153,11 @@ async def test_two_tasks_run_at_the_same_time_and_the_turn_answers_once_with_bot
         # Started together: the order of their rows is whichever was written first.
         stored = sorted(await runtime.tasks.tasks_of_thread("thread-1"), key=lambda t: t.title)
         steps = {t.task_id: await runtime.tasks.steps(t.task_id) for t in stored}
+        assert runtime.usage is not None
+        usage = await runtime.usage.get("thread-1")
     assert answer == "Both jobs are done."
+    # The subagents' tokens count for the turn: 4 model calls of 10 prompt tokens each (the fake's count).
+    assert usage is not None and usage.last_input == 40
     parent = requests_for(llm, PARENT)
     assert len(parent) == 2  # one call that delegated, one that answered: the turn answered once
     results = tool_results(parent[1])
