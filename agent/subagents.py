@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
+from agent.errors import describe_error
 from agent.events import (
     ApprovalDecision,
     ApprovalGate,
@@ -314,7 +315,7 @@ class Subagents:
                 outcome = Outcome("stopped", "stopped: a person stopped this task before it started")
         except Exception as exc:
             log.exception("task %s failed", task_id)
-            outcome = Outcome("failed", f"failed: {type(exc).__name__}")
+            outcome = Outcome("failed", f"failed: {describe_error(exc)} ({type(exc).__name__})")
         finally:
             # Also when the turn is cancelled (/stop): the record and the card say how it ended.
             await asyncio.shield(self._finish(task_id, outcome, trail, pump))

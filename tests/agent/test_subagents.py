@@ -510,3 +510,18 @@ async def test_on_postgres_parallel_tasks_store_their_steps(tmp_path, llm, pg_ur
     ]
     assert [s.kind for s in steps] == ["note", "model", "tool", "output", "model", "result"]
     assert [s.number for s in steps] == list(range(1, len(steps) + 1))
+
+
+async def test_a_subagent_whose_model_fails_ends_failed_and_the_turn_still_answers(tmp_path, llm):
+    llm.script_for(PARENT, Reply(tool_calls=[task("doomed", "JOB-DOOMED: try")]), Reply(text="It failed."))
+    llm.script_for("JOB-DOOMED", Reply(status=400, error="unknown model"))
+    async with runtime_for(tmp_path, llm) as runtime:
+        answer = await turn(runtime, "try it")
+        assert runtime.tasks is not None
+        [stored] = await runtime.tasks.tasks_of_thread("thread-1")
+    assert answer == "It failed."
+    [result] = tool_results(requests_for(llm, PARENT)[1])
+    assert " failed: general]" in result
+    # The same plain sentence a failed turn gets (agent/errors.py), and the error's class for the logs.
+    assert result.split("\n")[1].startswith("failed: Something went wrong while I was answering. (")
+    assert stored.status == "failed"
