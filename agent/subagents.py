@@ -381,15 +381,17 @@ class Subagents:
             await asyncio.shield(session.close())  # kills what its commands left running
         if work.done() and not work.cancelled():
             return work.result()
+        status: TaskStatus
         if stopper is not None and stopper.done() and not stopper.cancelled():
-            why = "stopped: a person stopped this task"
+            status, why = "stopped", "stopped: a person stopped this task"
         else:
-            why = (
+            status, why = (
+                "failed",
                 f"stopped: it ran longer than its time limit of {self.config.timeout_seconds:g} s"
-                " (agent.subagents.timeout_seconds)"
+                " (agent.subagents.timeout_seconds)",
             )
-        trail.add("note", why, status="stopped")
-        return _ended(counts, "stopped" if stopper is not None and stopper.done() else "failed", why)
+        trail.add("note", why, status=status)
+        return _ended(counts, status, why)
 
     async def _converse(
         self, session: Session, spec: SubagentKind, prompt: str, trail: _Trail, counts: Outcome
