@@ -21,7 +21,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +74,17 @@ from agent.sandbox import (
 from agent.sandboxes import build_sandbox_provider
 from agent.skills import Skill, catalogue, load_skills
 from agent.stream_end import CUT_NOTE, was_cut
+from agent.subagents import (
+    Note,
+    Session,
+    SubagentKind,
+    Subagents,
+    WatchedApprovals,
+    kinds_prompt,
+    run_tool_calls,
+    subagent_profile,
+)
+from agent.task_store import TaskStore
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec, short, tool_schemas
 from agent.usage import UsageStore
 from agent.web import WebFetcher, WebSearcher
@@ -239,6 +250,7 @@ class AgentRuntime:
         off = {"load_skill"}  # offered once start() has found skills
         off |= {"web_fetch"} if self.web is None else set()
         off |= {"web_search"} if self.search is None else set()
+        off |= set() if settings.agent.subagents.enabled else {"task"}
         self.disabled_tools: frozenset[str] = frozenset(off)
         self._models: dict[str, Any] = dict(chat_models or {})
         self._bound: dict[tuple[str, ...], Any] = {}
@@ -253,6 +265,8 @@ class AgentRuntime:
         self.memory: MemoryService | None = None
         self.goals: GoalKeeper | None = None
         self.usage: UsageStore | None = UsageStore(engine) if engine is not None else None
+        #: Subagent tasks and their steps (agent/task_store.py), readable after the turn.
+        self.tasks: TaskStore | None = TaskStore(engine) if engine is not None else None
         if engine is not None:
             if settings.memory.enabled:
                 self.memory = MemoryService(
@@ -489,9 +503,13 @@ class AgentRuntime:
             last = state["messages"][-1]
             assert isinstance(last, AIMessage)
             write = get_stream_writer()
-            results: list[BaseMessage] = []
-            for call in last.tool_calls:
-                results.append(await self._call_tool(run, call["name"], call["args"], call["id"], write))
+            # `task` calls run at once (agent/subagents.py); every other call in order.
+            results: list[BaseMessage] = list(
+                await run_tool_calls(
+                    last.tool_calls,
+                    lambda call: self._call_tool(run, call["name"], call["args"], call["id"], write),
+                )
+            )
             for bad in last.invalid_tool_calls:
                 results.append(
                     ToolMessage(
@@ -719,7 +737,7 @@ class AgentRuntime:
         write(ToolStarted(name, summary))
         ok = True
         try:
-            output = await spec.handler(run.tools, args)
+            output = await spec.handler(replace(run.tools, call_id=call_id or ""), args)
         except SandboxError as exc:
             ok, output = False, f"Error: {exc}"
         except Exception as exc:
@@ -731,6 +749,69 @@ class AgentRuntime:
             tool_call_id=call_id or "",
             name=name,
             status="success" if ok else "error",
+        )
+
+    # --- subagents (agent/subagents.py) ------------------------------------------------------------
+    def _delegator(self, request: TurnRequest, run: _Run, paths: ThreadPaths) -> Subagents | None:
+        """The ``task`` tool's delegator for this turn; None when the tool is off for it."""
+        if "task" in self.disabled_tools or not run.profile.allows("task"):
+            return None
+
+        async def opener(kind: SubagentKind, child: Subagents, task_id: str, note: Note) -> Session:
+            return await self._open_subagent(run, paths, kind, child, note)
+
+        return Subagents(
+            self.settings.agent.subagents,
+            thread_id=request.thread_id,
+            store=self.tasks,
+            reporter=request.tasks,
+            opener=opener,
+        )
+
+    async def _open_subagent(
+        self, turn: _Run, paths: ThreadPaths, kind: SubagentKind, child: Subagents, note: Note
+    ) -> Session:
+        """A subagent's model, tools and sandbox: the turn's checks, approvals and secrets, narrowed to
+        the kind's tools, on a sandbox handle of its own (closing it kills what the subagent started).
+        Its tokens count towards the turn's usage."""
+        profile = subagent_profile(turn.profile, kind, self.tool_names(), nested=child.may_delegate)
+        cfg = self._model_config(kind.model or turn.model_name)
+        model = self.tool_model(cfg.name, profile).with_config(tags=[TAG_NOSTREAM])
+        sandbox = await self.sandbox_provider.acquire(paths)
+        sub = _Run(
+            system_prompt=kind.system_prompt,
+            context_prompt="",
+            model=model,
+            vision=False,
+            tools=replace(
+                turn.tools,
+                sandbox=sandbox,
+                subagents=child,
+                call_id="",
+                approvals=WatchedApprovals(turn.tools.approvals, note) if turn.tools.approvals else None,
+            ),
+            model_name=cfg.name,
+            context_tokens=cfg.context_tokens,
+            profile=profile,
+        )
+
+        async def ask(messages: list[BaseMessage]) -> BaseMessage:
+            response: BaseMessage = await model.ainvoke(messages)
+            usage = response.usage_metadata if isinstance(response, AIMessage) else None
+            if usage is not None:
+                turn.input_tokens += usage["input_tokens"]
+                turn.output_tokens += usage["output_tokens"]
+            return response
+
+        async def call_tool(name: str, args: dict[str, Any], call_id: str | None, write: Any) -> ToolMessage:
+            return await self._call_tool(sub, name, args, call_id, write)
+
+        return Session(
+            context=f"{self.sandbox_provider.guide()}\n\n{self._clock_line()}",
+            ask=ask,
+            call_tool=call_tool,
+            mask=turn.tools.masker,
+            close=sandbox.release,
         )
 
     # --- turns -------------------------------------------------------------------------------------
@@ -796,6 +877,8 @@ class AgentRuntime:
             )
         if request.sender_name:
             parts.append(f"The person writing is called {short(request.sender_name, 60)}.")
+        if "task" not in self.disabled_tools and request.profile.allows("task"):
+            parts.append(kinds_prompt(self.settings.agent.subagents))
         if request.profile.why:
             parts.append(
                 f"Only some tools are available in this conversation: {request.profile.why}. Their text is"
@@ -856,6 +939,7 @@ class AgentRuntime:
                 trust=request.trust,
             ),
         )
+        run.tools.subagents = self._delegator(request, run, paths)
         key = uuid.uuid4().hex
         self._runs[key] = run
         config: RunnableConfig = {

@@ -104,3 +104,37 @@ thread_usage = Table(
     Column("turns", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+subagent_tasks = Table(
+    "agent_tasks",
+    metadata,
+    # Derived from the thread and the tool call (agent/subagents.py): the same after a redelivered turn.
+    Column("task_id", String(64), primary_key=True),
+    Column("thread_id", String(64), nullable=False),
+    Column("parent_task_id", String(64)),  # None: started by the turn itself
+    Column("tool_call_id", String(200), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("prompt", Text, nullable=False),
+    # queued | running | done | failed | stopped (agent.events.TaskStatus)
+    Column("status", String(16), nullable=False),
+    Column("result", Text),
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_agent_tasks_thread", "thread_id"),
+)
+
+subagent_steps = Table(
+    "agent_task_steps",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("number", Integer, primary_key=True),
+    Column("thread_id", String(64), nullable=False),  # so erasing a thread finds its steps
+    # model (what the subagent said / asked for) | tool (a call starting) | output (its result) | note
+    Column("kind", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_agent_task_steps_thread", "thread_id"),
+)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,12 @@ from agent.web import FetchRefused, WebFetcher, WebSearcher
 SUMMARY_CHARS = 60
 MAX_LIST_ENTRIES = 500
 MAX_EDIT_BYTES = 5 * 1024 * 1024
+
+
+class Delegator(Protocol):
+    """Starts subagents for the ``task`` tool (agent/subagents.py); answers with the task's result."""
+
+    async def delegate(self, *, call_id: str, kind: str, title: str, prompt: str) -> str: ...
 
 
 @dataclass(slots=True)
@@ -46,6 +52,10 @@ class ToolContext:
     approvals: ApprovalGate | None = None
     #: The turn's sender's trust level: a guest's request is approved by an admin, never by the guest.
     trust: TrustLevel = "member"
+    #: Starts subagents (the ``task`` tool); None: subagents are off here.
+    subagents: Delegator | None = None
+    #: The id of the tool call being run (a copy of the context per call carries it).
+    call_id: str = ""
 
 
 class BashArgs(BaseModel):
@@ -109,6 +119,14 @@ class WebSearchArgs(BaseModel):
 
 class WebFetchArgs(BaseModel):
     url: str = Field(description="The http(s) URL of the page to read.")
+
+
+class TaskArgs(BaseModel):
+    title: str = Field(description="A few words naming the job (shown to the people in the chat).")
+    prompt: str = Field(
+        description="The whole brief: the subagent sees nothing of this conversation, only this text."
+    )
+    kind: str = Field("general", description="Which subagent: 'general' or a kind listed in the prompt.")
 
 
 class PresentFilesArgs(BaseModel):
@@ -313,6 +331,14 @@ async def web_fetch(ctx: ToolContext, args: WebFetchArgs) -> str:
     return f"{page.url} ({page.content_type})\n\n{text}"
 
 
+async def delegate_task(ctx: ToolContext, args: TaskArgs) -> str:
+    if ctx.subagents is None:
+        raise SandboxError("subagents are turned off on this server (agent.subagents.enabled)")
+    return await ctx.subagents.delegate(
+        call_id=ctx.call_id, kind=args.kind.strip(), title=args.title.strip(), prompt=args.prompt
+    )
+
+
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
@@ -404,6 +430,15 @@ TOOLS: dict[str, ToolSpec] = {
             WebFetchArgs,
             web_fetch,
             lambda a, m: f"reading {short(m(a.url), SUMMARY_CHARS - 8)}",
+        ),
+        ToolSpec(
+            "task",
+            "Delegate a self-contained job to a subagent with a fresh context of its own (it works in the "
+            "same files but sees none of this conversation, so the prompt must say everything it needs). "
+            "Several task calls in one message run at the same time. Returns the subagent's concise result.",
+            TaskArgs,
+            delegate_task,
+            lambda a, m: f"delegating {short(m(a.title), SUMMARY_CHARS - 11)}",
         ),
     )
 }

@@ -96,6 +96,14 @@ async def _spend(conn: AsyncConnection) -> None:
     await conn.run_sync(spend_tables.metadata.create_all)
 
 
+async def _subagent_tasks(conn: AsyncConnection) -> None:
+    """Subagent tasks and their steps (docs/subagents.md), for a database older than them."""
+    from agent import tables as agent_tables
+
+    tables = [agent_tables.subagent_tasks, agent_tables.subagent_steps]
+    await conn.run_sync(lambda sync: agent_tables.metadata.create_all(sync, tables=tables))
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
@@ -105,6 +113,7 @@ STEPS: list[tuple[int, str, Step]] = [
     (5, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
     (6, "inbox.reply_state: every message and live card of a reply, for resuming it", _inbox_reply_state),
     (7, "spend_daily, budget_marks: cost per turn and budgets", _spend),
+    (8, "agent_tasks, agent_task_steps: subagent tasks and their stored steps", _subagent_tasks),
 ]
 
 

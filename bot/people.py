@@ -70,6 +70,8 @@ BY_THREAD: tuple[Table, ...] = (
     agent_tables.memory_pending,
     agent_tables.goals,
     agent_tables.goal_continuations,
+    agent_tables.subagent_tasks,
+    agent_tables.subagent_steps,
 )
 #: Tables keyed by a platform account (provider, sender id).
 BY_ACCOUNT: tuple[Table, ...] = (paired_senders_table, pairing_requests_table)

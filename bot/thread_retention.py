@@ -35,6 +35,8 @@ THREAD_ROWS = (
     agent_tables.goal_continuations,
     agent_tables.memory_cursors,
     agent_tables.memory_pending,
+    agent_tables.subagent_tasks,
+    agent_tables.subagent_steps,
     approvals_table,
 )
 

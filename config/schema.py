@@ -277,6 +277,63 @@ class ConnectionsConfig(Section):
     failed_attempts_window_seconds: int = Field(600, gt=0)
 
 
+#: The subagent kind every configuration has (docs/subagents.md).
+GENERAL_SUBAGENT = "general"
+_SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class SubagentProfileConfig(Section):
+    """One kind of subagent the ``task`` tool may start besides ``general`` (docs/subagents.md)."""
+
+    name: str
+    #: One line the model reads to choose this kind.
+    description: str
+    #: The subagent's own system prompt (its whole brief comes from the ``task`` call).
+    system_prompt: str
+    #: A name from ``models``; None: the model of the turn that started it.
+    model: str | None = None
+    #: Built-in or MCP tools it may use (never more than the starting turn may); None: the same as that turn.
+    tools: list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _SUBAGENT_NAME.match(value) or value == GENERAL_SUBAGENT:
+            raise ValueError(
+                f"subagent name {value!r} must be lower-case letters, digits, - or _ (at most 32, starting"
+                f" with a letter) and not {GENERAL_SUBAGENT!r}, which is built in"
+            )
+        return value
+
+
+class SubagentsConfig(Section):
+    """The ``task`` tool: a turn delegates self-contained jobs to subagents (docs/subagents.md)."""
+
+    #: Off by default: every task costs model calls of its own.
+    enabled: bool = False
+    #: Tasks of one turn (or one subagent) running at once; more wait for a free slot.
+    max_concurrent: int = Field(3, ge=1, le=32)
+    #: How deep delegation goes: 1 lets a turn start subagents but a subagent never starts its own.
+    max_depth: int = Field(1, ge=1, le=4)
+    #: Model calls one subagent may make before it has to stop.
+    max_turns: int = Field(12, ge=1)
+    #: Wall-clock limit of one subagent, from the moment it gets a slot.
+    timeout_seconds: float = Field(300, gt=0)
+    #: Input + output tokens one subagent may use (its model calls together).
+    max_tokens: int = Field(200_000, ge=1)
+    #: The result the starting model gets is cut to this many characters.
+    result_chars: int = Field(4000, ge=200)
+    profiles: list[SubagentProfileConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_profiles(self) -> SubagentsConfig:
+        names = [p.name for p in self.profiles]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"agent.subagents.profiles: the name(s) {', '.join(twice)} are used twice")
+        return self
+
+
 class AgentConfig(Section):
     """Runtime knobs that are not per model."""
 
@@ -291,6 +348,7 @@ class AgentConfig(Section):
     compact_history_tokens: int = Field(8_000, ge=0)
     #: IANA zone name for the date/time line in the system prompt (e.g. Europe/Berlin).
     timezone: str = "UTC"
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
     @model_validator(mode="after")
     def _known_timezone(self) -> AgentConfig:
@@ -431,6 +489,17 @@ class Settings(Section):
         )
         if problems:  # each starts with its place; the loader shows one a line (and a single one alone)
             raise ValueError("\n".join(problems) + ("\n" if len(problems) == 1 else ""))
+        return self
+
+    @model_validator(mode="after")
+    def _subagent_models_exist(self) -> Settings:
+        names = [m.name for m in self.models]
+        for profile in self.agent.subagents.profiles:
+            if profile.model is not None and profile.model not in names:
+                raise ValueError(
+                    f"agent.subagents.profiles: {profile.name} names the model {profile.model!r}, which is not"
+                    f" in models ({', '.join(names)})"
+                )
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

@@ -8,6 +8,11 @@ Tests script what the "model" answers::
 
 Unscripted requests get ``default_reply(request)`` — by default an echo of the last user message — so
 multi-turn flows work without scripting every call. Every request body is kept in ``requests``.
+
+Requests running side by side (a turn and its subagents) would race for one script, so
+``script_for(marker, ...)`` keeps a script of its own for requests whose prompt (system messages and
+first user message) contains ``marker``. A :class:`Hold` on a reply keeps its answer back until the test
+lets it go, and counts the answers waiting at once: overlap proven by an event, not by timing.
 """
 
 from __future__ import annotations
@@ -35,6 +40,53 @@ class ToolCall:
     id: str | None = None
 
 
+class Hold:
+    """A gate answers wait at (on the fake's loop) until :meth:`release` or :meth:`open` lets them go."""
+
+    def __init__(self, limit_seconds: float = 60.0) -> None:
+        self._cond = threading.Condition()
+        self._permits = 0
+        self._open = False
+        self.limit_seconds = limit_seconds
+        self.waiting = 0
+        self.most = 0
+        self.passed = 0
+
+    def release(self, count: int = 1) -> None:
+        with self._cond:
+            self._permits += count
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+    def wait_for_waiting(self, count: int, timeout: float = 30.0) -> None:
+        """Block until ``count`` answers wait here at the same time (AssertionError after ``timeout``)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.waiting >= count, timeout):
+                raise AssertionError(f"{self.waiting} answer(s) waiting at the hold, expected {count}")
+
+    def wait_for_passed(self, count: int, timeout: float = 30.0) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.passed >= count, timeout):
+                raise AssertionError(f"{self.passed} answer(s) passed the hold, expected {count}")
+
+    def _pass(self) -> None:
+        """Runs in a worker thread of the fake's loop; a forgotten hold gives up after ``limit_seconds``."""
+        with self._cond:
+            self.waiting += 1
+            self.most = max(self.most, self.waiting)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._open or self._permits > 0, self.limit_seconds)
+            if not self._open and self._permits > 0:
+                self._permits -= 1
+            self.waiting -= 1
+            self.passed += 1
+            self._cond.notify_all()
+
+
 @dataclass
 class Reply:
     """One model answer. ``chunk_size`` controls how text is streamed; ``delay`` is per chunk (a
@@ -56,6 +108,26 @@ class Reply:
     #: End the stream cleanly after this many text chunks, with no finish_reason and no ``[DONE]``: what
     #: a proxy or an overloaded server that gives up half way sends (the client sees a normal end).
     cut_after_chunks: int | None = None
+    #: Wait at this hold before answering (see :class:`Hold`).
+    hold: Hold | None = None
+
+
+def prompt_text(request: dict[str, Any]) -> str:
+    """The system messages and the first user message of a request: who is asking, for what."""
+    parts: list[str] = []
+    for message in request.get("messages", []):
+        content = message.get("content")
+        text = (
+            " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            if isinstance(content, list)
+            else str(content or "")
+        )
+        if message.get("role") == "system":
+            parts.append(text)
+        elif message.get("role") == "user":
+            parts.append(text)
+            break
+    return "\n".join(parts)
 
 
 def last_user_text(request: dict[str, Any]) -> str:
@@ -93,6 +165,7 @@ class FakeOpenAI(ThreadedServer):
         super().__init__()
         self.default_reply = default_reply
         self._script: deque[Reply] = deque()
+        self._routed: list[tuple[str, deque[Reply]]] = []
         self._script_lock = threading.Lock()
         self._ids = itertools.count(1)
         self.api_key_seen: list[str] = []
@@ -112,6 +185,15 @@ class FakeOpenAI(ThreadedServer):
         with self._script_lock:
             self._script.extend(replies)
 
+    def script_for(self, marker: str, *replies: Reply) -> None:
+        """Answers for requests whose prompt contains ``marker`` (checked in the order markers were added)."""
+        with self._script_lock:
+            for known, queue in self._routed:
+                if known == marker:
+                    queue.extend(replies)
+                    return
+            self._routed.append((marker, deque(replies)))
+
     @property
     def completions(self) -> list[dict[str, Any]]:
         return [r["body"] for r in self.requests if r["path"] == "/v1/chat/completions"]
@@ -129,6 +211,11 @@ class FakeOpenAI(ThreadedServer):
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._script_lock:
+            if self._routed:
+                prompt = prompt_text(body)
+                routed = next((queue for marker, queue in self._routed if marker in prompt), None)
+                if routed is not None:  # never the main script: that belongs to the other requests
+                    return routed.popleft() if routed else self.default_reply(body)
             if self._script:
                 return self._script.popleft()
         return self.default_reply(body)
@@ -170,6 +257,8 @@ class FakeOpenAI(ThreadedServer):
                 status=400,
             )
         reply = self._next_reply(body)
+        if reply.hold is not None:
+            await asyncio.get_running_loop().run_in_executor(None, reply.hold._pass)
         if reply.status != 200:
             headers = {"retry-after": str(reply.retry_after)} if reply.retry_after is not None else {}
             return web.json_response(
