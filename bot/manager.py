@@ -30,6 +30,8 @@ from bot.pairing import PairingStore
 from bot.router import Router
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.tasks.desk import TaskDesk
+from bot.tasks.store import TaskStore
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.trust import TrustPolicy
@@ -114,6 +116,9 @@ class ChannelManager:
             submit=self.submit_turn,
             schedules=schedules,
         )
+        #: Task cards: scheduled runs and the agent's background tasks (bot/tasks/, docs/tasks.md).
+        self.tasks = TaskDesk(TaskStore(inbox.db), channels, inbox.save_reply_ref)
+        self.runner.tasks = self.tasks
         self.lanes = LaneScheduler(
             bus=bus,
             inbox=inbox,

@@ -89,6 +89,13 @@ async def _inbox_reply_state(conn: AsyncConnection) -> None:
         await conn.execute(text("ALTER TABLE inbox ADD COLUMN reply_state TEXT"))
 
 
+async def _task_cards(conn: AsyncConnection) -> None:
+    """Task cards (docs/tasks.md): one durable card per background job."""
+    from bot.tasks import store
+
+    await conn.run_sync(store.metadata.create_all)
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
@@ -97,6 +104,7 @@ STEPS: list[tuple[int, str, Step]] = [
     (4, "github_deliveries.identity: a replayed GitHub delivery is a duplicate", _delivery_identity),
     (5, "trust: pairing tables and schedules.trust (the creator's level)", _trust),
     (6, "inbox.reply_state: every message and live card of a reply, for resuming it", _inbox_reply_state),
+    (7, "task_cards: one durable card per background job (issue 36)", _task_cards),
 ]
 
 

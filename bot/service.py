@@ -61,6 +61,7 @@ from bot.probes import CachedProbe
 from bot.registry import channel_class
 from bot.retention import Retention
 from bot.router import ROUTE_CONNECTIONS
+from bot.tasks import store as tasks_store
 from bot.thread_retention import AbandonedThreads, ThreadEraser
 from bot.threads import ThreadStore
 from bot.version import VERSION
@@ -184,6 +185,7 @@ class Service:
             threads_module.metadata,
             approvals_module.metadata,
             pairing_module.metadata,
+            tasks_store.metadata,
             migrations.metadata,
         ]
         if self.cluster is not None:

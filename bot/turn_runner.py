@@ -38,6 +38,8 @@ from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.tasks.card import CardStream
+from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation
 from bot.trust import lowest, profile_for
 from bot.turns import (
@@ -96,6 +98,8 @@ class TurnRunner:
         self.schedules = schedules
         #: Where risky commands wait for ``/approve`` (bot/approvals.py); None: ``sandbox.approval: never``.
         self.approvals: ApprovalDesk | None = None
+        #: Task cards (bot/tasks/): a scheduled run answers with one; each turn's agent may report tasks.
+        self.tasks: TaskDesk | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -125,6 +129,7 @@ class TurnRunner:
             return None
         reply: ReplyStream | None = None
         try:
+            card = await self._card_for(turn)
             async with self._turn_slots:
                 reply = turn.reply or open_turn_reply(self.channels, self.inbox, turn)
                 try:
@@ -138,6 +143,8 @@ class TurnRunner:
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
+                if card is not None:
+                    card.outcome = "stopped" if stopped else "failed" if failed else "done"
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
                     with tracing.span("reply", turn.message):
@@ -174,6 +181,34 @@ class TurnRunner:
                 )
             return None
         return final, stopped, failed
+
+    async def _card_for(self, turn: Turn) -> CardStream | None:
+        """A scheduled run's task card, shown queued until the turn gets its slot (bot/tasks/).
+
+        It becomes the turn's reply, taking over a "Queued" notice the turn already showed; a result
+        stored before a restart is delivered into it without running the model again."""
+        if self.tasks is None:
+            return None
+        shown = turn.reply.state if turn.reply is not None else None
+        card = await self.tasks.for_turn(
+            turn.message,
+            owner=turn.identity.owner,
+            thread_id=turn.conversation.thread_id,
+            entry_id=turn.entry_id,
+            token=turn.token,
+            shown=shown if shown is not None and shown.parts else turn.resume,
+        )
+        if card is None:
+            return None
+        turn.reply = card
+        if card.row.result is not None:
+            turn.reply_text = card.row.result
+        else:
+            try:
+                await card.show_queued()
+            except ChannelError as exc:
+                log.info("the task card could not be shown yet: %s", exc)
+        return card
 
     async def finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
         """After the reply is delivered and the lane released: mark the entry done, then the hooks.
@@ -288,7 +323,15 @@ class TurnRunner:
             # LangSmith/Langfuse run metadata, and the model/tools spans
             metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
             callbacks=tracing.agent_callbacks(),
+            tasks=(
+                self.tasks.reporter(
+                    turn.message, owner=turn.identity.owner, thread_id=turn.conversation.thread_id
+                )
+                if self.tasks is not None
+                else None
+            ),
         )
+        card = reply if isinstance(reply, CardStream) else None
 
         async def consume() -> None:
             async for event in self.agent.run(request):
@@ -301,7 +344,11 @@ class TurnRunner:
                     shown = "".join(parts)
                     parts[:] = [shown[: max(0, len(shown) - event.chars)]]
                 elif isinstance(event, ToolStarted):
-                    progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
+                    step = f"{event.summary or f'running `{event.name}`'}"
+                    if card is not None:  # a task card shows the step in its status line
+                        await card.step(step)
+                    else:
+                        progress[0] = f"⏳ {step}…"
                 elif isinstance(event, ToolFinished):
                     progress[0] = None
                 elif isinstance(event, TurnFinished):

@@ -21,6 +21,7 @@ from bot.approvals import ApprovalDesk
 from bot.identity import Identity
 from bot.pairing import PairingStore
 from bot.schedules import ScheduleBook
+from bot.tasks.desk import TaskDesk
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.turns import StatusProvider, StopResult
@@ -80,6 +81,8 @@ class CommandHost(Protocol):
     def status_providers(self) -> Sequence[StatusProvider]: ...
     @property
     def eraser(self) -> ThreadEraser | None: ...
+    @property
+    def tasks(self) -> TaskDesk | None: ...
 
     def listed_commands(self) -> Sequence[Command]:
         """The chat commands, by name (what ``/help`` lists)."""
