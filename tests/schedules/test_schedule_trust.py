@@ -20,8 +20,8 @@ from connections import PlatformIdentity
 from tests.agent.helpers import tool_results
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, last_user_text
 from tests.harness import Harness
-from tests.tasks.kit import card_body
 from tests.schedules.test_schedules import TZ, Clock, move, settings_for
+from tests.tasks.kit import card_body
 
 START = datetime(2026, 12, 1, 8, 0, tzinfo=ZoneInfo(TZ))
 GROUP = {"chat": "ops", "sender": "boss", "private": False, "mentioned": True}
