@@ -9,6 +9,8 @@ a real service, the fake model; the clock is moved by hand so the schedule fires
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -16,9 +18,12 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import select
 
+from bot.inbox import inbox_table
 from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
+from channels.types import InboundMessage
 from tests.channels.slack.conftest import slack_section
 from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.conftest import make_settings
@@ -49,13 +54,21 @@ def statuses(history: list[str]) -> list[str]:
 
 
 @asynccontextmanager
+async def telegram_service(
+    tmp_path: Path, llm: FakeOpenAI, clock: Clock, tg: FakeTelegram
+) -> AsyncIterator[Harness]:
+    settings = make_settings(tmp_path, llm, agent={"timezone": TZ}, memory={"enabled": False})
+    channel = TelegramChannel(telegram_config(tg), settings=settings)  # type: ignore[arg-type]
+    async with Harness.running(settings, channels={"telegram": channel}, clock=clock) as h:  # type: ignore[dict-item]
+        yield h
+
+
+@asynccontextmanager
 async def telegram_bot(
     tmp_path: Path, llm: FakeOpenAI, clock: Clock
 ) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
-        settings = make_settings(tmp_path, llm, agent={"timezone": TZ}, memory={"enabled": False})
-        channel = TelegramChannel(telegram_config(tg), settings=settings)  # type: ignore[arg-type]
-        async with Harness.running(settings, channels={"telegram": channel}, clock=clock) as h:  # type: ignore[dict-item]
+        async with telegram_service(tmp_path, llm, clock, tg) as h:
             yield h, tg
 
 
@@ -188,3 +201,46 @@ async def test_stop_on_a_slack_card_stops_the_job(tmp_path: Path, llm: FakeOpenA
     assert card_status(live.text) == "⏹ Stopped"
     assert "word399" not in live.text
     assert live.labels == []
+
+
+async def test_a_reported_task_gets_its_own_card_that_a_restart_continues_and_delivers_once(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    """The seam the agent's subagents use (``TurnRequest.tasks``), driven as the agent drives it: a task
+    reported in a chat gets its own card with a Stop button that sets the task's stop event; after a
+    restart the same task id continues that card, and its result is shown once."""
+    clock = Clock(START)
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        async with telegram_service(tmp_path, llm, clock, tg) as h:
+            tg.user_message(CHAT, "hello", user_id=CHAT)
+            await tg.wait_for_bot_text(CHAT, "echo: hello")
+            async with h.service.db.engine.connect() as conn:
+                payloads = (await conn.execute(select(inbox_table.c.payload))).scalars().all()
+            origin = InboundMessage.from_json(json.loads(payloads[0]))
+            conversation = await h.manager.threads.get(origin.conversation_key)
+            assert conversation is not None
+            owner, thread = conversation.owner, conversation.thread_id
+            tasks = h.manager.tasks.reporter(origin, owner=owner, thread_id=thread)
+            await tasks.started(task_id="call-1", title="research the outage", kind="subagent")
+            await tasks.step(task_id="call-1", text="reading the incident log")
+            live = await tg.wait_until(
+                lambda: next(
+                    (m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None
+                ),
+                15,
+            )
+            stop = tasks.stop_requested("call-1")
+            tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
+            await asyncio.wait_for(stop.wait(), 15)
+        async with telegram_service(tmp_path, llm, clock, tg) as h:
+            again = h.manager.tasks.reporter(origin, owner=owner, thread_id=thread)
+            await again.started(task_id="call-1", title="research the outage", kind="subagent")
+            await again.finished(task_id="call-1", status="stopped", result="Stopped after reading the log.")
+            await again.finished(task_id="call-1", status="done", result="A second result must not show.")
+        cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    assert cards == [live], "the restarted task continued its card"
+    assert any("▶️ Running — reading the incident log" in v for v in live.history)
+    assert card_status(live.text) == "⏹ Stopped"
+    assert card_body(live.text) == "Stopped after reading the log."
+    assert not any("second result" in v for v in live.history)
+    assert live.buttons == []
