@@ -189,6 +189,8 @@ class TurnRunner:
         stored before a restart is delivered into it without running the model again."""
         if self.tasks is None:
             return None
+        if isinstance(turn.reply, CardStream):  # the same turn again (storage was away): same card
+            return turn.reply
         shown = turn.reply.state if turn.reply is not None else None
         card = await self.tasks.for_turn(
             turn.message,
