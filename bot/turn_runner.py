@@ -38,6 +38,7 @@ from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
+from bot.tasks.approval import CardApproval
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation
@@ -295,6 +296,7 @@ class TurnRunner:
             progress[0] = " ".join(notices)
         if attachments:
             text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
+        card = reply if isinstance(reply, CardStream) else None
         level = await self._turn_level(turn, channel)
         # A guest's turn may only chat, and its sandbox never gets the channel's secrets.
         profile = profile_for(level)
@@ -333,7 +335,8 @@ class TurnRunner:
                 else None
             ),
         )
-        card = reply if isinstance(reply, CardStream) else None
+        if card is not None and request.approvals is not None:  # its card says when it waits for a yes
+            request.approvals = CardApproval(request.approvals, card)
 
         async def consume() -> None:
             async for event in self.agent.run(request):

@@ -117,6 +117,8 @@ class CardStream(ReplyStream):
         self.outcome: TaskStatus = "done"
         #: Set while the stream itself re-shows a whole card text (its start edits through update()).
         self._whole = False
+        self._waits = 0  # approvals being awaited now
+        self._after_wait: str | None = None  # the step to show again once they are answered
 
     async def _keep(self, state: ReplyState) -> None:
         await self.store.save_state(self.row.id, state)
@@ -153,12 +155,29 @@ class CardStream(ReplyStream):
         super().update(self.text())
 
     async def step(self, text: str, status: TaskStatus = "running") -> None:
-        """The job's current step (stored with the card's steps, then shown)."""
+        """The job's current step (stored with the card's steps, then shown).
+
+        While an approval is awaited (:meth:`waiting`), a step reported late (the tool's start event
+        arrives after its approval request) is kept for afterwards, not shown over "waiting"."""
         if status in FINAL:
+            return
+        if self._waits and status == "running":
+            self._after_wait = text
             return
         self.status, self.current_step = status, text
         await self.store.set_status(self.row.id, status, text)
         super().update(self.text())
+
+    async def waiting(self, what: str) -> None:
+        """An approval is awaited for ``what``: the card says so until :meth:`waited`."""
+        self._waits += 1
+        self._after_wait = self.current_step
+        await self.step(what, "waiting")
+
+    async def waited(self) -> None:
+        self._waits = max(0, self._waits - 1)
+        if not self._waits:
+            await self.step(self._after_wait or "continuing")
 
     async def finish(self, text: str, files: Sequence[Path] = (), actions: Sequence[Action] = ()) -> None:
         """The result: stored first (a restart from here delivers it, not a new one), shown, marked shown."""

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -55,9 +56,9 @@ def statuses(history: list[str]) -> list[str]:
 
 @asynccontextmanager
 async def telegram_service(
-    tmp_path: Path, llm: FakeOpenAI, clock: Clock, tg: FakeTelegram
+    tmp_path: Path, llm: FakeOpenAI, clock: Clock, tg: FakeTelegram, **extra: Any
 ) -> AsyncIterator[Harness]:
-    settings = make_settings(tmp_path, llm, agent={"timezone": TZ}, memory={"enabled": False})
+    settings = make_settings(tmp_path, llm, agent={"timezone": TZ}, memory={"enabled": False}, **extra)
     channel = TelegramChannel(telegram_config(tg), settings=settings)  # type: ignore[arg-type]
     async with Harness.running(settings, channels={"telegram": channel}, clock=clock) as h:  # type: ignore[dict-item]
         yield h
@@ -65,10 +66,10 @@ async def telegram_service(
 
 @asynccontextmanager
 async def telegram_bot(
-    tmp_path: Path, llm: FakeOpenAI, clock: Clock
+    tmp_path: Path, llm: FakeOpenAI, clock: Clock, **extra: Any
 ) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
-        async with telegram_service(tmp_path, llm, clock, tg) as h:
+        async with telegram_service(tmp_path, llm, clock, tg, **extra) as h:
             yield h, tg
 
 
@@ -140,6 +141,44 @@ async def test_stop_on_a_telegram_card_stops_the_job_and_the_card_says_so(tmp_pa
     assert card_status(live.text) == "⏹ Stopped"
     assert "word399" not in live.text, "the job was stopped before it finished"
     assert live.buttons == []
+
+
+async def test_a_telegram_card_says_waiting_for_approval_while_its_risky_command_waits(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    clock = Clock(START)
+    risky = "rm -rf /mnt/user-data/workspace/build"
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": risky})]),
+        Reply(text="The build directory is gone."),
+    )
+    async with telegram_bot(tmp_path, llm, clock, sandbox={"mode": "host"}) as (h, tg):
+        tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
+        await fire(h, clock)
+        request = await tg.wait_for_bot_text(CHAT, "🔐 Approval needed", timeout=30)
+        card = await tg.wait_until(
+            lambda: (
+                (c := telegram_card(tg)) is not None
+                and "✋ Waiting for approval" in card_status(c.text)
+                and c
+            ),
+            15,
+        )
+        waiting = card_status(card.text)
+        tg.press(CHAT, request.message_id, "Approve", user_id=CHAT)
+        await tg.wait_until(lambda: "✅ Done" in card.text, 30)
+        await h.idle(timeout=20)
+    assert risky in waiting, "the card says which command waits"
+    assert statuses(card.history) == [
+        "⏳ Queued",
+        "▶️ Running",
+        "✋ Waiting for approval",
+        "▶️ Running",
+        "✅ Done",
+    ]
+    assert card_body(card.text) == "The build directory is gone."
 
 
 @asynccontextmanager
