@@ -40,7 +40,7 @@ from bot.schedules import ScheduleBook
 from bot.settle import Settler
 from bot.tasks.approval import CardApproval
 from bot.tasks.card import CardStream
-from bot.tasks.desk import TaskDesk
+from bot.tasks.desk import TaskDesk, TurnTasks
 from bot.threads import Conversation
 from bot.trust import lowest, profile_for
 from bot.turns import (
@@ -369,6 +369,8 @@ class TurnRunner:
             if not lane.stop_requested or (current is not None and current.cancelling()):
                 lane.agent_task.cancel()
                 raise
+            if isinstance(request.tasks, TurnTasks):  # /stop: its tasks' cards must not stay "running"
+                await request.tasks.stopped_with_turn()
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
         except Exception as exc:

@@ -143,6 +143,17 @@ class TurnTasks:
     def stop_requested(self, task_id: str) -> asyncio.Event:
         return self.desk.stop_event(task_id)
 
+    async def stopped_with_turn(self) -> None:
+        """The turn was stopped (``/stop``, its ⏹): every task of it is asked to stop, and a card its
+        task did not end (the agent was cancelled first) ends as stopped instead of staying "running"."""
+        for task_id, card in list(self._cards.items()):
+            self.desk.request_stop(task_id)
+            if card.finished:
+                continue
+            with _quietly("stopping a task card with its turn"):
+                await card.close("stopped", "Stopped with the reply it belonged to.")
+            self.desk.forget(task_id)
+
     async def _card(self, task_id: str, *, title: str = "", kind: str = "subagent") -> CardStream | None:
         """The card of ``task_id``: this turn's, the stored one (a redelivered turn), or a new one."""
         card = self._cards.get(task_id)
