@@ -21,7 +21,7 @@ from sqlalchemy import Column, Float, Index, MetaData, String, Table, Text, sele
 from sqlalchemy.exc import IntegrityError
 
 from agent.events import TaskStatus
-from bot.db import Database
+from bot.engine import HasEngine
 from channels.resume import ReplyState
 from channels.types import InboundMessage
 
@@ -127,7 +127,7 @@ def _row(data: object) -> TaskRow:
 class TaskStore:
     """Reads and writes task cards. Every write is one short transaction."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: HasEngine) -> None:
         self.db = db
 
     async def open(
