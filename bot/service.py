@@ -151,7 +151,8 @@ class Service:
         self.eraser = ThreadEraser(self.db, Path(settings.data_dir), self._forget_histories)
         abandoned = AbandonedThreads(self.eraser)
         self.retention = Retention(
-            settings.database.retention_days, [self.inbox, self.github.store, abandoned]
+            settings.database.retention_days,
+            [self.inbox, self.github.store, abandoned, tasks_store.TaskStore(self.db)],
         )
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, self.connections.identity])

@@ -17,7 +17,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Column, Float, Index, MetaData, String, Table, Text, select, update
+from sqlalchemy import Column, Float, Index, MetaData, String, Table, Text, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent.events import TaskStatus
@@ -127,8 +127,30 @@ def _row(data: object) -> TaskRow:
 class TaskStore:
     """Reads and writes task cards. Every write is one short transaction."""
 
+    #: For the retention pass (bot/retention.py), which deletes delivered cards past the period.
+    retention_label = "task cards"
+
     def __init__(self, db: HasEngine) -> None:
         self.db = db
+
+    async def prune_finished(self, before: float, limit: int) -> int:
+        """Delete up to ``limit`` cards whose result was delivered and that did not change since
+        ``before``. A card still running, or with a result still owed to its chat, is never deleted."""
+        t = task_cards_table.c
+        async with self.db.engine.begin() as conn:
+            ids = (
+                (
+                    await conn.execute(
+                        select(t.id).where(t.delivered_at.is_not(None), t.updated_at < before).limit(limit)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            if not ids:
+                return 0
+            await conn.execute(delete(task_cards_table).where(t.id.in_(ids)))
+        return len(ids)
 
     async def open(
         self,
@@ -245,9 +267,10 @@ class TaskStore:
 
     async def delivered(self, task_id: str) -> None:
         t = task_cards_table.c
+        now = time.time()
         async with self.db.engine.begin() as conn:
             await conn.execute(
-                update(task_cards_table).where(t.id == task_id).values(delivered_at=time.time())
+                update(task_cards_table).where(t.id == task_id).values(delivered_at=now, updated_at=now)
             )
 
     async def save_state(self, task_id: str, state: ReplyState) -> None:
