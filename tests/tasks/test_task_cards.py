@@ -283,3 +283,35 @@ async def test_a_reported_task_gets_its_own_card_that_a_restart_continues_and_de
     assert card_body(live.text) == "Stopped after reading the log."
     assert not any("second result" in v for v in live.history)
     assert live.buttons == []
+
+
+async def test_a_result_stored_but_not_shown_before_a_restart_is_shown_once_after_it(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    """The crash point between "result stored" and "card edited": the next start shows that stored
+    result in the same card, and the job reporting again changes nothing."""
+    clock = Clock(START)
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        async with telegram_service(tmp_path, llm, clock, tg) as h:
+            tg.user_message(CHAT, "hello", user_id=CHAT)
+            await tg.wait_for_bot_text(CHAT, "echo: hello")
+            async with h.service.db.engine.connect() as conn:
+                payloads = (await conn.execute(select(inbox_table.c.payload))).scalars().all()
+            message = InboundMessage.from_json(json.loads(payloads[0]))
+            conversation = await h.manager.threads.get(message.conversation_key)
+            assert conversation is not None
+            owner, thread = conversation.owner, conversation.thread_id
+            tasks = h.manager.tasks.reporter(message, owner=owner, thread_id=thread)
+            await tasks.started(task_id="call-9", title="count the alerts", kind="subagent")
+            live = await tg.wait_until(lambda: telegram_card(tg), 15)
+            await h.manager.tasks.store.finish("call-9", "done", "There were 7 alerts.")  # then the crash
+        assert "7 alerts" not in live.text
+        async with telegram_service(tmp_path, llm, clock, tg) as h:
+            again = h.manager.tasks.reporter(message, owner=owner, thread_id=thread)
+            await again.started(task_id="call-9", title="count the alerts", kind="subagent")
+            await again.finished(task_id="call-9", status="done", result="There were 8 alerts.")
+        cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    assert cards == [live]
+    assert card_status(live.text) == "✅ Done"
+    assert card_body(live.text) == "There were 7 alerts."
+    assert not any("8 alerts" in v for v in live.history)
