@@ -128,6 +128,7 @@ class ChannelManager:
             run=self.runner.run,
             finish=self.runner.finish_turn,
         )
+        self.lanes.cards = self.tasks
         self.router = Router(
             settings=settings,
             bus=bus,

@@ -184,34 +184,8 @@ class TurnRunner:
         return final, stopped, failed
 
     async def _card_for(self, turn: Turn) -> CardStream | None:
-        """A scheduled run's task card, shown queued until the turn gets its slot (bot/tasks/).
-
-        It becomes the turn's reply, taking over a "Queued" notice the turn already showed; a result
-        stored before a restart is delivered into it without running the model again."""
-        if self.tasks is None:
-            return None
-        if isinstance(turn.reply, CardStream):  # the same turn again (storage was away): same card
-            return turn.reply
-        shown = turn.reply.state if turn.reply is not None else None
-        card = await self.tasks.for_turn(
-            turn.message,
-            owner=turn.identity.owner,
-            thread_id=turn.conversation.thread_id,
-            entry_id=turn.entry_id,
-            token=turn.token,
-            shown=shown if shown is not None and shown.parts else turn.resume,
-        )
-        if card is None:
-            return None
-        turn.reply = card
-        if card.row.result is not None:
-            turn.reply_text = card.row.result
-        else:
-            try:
-                await card.show_queued()
-            except ChannelError as exc:
-                log.info("the task card could not be shown yet: %s", exc)
-        return card
+        """A scheduled run's task card (bot/tasks/): it becomes the turn's reply."""
+        return await self.tasks.open_for_turn(turn) if self.tasks is not None else None
 
     async def finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
         """After the reply is delivered and the lane released: mark the entry done, then the hooks.

@@ -26,6 +26,7 @@ from agent.events import TaskStatus
 from bot.schedules import is_occurrence
 from bot.tasks.card import CardStream
 from bot.tasks.store import FINAL, TaskStore
+from bot.turns import Turn
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.resume import ReplyState
@@ -84,6 +85,33 @@ class TaskDesk:
         )
         keep = functools.partial(self.save_reply_state, entry_id)
         return CardStream(self.store, row, channel, resume=row.reply_state or shown, also_keep=keep)
+
+    async def open_for_turn(self, turn: Turn) -> CardStream | None:
+        """The card of a turn that is a scheduled run, shown "queued" until the turn gets its slot; None
+        for any other turn. It becomes the turn's reply (the same card when asked again); a result stored
+        before a restart is delivered into it without running the model again (``turn.reply_text``)."""
+        if isinstance(turn.reply, CardStream):
+            return turn.reply
+        shown = turn.reply.state if turn.reply is not None else None
+        card = await self.for_turn(
+            turn.message,
+            owner=turn.identity.owner,
+            thread_id=turn.conversation.thread_id,
+            entry_id=turn.entry_id,
+            token=turn.token,
+            shown=shown if shown is not None and shown.parts else turn.resume,
+        )
+        if card is None:
+            return None
+        turn.reply = card
+        if card.row.result is not None:
+            turn.reply_text = card.row.result
+        else:
+            try:
+                await card.show_queued()
+            except ChannelError as exc:
+                log.info("the task card could not be shown yet: %s", exc)
+        return card
 
     # --- work inside a turn ------------------------------------------------------------------------
     def reporter(self, message: InboundMessage, *, owner: str, thread_id: str) -> TurnTasks:

@@ -315,3 +315,27 @@ async def test_a_result_stored_but_not_shown_before_a_restart_is_shown_once_afte
     assert card_status(live.text) == "✅ Done"
     assert card_body(live.text) == "There were 7 alerts."
     assert not any("8 alerts" in v for v in live.history)
+
+
+async def test_a_run_that_waits_behind_an_answer_in_its_chat_waits_as_its_queued_card(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    clock = Clock(START)
+    story = " ".join(f"word{i}" for i in range(120))
+    llm.script(Reply(text=story, chunk_size=8, delay=0.05), Reply(text=RESULT))
+    async with telegram_bot(tmp_path, llm, clock) as (h, tg):
+        tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
+        tg.user_message(CHAT, "tell me a story", user_id=CHAT)
+        answer = await tg.wait_for_bot_text(CHAT, "word3", timeout=30)
+        await fire(h, clock)
+        card = await tg.wait_until(lambda: telegram_card(tg), 30)
+        queued_while_answering = "word119" not in answer.text
+        await tg.wait_until(lambda: "✅ Done" in card.text, 30)
+        await h.idle(timeout=30)
+        texts = [v for m in tg.bot_messages(CHAT) for v in m.history]
+    assert queued_while_answering, "the run came while the answer was still streaming"
+    assert statuses(card.history) == ["⏳ Queued", "▶️ Running", "✅ Done"]
+    assert card_body(card.text) == RESULT
+    assert not any(t.startswith("⏳ Queued") for t in texts), "no separate queued notice for the run"
+    assert [m for m in tg.bot_messages(CHAT) if is_card(m.text)] == [card]
