@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from tests.channels import resume_kit
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
+from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeMessage, FakeTelegram
 from tests.tasks.kit import card_body, card_status, is_card
 
@@ -75,3 +77,48 @@ def test_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(
     assert card_body(after[0].text) == ANSWER
     assert everything.count("alert119") == 1, "the result arrived once"
     assert after[0].buttons == [], "no Stop button left on the finished card"
+
+
+def slack_yaml(slack: FakeSlack) -> str:
+    return (
+        f"  slack: {{enabled: true, bot_token: '{slack.bot_token}', app_token: '{slack.app_token}', "
+        f"api_base_url: '{slack.api_url}', edit_interval_seconds: 0.05, ping_interval_seconds: 5, "
+        "trust: {members: ['*']}}\n"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_on_slack_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(tmp_path: Path):
+    """The same on Slack, with its native streaming left on (the default): a card never uses it."""
+    log = tmp_path / "serve.log"
+    with FakeSlack() as slack, FakeOpenAI(answering) as llm:
+        config = resume_kit.write_config(tmp_path, llm, slack_yaml(slack))
+        service = ServeProcess(config, log)
+        try:
+            assert wait_for(lambda: slack.connected > 0, timeout=60), log.read_text()[-3000:]
+            slack.dm("U1", f"/schedule in 3s {WHAT}")
+            running = wait_for(
+                lambda: any(
+                    card_status(m.text).startswith("▶️ Running") and "alert20" in m.text
+                    for m in slack.channel_messages("DU1")
+                ),
+                timeout=120,
+            )
+            assert running, log.read_text()[-3000:]
+        finally:
+            service.kill()
+        [before] = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
+        again = ServeProcess(config, log)
+        try:
+            done = wait_for(lambda: "✅ Done" in card_status(before.text), timeout=120)
+            assert done, log.read_text()[-3000:]
+        finally:
+            again.terminate()
+        after = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
+        posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
+        everything = "\n".join(m.text for m in slack.channel_messages("DU1"))
+    assert after == [before], "the same card, updated in place"
+    assert len(posts) == 1, "no second card was ever posted"
+    assert card_body(before.text) == ANSWER
+    assert everything.count("alert119") == 1, "the result arrived once"
+    assert before.labels == [], "no Stop button left on the finished card"
