@@ -20,6 +20,8 @@ from bot.bus import MessageBus
 from bot.identity import Identity
 from bot.inbox import PENDING, Inbox
 from bot.logs import trace_id_var
+from bot.tasks.card import CardStream
+from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
 from bot.turns import AfterDelivery, BeforeStart, Lane, StopResult, Turn
 from channels.base import Channel
@@ -100,6 +102,8 @@ class LaneScheduler:
         self._watchers: set[asyncio.Task[None]] = set()
         #: Set once the service is stopping: running turns finish; hidden follow-ups wait for the next start.
         self.stopping = False
+        #: Task cards (bot/tasks/): a scheduled run waiting in a busy lane shows as its queued card.
+        self.cards: TaskDesk | None = None
 
     @property
     def active(self) -> int:
@@ -232,13 +236,14 @@ class LaneScheduler:
             if before is not None:  # its placeholder may be on its way right now: not above it
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
-            turn.reply = open_turn_reply(self.channels, self.inbox, turn)
-            try:
-                await turn.reply.start(
-                    f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
-                )
-            except ChannelError as exc:
-                log.info("could not show the queued notice: %s", exc)
+            if await self._open_card(turn) is None:  # a scheduled run waits as its task card
+                turn.reply = open_turn_reply(self.channels, self.inbox, turn)
+                try:
+                    await turn.reply.start(
+                        f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
+                    )
+                except ChannelError as exc:
+                    log.info("could not show the queued notice: %s", exc)
             turn.shown.set()
             await self._remember_notice(turn)
         elif notice:
@@ -248,6 +253,17 @@ class LaneScheduler:
         lane.pending.append(turn)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def _open_card(self, turn: Turn) -> CardStream | None:
+        """A scheduled run's task card, queued (bot/tasks/); None for other turns, or when the card
+        cannot be stored now (the turn then shows the usual notice and gets its card when it starts)."""
+        if self.cards is None:
+            return None
+        try:
+            return await self.cards.open_for_turn(turn)
+        except Exception as exc:
+            log.warning("could not open the task card of a queued scheduled run: %s", exc)
+            return None
 
     async def _remember_notice(self, turn: Turn) -> None:
         """Store the queued notice's reference with the inbox entry now, not when the turn starts.

@@ -33,6 +33,8 @@ from bot.schedules import ScheduleBook
 from bot.settle import Settler
 from bot.speech.speaking import VoiceReplies
 from bot.spend.keeper import SpendKeeper
+from bot.tasks.desk import TaskDesk
+from bot.tasks.store import TaskStore
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.trust import TrustPolicy
@@ -117,6 +119,9 @@ class ChannelManager:
             submit=self.submit_turn,
             schedules=schedules,
         )
+        #: Task cards: scheduled runs and the agent's background tasks (bot/tasks/, docs/tasks.md).
+        self.tasks = TaskDesk(TaskStore(inbox.db), channels, inbox.save_reply_ref)
+        self.runner.tasks = self.tasks
         self.lanes = LaneScheduler(
             bus=bus,
             inbox=inbox,
@@ -126,6 +131,7 @@ class ChannelManager:
             run=self.runner.run,
             finish=self.runner.finish_turn,
         )
+        self.lanes.cards = self.tasks
         self.router = Router(
             settings=settings,
             bus=bus,

@@ -104,6 +104,13 @@ async def _subagent_tasks(conn: AsyncConnection) -> None:
     await conn.run_sync(lambda sync: agent_tables.metadata.create_all(sync, tables=tables))
 
 
+async def _task_cards(conn: AsyncConnection) -> None:
+    """Task cards (docs/tasks.md): one durable card per background job."""
+    from bot.tasks import store
+
+    await conn.run_sync(store.metadata.create_all)
+
+
 #: (number, name, function). Numbers only ever grow; never edit a released step.
 STEPS: list[tuple[int, str, Step]] = [
     (1, "discord_cursors: where Discord backfill resumes after a restart", _discord_cursors),
@@ -114,6 +121,7 @@ STEPS: list[tuple[int, str, Step]] = [
     (6, "inbox.reply_state: every message and live card of a reply, for resuming it", _inbox_reply_state),
     (7, "spend_daily, budget_marks: cost per turn and budgets", _spend),
     (8, "agent_tasks, agent_task_steps: subagent tasks and their stored steps", _subagent_tasks),
+    (9, "task_cards: one durable card per background job (issue 36)", _task_cards),
 ]
 
 

@@ -44,6 +44,7 @@ from bot.inbox import inbox_table
 from bot.pairing import paired_senders_table, pairing_requests_table
 from bot.schedules import schedules_table
 from bot.spend.tables import budget_marks, spend_daily
+from bot.tasks.store import task_cards_table
 from bot.threads import conversations_table
 from connections.tables import connect_codes_table, connections_table, users_table
 
@@ -53,6 +54,7 @@ OWNED: tuple[Table, ...] = (
     connections_table,
     conversations_table,
     schedules_table,
+    task_cards_table,
     agent_tables.memory_facts,
     agent_tables.memory_profiles,
     agent_tables.memory_cursors,
@@ -66,6 +68,7 @@ OWNED: tuple[Table, ...] = (
 BY_THREAD: tuple[Table, ...] = (
     agent_tables.thread_usage,
     approvals_table,
+    task_cards_table,
     agent_tables.memory_cursors,
     agent_tables.memory_pending,
     agent_tables.goals,

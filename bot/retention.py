@@ -13,6 +13,7 @@ What goes, and what stays:
   retention period would get it answered again. Platforms redeliver within minutes (Slack, Feishu,
   DingTalk), Telegram keeps unconfirmed updates for 24 hours, GitHub offers redelivery for 3 days;
   hence the 1-day minimum and the 30-day default.
+* Task cards whose result was delivered go like finished messages (``bot/tasks/store.py``).
 * Conversations, memory, goals and schedules are not touched: they are the state a team keeps, not a
   log. An agent thread is deleted only once *abandoned* — no conversation points at it any more (after
   ``/new``) and nothing in it changed for the retention period (``bot/thread_retention.py``).

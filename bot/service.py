@@ -64,6 +64,7 @@ from bot.retention import Retention
 from bot.router import ROUTE_CONNECTIONS
 from bot.spend import tables as spend_tables
 from bot.spend.keeper import SpendKeeper
+from bot.tasks import store as tasks_store
 from bot.thread_retention import AbandonedThreads, ThreadEraser
 from bot.threads import ThreadStore
 from bot.version import VERSION
@@ -161,7 +162,8 @@ class Service:
         self.eraser = ThreadEraser(self.db, Path(settings.data_dir), self._forget_histories)
         abandoned = AbandonedThreads(self.eraser)
         self.retention = Retention(
-            settings.database.retention_days, [self.inbox, self.github.store, abandoned]
+            settings.database.retention_days,
+            [self.inbox, self.github.store, abandoned, tasks_store.TaskStore(self.db)],
         )
         # Who owns a message: GitHub agents own their threads; everyone else per their connection.
         self.identity = IdentityChain([self.github.identity, WebIdentity(), self.connections.identity])
@@ -196,6 +198,7 @@ class Service:
             approvals_module.metadata,
             spend_tables.metadata,
             pairing_module.metadata,
+            tasks_store.metadata,
             migrations.metadata,
         ]
         if self.cluster is not None:

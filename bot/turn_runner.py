@@ -40,6 +40,9 @@ from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
 from bot.settle import Settler
 from bot.spend.keeper import SpendKeeper
+from bot.tasks.approval import CardApproval
+from bot.tasks.card import CardStream
+from bot.tasks.desk import TaskDesk, TurnTasks
 from bot.threads import Conversation
 from bot.trust import lowest, profile_for
 from bot.turns import (
@@ -102,6 +105,8 @@ class TurnRunner:
         self.spend: SpendKeeper | None = None
         #: Named agents (bot/agents/): fits each turn's request to its agent; None: the built-in agent.
         self.agents: AgentDirectory | None = None
+        #: Task cards (bot/tasks/): a scheduled run answers with one; each turn's agent may report tasks.
+        self.tasks: TaskDesk | None = None
         self.after_turn_hooks: list[AfterTurnHook] = []
         #: Told about every failed turn once, after its log line (see :class:`~bot.turns.TurnError`).
         self.on_turn_error: OnTurnError | None = None
@@ -131,6 +136,7 @@ class TurnRunner:
             return None
         reply: ReplyStream | None = None
         try:
+            card = await self._card_for(turn)
             async with self._turn_slots:
                 reply = turn.reply or open_turn_reply(self.channels, self.inbox, turn)
                 try:
@@ -148,6 +154,8 @@ class TurnRunner:
                 else:
                     final, files, stopped, failed = await self._stream_agent(turn, lane, reply, channel)
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
+                if card is not None:
+                    card.outcome = "stopped" if stopped else "failed" if failed else "done"
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
                     with tracing.span("reply", turn.message):
@@ -184,6 +192,10 @@ class TurnRunner:
                 )
             return None
         return final, stopped, failed
+
+    async def _card_for(self, turn: Turn) -> CardStream | None:
+        """A scheduled run's task card (bot/tasks/): it becomes the turn's reply."""
+        return await self.tasks.open_for_turn(turn) if self.tasks is not None else None
 
     async def finish_turn(self, turn: Turn, final: str, stopped: bool, failed: bool) -> None:
         """After the reply is delivered and the lane released: mark the entry done, then the hooks.
@@ -294,6 +306,7 @@ class TurnRunner:
             progress[0] = " ".join(notices)
         if attachments:
             text = f"{text}\n\n[Files attached: {', '.join(attachments)}]".strip()
+        card = reply if isinstance(reply, CardStream) else None
         level = await self._turn_level(turn, channel)
         # A guest's turn may only chat, and its sandbox never gets the channel's secrets.
         profile = profile_for(level)
@@ -324,9 +337,18 @@ class TurnRunner:
             # LangSmith/Langfuse run metadata, and the model/tools spans
             metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
             callbacks=tracing.agent_callbacks(),
+            tasks=(
+                self.tasks.reporter(
+                    turn.message, owner=turn.identity.owner, thread_id=turn.conversation.thread_id
+                )
+                if self.tasks is not None
+                else None
+            ),
         )
         if self.agents is not None:  # the named agent's prompt, model, tools, policies, room window
             turn.agent = await self.agents.prepare(request, turn.message, turn.conversation, turn.agent)
+        if card is not None and request.approvals is not None:  # its card says when it waits for a yes
+            request.approvals = CardApproval(request.approvals, card)
 
         async def consume() -> None:
             async for event in self.agent.run(request):
@@ -339,7 +361,11 @@ class TurnRunner:
                     shown = "".join(parts)
                     parts[:] = [shown[: max(0, len(shown) - event.chars)]]
                 elif isinstance(event, ToolStarted):
-                    progress[0] = f"⏳ {event.summary or f'running `{event.name}`'}…"
+                    step = f"{event.summary or f'running `{event.name}`'}"
+                    if card is not None:  # a task card shows the step in its status line
+                        await card.step(step)
+                    else:
+                        progress[0] = f"⏳ {step}…"
                 elif isinstance(event, ToolFinished):
                     progress[0] = None
                 elif isinstance(event, TurnFinished):
@@ -357,6 +383,8 @@ class TurnRunner:
             if not lane.stop_requested or (current is not None and current.cancelling()):
                 lane.agent_task.cancel()
                 raise
+            if isinstance(request.tasks, TurnTasks):  # /stop: its tasks' cards must not stay "running"
+                await request.tasks.stopped_with_turn()
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
         except Exception as exc:

@@ -22,6 +22,7 @@ from bot.identity import Identity
 from bot.pairing import PairingStore
 from bot.schedules import ScheduleBook
 from bot.spend.keeper import SpendKeeper
+from bot.tasks.desk import TaskDesk
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
 from bot.turns import StatusProvider, StopResult
@@ -88,6 +89,9 @@ class CommandHost(Protocol):
     def agents(self) -> AgentDirectory | None:
         """Named agents and their bindings (``/agent``); None: only the built-in agent."""
         ...
+
+    @property
+    def tasks(self) -> TaskDesk | None: ...
 
     def listed_commands(self) -> Sequence[Command]:
         """The chat commands, by name (what ``/help`` lists)."""

@@ -54,7 +54,12 @@ async def test_finished_messages_past_the_retention_period_are_deleted_and_nothi
 
         deleted = await h.service.retention.run_once()
 
-        assert deleted == {"inbox entries": 2, "GitHub deliveries": 0, "abandoned threads": 0}
+        assert deleted == {
+            "inbox entries": 2,
+            "GitHub deliveries": 0,
+            "abandoned threads": 0,
+            "task cards": 0,
+        }
         assert await h.service.inbox.counts() == {"done": 1, "failed": 1}
         assert (await h.service.inbox.get(stuck.id)) is not None
         # Within the retention period a redelivery is still recognised and not answered twice.

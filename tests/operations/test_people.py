@@ -83,6 +83,15 @@ async def test_export_then_delete_leaves_nothing_of_the_person_and_everything_of
             await h.ask(f"hello I am {marker}", **dm)
             assert await h.ask(f"save {marker}", **dm) == "saved"
             await h.ask(f"/schedule every day 09:00 water the {marker} plants", **dm)
+            # A background task the agent reported in their chat: its card is theirs (task_cards).
+            origin = telegram.make_message("", chat=f"dm-{sender}", sender=sender, private=True)
+            conversation = await h.service.threads.get(origin.conversation_key)
+            assert conversation is not None
+            tasks = h.manager.tasks.reporter(
+                origin, owner=conversation.owner, thread_id=conversation.thread_id
+            )
+            await tasks.started(task_id=f"task-{sender}", title=f"research {marker} prices", kind="subagent")
+            await tasks.finished(task_id=f"task-{sender}", status="done", result="done")
             await h.ask(f"in the group {marker} says hi", channel=telegram, chat="team", sender=sender,
                         private=False, mentioned=True)  # fmt: skip
         await h.idle()
@@ -104,6 +113,7 @@ async def test_export_then_delete_leaves_nothing_of_the_person_and_everything_of
     assert "BOBMARK" not in dumped, "the export holds nobody else's data"
     assert "Likes ALICEMARK tea" in dumped  # memory
     assert "water the ALICEMARK plants" in dumped  # schedule
+    assert "research ALICEMARK prices" in dumped  # task card
     assert "in the group ALICEMARK says hi" in dumped  # what she said in the group
     assert any(f["path"].endswith("notes-ALICEMARK.txt") for f in exported["files"])
     spending = exported["tables"]["spend_daily"]  # what her turns cost, in her DM and in the group
@@ -128,6 +138,7 @@ async def test_export_then_delete_leaves_nothing_of_the_person_and_everything_of
         bob,
         "Likes BOBMARK tea",
         "water the BOBMARK plants",
+        "research BOBMARK prices",
         "in the group BOBMARK says hi",
     ):
         assert trace in after, f"{trace!r} of the other person was deleted"

@@ -21,6 +21,7 @@ from tests.agent.helpers import tool_results
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, last_user_text
 from tests.harness import Harness
 from tests.schedules.test_schedules import TZ, Clock, move, settings_for
+from tests.tasks.kit import card_body
 
 START = datetime(2026, 12, 1, 8, 0, tzinfo=ZoneInfo(TZ))
 GROUP = {"chat": "ops", "sender": "boss", "private": False, "mentioned": True}
@@ -83,7 +84,7 @@ async def test_an_old_schedule_row_with_approval_never_or_connect_runs_as_plain_
     # Both ran as ordinary turns: the model got the text, and answered it (the fake echoes).
     asked = sorted(last_user_text(body) for body in llm.completions)
     assert asked == sorted(["/approval never", f"/connect {code}"])
-    replies = sorted(m.text for m in h.chat.in_chat("ops"))
+    replies = sorted(card_body(m.text) for m in h.chat.in_chat("ops"))
     assert replies == sorted(["echo: /approval never", f"echo: /connect {code}"])
     # … and changed nothing: approvals stay the service's, and no account was bound.
     assert conversation is not None and conversation.approval is None
@@ -103,6 +104,6 @@ async def test_an_occurrence_runs_no_higher_than_its_creator_is_now(tmp_path, ll
         channel.trust = TrustSection(members=[], guests="chat_only")
         llm.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo built"})]), Reply(text="Checked."))
         await move(h, clock, START + timedelta(minutes=2))
-    assert [m.text for m in h.chat.in_chat("chat-1")][-1] == "Checked."
+    assert card_body([m.text for m in h.chat.in_chat("chat-1")][-1]) == "Checked."
     [result] = tool_results(llm.completions[-1])
     assert result.startswith("Refused: `bash` is not available in this conversation")

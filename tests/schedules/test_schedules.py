@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import fresh_pg_database, make_settings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness
+from tests.tasks.kit import card_body
 
 TZ = "Europe/Berlin"
 
@@ -38,7 +39,7 @@ async def move(h: Harness, clock: Clock, to: datetime) -> None:
 
 
 def answers(h: Harness, text: str, chat: str = "chat-1") -> int:
-    return sum(1 for m in h.chat.in_chat(chat) if m.text == f"echo: {text}")
+    return sum(1 for m in h.chat.in_chat(chat) if card_body(m.text) == f"echo: {text}")
 
 
 async def test_a_weekday_schedule_fires_at_its_time_in_its_chat_and_only_then(tmp_path, llm):

@@ -1,0 +1,214 @@
+"""The task desk: which jobs get a card, the cards' Stop events, and the reporter bound to each turn.
+
+Two ways a card comes to be:
+
+* a turn that *is* a background job — a scheduled run — is answered with a card instead of a plain
+  reply (:meth:`TaskDesk.for_turn`); the turn's own Stop token is the card's, and its inbox entry stores
+  the card's state too, so the inbox's resume continues the card where it is;
+* work inside a turn (a subagent started by the agent's ``task`` tool) reports through
+  :class:`TurnTasks`, the :class:`~agent.events.TaskReporter` bound to every turn's request: each task
+  id gets its own card, its Stop button sends ``/tasks stop ID`` and sets that task's stop event.
+
+Stop events live in this process: a card's Stop reaches the job on the instance that runs it (one
+``serve``, or the instance holding the conversation's claim, which is where presses of that chat land
+when the platform delivers to it; docs/tasks.md says what a cluster does not cover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+
+from agent.events import TaskStatus
+from bot.schedules import is_occurrence
+from bot.tasks.card import CardStream
+from bot.tasks.store import FINAL, TaskStore
+from bot.turns import Turn
+from channels.base import Channel
+from channels.errors import ChannelError
+from channels.resume import ReplyState
+from channels.types import Action, InboundMessage
+
+log = logging.getLogger(__name__)
+
+#: Stores a turn's reply state with its inbox entry (``Inbox.save_reply_ref``).
+SaveReplyState = Callable[[str, ReplyState], Awaitable[None]]
+STOP_LABEL = "⏹ Stop"
+
+
+def stop_action(short: str) -> Action:
+    return Action(f"/tasks stop {short}", STOP_LABEL, "danger")
+
+
+class TaskDesk:
+    """Opens cards and keeps the stop events of the jobs running here."""
+
+    def __init__(
+        self, store: TaskStore, channels: Mapping[str, Channel], save_reply_state: SaveReplyState
+    ) -> None:
+        self.store = store
+        self.channels = channels
+        self.save_reply_state = save_reply_state
+        self._stops: dict[str, asyncio.Event] = {}
+
+    # --- a turn that is a background job -----------------------------------------------------------
+    async def for_turn(
+        self,
+        message: InboundMessage,
+        *,
+        owner: str,
+        thread_id: str,
+        entry_id: str | None,
+        token: str,
+        shown: ReplyState | None,
+    ) -> CardStream | None:
+        """The card a scheduled run answers with (None for any other turn).
+
+        ``shown`` is what the turn already showed (its stored state, or a "Queued" notice): a new card
+        takes that message over instead of posting another."""
+        if not is_occurrence(message) or entry_id is None:
+            return None
+        channel = self.channels.get(message.provider)
+        if channel is None:
+            return None
+        row = await self.store.open(
+            message.platform_message_id,
+            message=message,
+            owner=owner,
+            thread_id=thread_id,
+            kind="schedule",
+            title=message.text,
+            stop_token=token,
+        )
+        keep = functools.partial(self.save_reply_state, entry_id)
+        return CardStream(self.store, row, channel, resume=row.reply_state or shown, also_keep=keep)
+
+    async def open_for_turn(self, turn: Turn) -> CardStream | None:
+        """The card of a turn that is a scheduled run, shown "queued" until the turn gets its slot; None
+        for any other turn. It becomes the turn's reply (the same card when asked again); a result stored
+        before a restart is delivered into it without running the model again (``turn.reply_text``)."""
+        if isinstance(turn.reply, CardStream):
+            return turn.reply
+        shown = turn.reply.state if turn.reply is not None else None
+        card = await self.for_turn(
+            turn.message,
+            owner=turn.identity.owner,
+            thread_id=turn.conversation.thread_id,
+            entry_id=turn.entry_id,
+            token=turn.token,
+            shown=shown if shown is not None and shown.parts else turn.resume,
+        )
+        if card is None:
+            return None
+        turn.reply = card
+        if card.row.result is not None:
+            turn.reply_text = card.row.result
+        else:
+            try:
+                await card.show_queued()
+            except ChannelError as exc:
+                log.info("the task card could not be shown yet: %s", exc)
+        return card
+
+    # --- work inside a turn ------------------------------------------------------------------------
+    def reporter(self, message: InboundMessage, *, owner: str, thread_id: str) -> TurnTasks:
+        return TurnTasks(self, message, owner=owner, thread_id=thread_id)
+
+    def stop_event(self, task_id: str) -> asyncio.Event:
+        event = self._stops.get(task_id)
+        if event is None:
+            event = self._stops[task_id] = asyncio.Event()
+        return event
+
+    def request_stop(self, task_id: str) -> bool:
+        """Set a running task's stop event; False when no task of that id runs in this process."""
+        event = self._stops.get(task_id)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def forget(self, task_id: str) -> None:
+        self._stops.pop(task_id, None)
+
+
+class TurnTasks:
+    """The :class:`~agent.events.TaskReporter` of one turn: a card per task id, in the turn's chat.
+
+    No method raises for a card that cannot be shown (the platform refused, storage hiccuped): the task
+    goes on, and its card catches up on the next change."""
+
+    def __init__(self, desk: TaskDesk, message: InboundMessage, *, owner: str, thread_id: str) -> None:
+        self.desk = desk
+        self.message = message
+        self.owner = owner
+        self.thread_id = thread_id
+        self._cards: dict[str, CardStream] = {}
+
+    async def started(self, *, task_id: str, title: str, kind: str) -> None:
+        with _quietly("starting a task card"):
+            card = await self._card(task_id, title=title, kind=kind)
+            if card is None or card.row.final:
+                return
+            await card.start("…", (stop_action(card.row.short),))
+
+    async def step(self, *, task_id: str, text: str, status: TaskStatus = "running") -> None:
+        with _quietly("updating a task card"):
+            card = self._cards.get(task_id) or await self._card(task_id)
+            if card is not None and not card.row.final:
+                await card.step(text, status)
+
+    async def finished(self, *, task_id: str, status: TaskStatus, result: str) -> None:
+        with _quietly("finishing a task card"):
+            card = self._cards.get(task_id) or await self._card(task_id)
+            if card is not None and card.row.delivered_at is None:
+                await card.close(status if status in FINAL else "done", result)
+        self.desk.forget(task_id)
+
+    def stop_requested(self, task_id: str) -> asyncio.Event:
+        return self.desk.stop_event(task_id)
+
+    async def stopped_with_turn(self) -> None:
+        """The turn was stopped (``/stop``, its ⏹): every task of it is asked to stop, and a card its
+        task did not end (the agent was cancelled first) ends as stopped instead of staying "running"."""
+        for task_id, card in list(self._cards.items()):
+            self.desk.request_stop(task_id)
+            if card.finished:
+                continue
+            with _quietly("stopping a task card with its turn"):
+                await card.close("stopped", "Stopped with the reply it belonged to.")
+            self.desk.forget(task_id)
+
+    async def _card(self, task_id: str, *, title: str = "", kind: str = "subagent") -> CardStream | None:
+        """The card of ``task_id``: this turn's, the stored one (a redelivered turn), or a new one."""
+        card = self._cards.get(task_id)
+        if card is not None:
+            return card
+        channel = self.desk.channels.get(self.message.provider)
+        if channel is None:
+            return None
+        row = await self.desk.store.open(
+            task_id,
+            message=self.message,
+            owner=self.owner,
+            thread_id=self.thread_id,
+            kind=kind,
+            title=title or kind,
+        )
+        card = self._cards[task_id] = CardStream(self.desk.store, row, channel)
+        if row.result is not None and row.delivered_at is None:
+            await card.finish(row.result)  # decided before a restart, not shown yet: shown now, once
+        return card
+
+
+@contextlib.contextmanager
+def _quietly(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (ChannelError, OSError) as exc:
+        log.warning("%s failed: %s", what, exc)
+    except Exception as exc:  # storage away: the task itself goes on
+        log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)

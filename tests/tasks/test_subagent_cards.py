@@ -1,0 +1,127 @@
+"""Issue 36: a subagent started by the ``task`` tool shows in the chat as its own task card.
+
+What a person notices on Telegram and Slack: asking for delegated work, one card appears for the job and
+goes running → done with the job's result — one message, edited in place — and the turn's answer arrives
+once, after it. ⏹ Stop on the card stops that job and the commands it started in the sandbox, and the
+turn goes on without it. Real channels against the platforms' fakes, the real runtime and sandbox; the fake
+model tells the turn's requests from the subagent's by their prompts (``script_for``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channels.slack.channel import SlackChannel
+from channels.telegram.channel import TelegramChannel
+from tests.agent.helpers import agent_settings, wait_until
+from tests.agent.test_sandbox import HEARTBEAT, beat, beating
+from tests.channels.slack.conftest import slack_section
+from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram
+from tests.harness import Harness
+from tests.tasks.kit import card_body, card_status, is_card
+
+pytestmark = pytest.mark.slow  # platform fakes, the fake model and sandboxed processes
+
+PARENT = "PARENT-PROMPT-4410"
+CHAT = 5151
+STOP = "⏹ Stop"
+
+
+def settings_for(tmp_path: Path, llm: FakeOpenAI, **extra: Any) -> Any:
+    return agent_settings(
+        tmp_path,
+        llm,
+        agent={"system_prompt": PARENT, "subagents": {"enabled": True}},
+        memory={"enabled": False},
+        **extra,
+    )
+
+
+def delegate(title: str, prompt: str) -> Reply:
+    return Reply(tool_calls=[ToolCall("task", {"title": title, "prompt": prompt, "kind": "general"})])
+
+
+@asynccontextmanager
+async def telegram_bot(tmp_path: Path, llm: FakeOpenAI) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        settings = settings_for(tmp_path, llm)
+        channel = TelegramChannel(telegram_config(tg), settings=settings)
+        async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+            yield h, tg
+
+
+async def test_a_subagents_card_on_telegram_goes_running_to_done_with_its_result_and_the_answer_comes_once(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(
+        PARENT, delegate("count the logs", "JOB-COUNT: count the log files"), Reply(text="There are 7 logs.")
+    )
+    llm.script_for("JOB-COUNT", Reply(text="RESULT: 7 log files", chunk_size=4, delay=0.05))
+    async with telegram_bot(tmp_path, llm) as (h, tg):
+        tg.user_message(CHAT, "how many logs are there?", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "There are 7 logs.", timeout=30)
+        await h.idle(timeout=30)
+        cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+        answers = [m for m in tg.bot_messages(CHAT) if "There are 7 logs." in m.text]
+    [card] = cards
+    assert "count the logs" in card.text
+    assert any(card_status(v).startswith("▶️ Running") for v in card.history)
+    assert card_status(card.text) == "✅ Done"
+    assert card_body(card.text) == "RESULT: 7 log files"
+    assert card.buttons == [], "the finished card keeps no Stop button"
+    assert len(answers) == 1, "the turn's answer was delivered once"
+
+
+async def test_stop_on_a_subagents_card_stops_its_sandbox_commands_and_the_turn_goes_on(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(
+        PARENT, delegate("watch the disk", "JOB-WATCH: keep watching"), Reply(text="The watcher was stopped.")
+    )
+    llm.script_for("JOB-WATCH", Reply(tool_calls=[ToolCall("bash", {"command": HEARTBEAT})]))
+    async with telegram_bot(tmp_path, llm) as (h, tg):
+        tg.user_message(CHAT, "watch the disk for me", user_id=CHAT)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
+        assert await beating(tmp_path)
+        live = await tg.wait_until(
+            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
+            30,
+        )
+        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The watcher was stopped.", timeout=30)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the subagent's sandbox command still runs after Stop"
+    assert card_status(live.text) == "⏹ Stopped"
+    assert live.buttons == []
+
+
+async def test_a_subagents_card_on_slack_is_one_message_posted_once_then_updated(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(PARENT, delegate("size the repo", "JOB-SIZE: measure it"), Reply(text="It is 12 MB."))
+    llm.script_for("JOB-SIZE", Reply(text="RESULT: 12 MB", chunk_size=4, delay=0.05))
+    with FakeSlack() as slack:
+        settings = settings_for(tmp_path, llm, channels={"slack": slack_section(slack)})
+        channel = SlackChannel(settings.channels.slack, settings=settings)
+        async with Harness.running(settings, channels={"slack": channel}) as h:  # type: ignore[dict-item]
+            await slack.wait_connected()
+            slack.dm("U1", "how big is the repo?")
+            await slack.wait_for_text("It is 12 MB.", "DU1")
+            await h.idle(timeout=30)
+            cards = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
+            posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
+            answers = [m for m in slack.channel_messages("DU1") if "It is 12 MB." in m.text]
+    [card] = cards
+    assert len(posts) == 1, "the card was posted once and then only updated"
+    assert card_status(card.text) == "✅ Done"
+    assert card_body(card.text) == "RESULT: 12 MB"
+    assert card.labels == []
+    assert len(answers) == 1

@@ -1,0 +1,124 @@
+"""Issue 36: kill -9 of the service while a scheduled run's card says "running"; after the restart the
+same card continues in place and the result arrives in the chat once.
+
+Real ``python -m bot serve`` processes (bench/reliability_telegram.py's :class:`ServeProcess`) against
+the Telegram fake and the fake model; the first is killed with SIGKILL mid-answer, so nothing of the
+card's durability may rely on a clean stop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from tests.channels import resume_kit
+from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeMessage, FakeTelegram
+from tests.tasks.kit import card_body, card_status, is_card
+
+from ..channels.telegram.conftest import BOT_USERNAME
+
+pytestmark = pytest.mark.slow  # real `serve` processes
+
+CHAT = 77
+WHAT = "check every alert"
+ANSWER = " ".join(f"alert{i}" for i in range(120))
+
+
+def answering(request: dict[str, Any]) -> Reply:
+    """The scheduled run's answer streams for about six seconds; anything else is echoed."""
+    if last_user_text(request).strip() == WHAT:
+        return Reply(text=ANSWER, chunk_size=10, delay=0.1)
+    return echo_reply(request)
+
+
+def cards(tg: FakeTelegram) -> list[FakeMessage]:
+    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+
+
+@pytest.mark.timeout(300)
+def test_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(tmp_path: Path):
+    log = tmp_path / "serve.log"
+    with (
+        FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg,
+        FakeOpenAI(answering) as llm,
+    ):
+        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
+        service = ServeProcess(config, log)
+        try:
+            tg.user_message(CHAT, f"/schedule in 3s {WHAT}", user_id=CHAT)  # type: ignore[attr-defined]
+            running = wait_for(
+                lambda: any(
+                    card_status(m.text).startswith("▶️ Running") and "alert20" in m.text for m in cards(tg)
+                ),
+                timeout=120,
+            )
+            assert running, log.read_text()[-3000:]
+        finally:
+            service.kill()
+        [before] = cards(tg)
+        assert "✅ Done" not in before.text, "the kill came after the run had finished"
+
+        again = ServeProcess(config, log)
+        try:
+            done = wait_for(lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)), timeout=120)
+            assert done, log.read_text()[-3000:]
+        finally:
+            again.terminate()
+        after = cards(tg)
+        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
+    assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
+    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_body(after[0].text) == ANSWER
+    assert everything.count("alert119") == 1, "the result arrived once"
+    assert after[0].buttons == [], "no Stop button left on the finished card"
+
+
+def slack_yaml(slack: FakeSlack) -> str:
+    return (
+        f"  slack: {{enabled: true, bot_token: '{slack.bot_token}', app_token: '{slack.app_token}', "
+        f"api_base_url: '{slack.api_url}', edit_interval_seconds: 0.05, ping_interval_seconds: 5, "
+        "trust: {members: ['*']}}\n"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_on_slack_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(tmp_path: Path):
+    """The same on Slack, with its native streaming left on (the default): a card never uses it."""
+    log = tmp_path / "serve.log"
+    with FakeSlack() as slack, FakeOpenAI(answering) as llm:
+        config = resume_kit.write_config(tmp_path, llm, slack_yaml(slack))
+        service = ServeProcess(config, log)
+        try:
+            assert wait_for(lambda: slack.connected > 0, timeout=60), log.read_text()[-3000:]
+            slack.dm("U1", f"/schedule in 3s {WHAT}")
+            running = wait_for(
+                lambda: any(
+                    card_status(m.text).startswith("▶️ Running") and "alert20" in m.text
+                    for m in slack.channel_messages("DU1")
+                ),
+                timeout=120,
+            )
+            assert running, log.read_text()[-3000:]
+        finally:
+            service.kill()
+        [before] = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
+        again = ServeProcess(config, log)
+        try:
+            done = wait_for(lambda: "✅ Done" in card_status(before.text), timeout=120)
+            assert done, log.read_text()[-3000:]
+        finally:
+            again.terminate()
+        after = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
+        posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
+        everything = "\n".join(m.text for m in slack.channel_messages("DU1"))
+    assert after == [before], "the same card, updated in place"
+    assert len(posts) == 1, "no second card was ever posted"
+    assert card_body(before.text) == ANSWER
+    assert everything.count("alert119") == 1, "the result arrived once"
+    assert before.labels == [], "no Stop button left on the finished card"
