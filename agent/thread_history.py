@@ -42,9 +42,9 @@ async def _open(
         from agent.sqlite_checkpoints import open_saver
 
         return await open_saver(stack, checkpoint_path)
-    from agent.runtime import _postgres_conninfo
+    from agent.checkpoint_store import postgres_conninfo
 
-    conninfo = _postgres_conninfo(database_url)
+    conninfo = postgres_conninfo(database_url)
     if conninfo is None:
         return None
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver

@@ -64,7 +64,7 @@ def thread_cpu(thread_ident: int | None) -> float:
 async def stored(runtime: AgentRuntime, store: str, thread_id: str) -> tuple[int, int]:
     """(checkpoint rows, bytes) the checkpointer holds for the thread."""
     if store == "sqlite":
-        conn = runtime._sqlite_checkpoints
+        conn = runtime.checkpoints.sqlite
         assert conn is not None
         rows = bytes_ = 0
         for sql in (
@@ -77,7 +77,7 @@ async def stored(runtime: AgentRuntime, store: str, thread_id: str) -> tuple[int
                 rows += int(row[0])
                 bytes_ += int(row[1])
         return rows, bytes_
-    pool = runtime._checkpoint_pool
+    pool = runtime.checkpoints.pool
     assert pool is not None
     async with pool.connection() as conn:
         rows = bytes_ = 0
@@ -122,7 +122,7 @@ async def main(turns: int, store: str, keep_all: bool, history_tokens: int | Non
         )
         await runtime.start()
         if keep_all:
-            runtime._prune = None  # what every release before this one did
+            runtime.checkpoints.prune = None  # what every release before this one did
         thread_id = f"bench-long-{uuid.uuid4().hex[:8]}"
         samples: list[float] = []
         text_chars = 0
