@@ -20,36 +20,55 @@ for _var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_prox
     os.environ.pop(_var, None)
 
 
-#: Test files whose tests run for tens of seconds each (several real processes, kill -9 loops, a database
-#: outage), slowest first, from ``pytest --durations``. They are handed to the workers before everything
-#: else: started last, one of them alone would keep a worker busy for minutes after the other finished
-#: (docs/testing.md, "Suite time").
-HEAVY_FIRST = (
-    "tests/operations/test_cluster_processes.py",
-    "tests/operations/test_postgres_outage.py",
-    "tests/foundation/test_bursts.py",
-    "tests/channels/telegram/test_crash_recovery.py",
-    "tests/operations/test_terminal_chat.py",
-    "tests/operations/test_instances.py",
-    "tests/foundation/test_cli.py",
-    "tests/operations/test_startup.py",
-    "tests/schedules/test_schedule_restart.py",
-    "tests/agent/test_memory_durability.py",
+#: The heavy tests: each runs for tens of seconds or minutes (a service killed with SIGKILL and started
+#: again, several ``serve`` processes, a PostgreSQL outage, thousands of chats, a browser), slowest first,
+#: from ``pytest --durations``. They carry the ``heavy`` mark: ``pytest`` (the README's command) leaves them
+#: out so the suite stays under ten minutes on two cores; ``pytest -m heavy`` runs them, and CI runs both
+#: (docs/testing.md, "Suite time"). Within a run they go to the workers first: started last, one of them
+#: alone would keep a worker busy for minutes after the other finished.
+HEAVY = (
     "tests/agent/test_goal_durability.py",
-    "tests/operations/test_extras.py",
-    "tests/operations/test_nonroot.py",
+    "tests/channels/feishu/test_feishu_resume_in_place.py",
+    "tests/channels/telegram/test_crash_recovery.py",
     "tests/operations/test_cluster.py",
+    "tests/agent/test_memory_durability.py",
+    "tests/channels/telegram/test_final_delivery.py",
+    "tests/operations/test_cluster_processes.py",
+    "tests/channels/slack/test_slack_resume_in_place.py",
+    "tests/channels/discord/test_resume_in_place.py",
+    "tests/foundation/test_bursts.py",
+    "tests/operations/test_nonroot.py",
+    "tests/operations/test_postgres_outage.py",
+    "tests/connections/test_browser.py",
+    "tests/webchat/test_browser.py",
+    "tests/console/test_browser.py",
+    "tests/foundation/test_cli.py",
+    "tests/operations/test_terminal_chat.py",
+    "tests/channels/telegram/test_resume_in_place.py",
+    "tests/tasks/test_task_card_restart.py",
+    "tests/operations/test_startup.py",
+    "tests/channels/discord/test_backfill_kill.py",
+    "tests/operations/test_packaging.py",
+    "tests/operations/test_extras.py",
+    "tests/operations/test_instances.py",
+    "tests/schedules/test_schedule_restart.py",
+    "tests/channels/dingtalk/test_resume_in_place.py",
+    "tests/operations/test_disk_full.py",
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Heavy files first, in :data:`HEAVY_FIRST` order; everything else keeps its order after them."""
-    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    """Mark the :data:`HEAVY` files ``heavy`` and hand them out first, in that order."""
+    rank = {path: i for i, path in enumerate(HEAVY)}
     root = Path(str(config.rootpath))
 
     def key(item: pytest.Item) -> int:
         return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
 
+    for item in items:
+        if key(item) < len(rank):
+            item.add_marker(pytest.mark.heavy)
     items.sort(key=key)
 
 
