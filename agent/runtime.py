@@ -83,7 +83,7 @@ from agent.subagents import (
 )
 from agent.task_store import TaskStore
 from agent.tools import TOOLS, ToolContext, ToolSpec, mcp_tool_spec
-from agent.turn_input import TurnInput
+from agent.turn_input import ResumeTask, TurnInput
 from agent.usage import UsageStore
 from agent.web import WebFetcher, WebSearcher
 from config.schema import Settings
@@ -296,6 +296,14 @@ class AgentRuntime(ContextFitting, TurnInput):
         )
 
     # --- subagents (agent/subagents.py) ------------------------------------------------------------
+    def _task_resumer(self, run: Run) -> ResumeTask:
+        """Runs a ``task`` call a killed turn left unanswered (see ``_dangling_tool_results``)."""
+
+        async def resume(args: dict[str, Any], call_id: str) -> ToolMessage:
+            return await self._call_tool(run, "task", args, call_id, lambda _event: None)
+
+        return resume
+
     def _delegator(self, request: TurnRequest, run: Run, paths: ThreadPaths) -> Subagents | None:
         """The ``task`` tool's delegator for this turn; None when the tool is off for it."""
         if "task" in self.disabled_tools or not run.profile.allows("task"):
@@ -416,7 +424,8 @@ class AgentRuntime(ContextFitting, TurnInput):
             user = await self._user_message(request, sandbox)
             if request.hidden:  # a goal continuation: transcripts must not present it as the user's words
                 user.id = f"{ctxfit.HIDDEN_ID_PREFIX}{uuid.uuid4().hex}"
-            inputs = [*await self._dangling_tool_results(request.thread_id), user]
+            resume = self._task_resumer(run) if run.tools.subagents is not None else None
+            inputs = [*await self._dangling_tool_results(request.thread_id, resume), user]
             async for mode, payload in self._graph.astream(
                 {"messages": inputs}, config, stream_mode=["messages", "custom"]
             ):

@@ -165,6 +165,10 @@ class WatchedApprovals:
         return decision
 
 
+#: How a task can end; a stored task in one of these is never run again under the same id.
+ENDED: frozenset[TaskStatus] = frozenset({"done", "failed", "stopped"})
+
+
 @dataclass(slots=True)
 class Outcome:
     status: TaskStatus
@@ -292,10 +296,11 @@ class Subagents:
         title = short(title or prompt, 80)
         task_id = task_id_for(self.thread_id, call_id, self.parent_task_id)
         earlier = await self.store.task(task_id) if self.store is not None else None
-        if earlier is not None and earlier.status == "done" and earlier.result is not None:
-            # A redelivered turn asking again: the result it already got, not a second run.
-            await self._report_finished(task_id, "done", earlier.result)
-            return self._for_parent(task_id, spec.name, Outcome("done", earlier.result))
+        if earlier is not None and earlier.status in ENDED and earlier.result is not None:
+            # Asked again (a redelivered turn, or the next turn after /stop): how it ended, not a second
+            # run. Only a task a crash left running runs again (docs/subagents.md).
+            await self._report_finished(task_id, earlier.status, earlier.result)
+            return self._for_parent(task_id, spec.name, Outcome(earlier.status, earlier.result))
         number = await self._begin(task_id, call_id, spec.name, title, prompt)
         trail = _Trail(task_id, self.thread_id, self.store, self.reporter, number)
         stop = self.reporter.stop_requested(task_id) if self.reporter is not None else None

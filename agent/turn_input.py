@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import mimetypes
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -50,6 +51,13 @@ MAX_IMAGE_BYTES = 5 * 1024 * 1024
 #: A tool call the stopped turn left without a result gets this one (the model must see one for each).
 CANCELLED_TOOL_RESULT = "(not finished: the user stopped this turn before the tool completed)"
 
+#: Runs an unanswered ``task`` call again: (its arguments, its call id) → its tool result.
+ResumeTask = Callable[[dict[str, Any], str], Awaitable[ToolMessage]]
+
+
+def _not_finished(call_id: str, name: str) -> ToolMessage:
+    return ToolMessage(content=CANCELLED_TOOL_RESULT, tool_call_id=call_id, name=name, status="error")
+
 
 class TurnInput(ModelsAndTools):
     """Builds a turn's input from the request and the thread, and records its usage after it."""
@@ -65,22 +73,34 @@ class TurnInput(ModelsAndTools):
         snapshot = await self._graph.aget_state({"configurable": {"thread_id": thread_id}})
         return list((snapshot.values or {}).get("messages", []))
 
-    async def _dangling_tool_results(self, thread_id: str) -> list[BaseMessage]:
-        """Tool calls left unanswered by a cancelled turn; the model API rejects history without them."""
+    async def _dangling_tool_results(
+        self, thread_id: str, resume_task: ResumeTask | None = None
+    ) -> list[BaseMessage]:
+        """Tool calls left unanswered by a cancelled or killed turn; the model API rejects history without
+        them. Each gets the "not finished" result, except a ``task`` (a subagent) when ``resume_task`` is
+        given: it is run again under its own call id, so its task id — and its card in the chat — are the
+        same, a task that had finished (or was stopped) answers with its stored result, and one a crash
+        cut off runs to its end and is delivered once (docs/subagents.md)."""
         messages = await self.thread_messages(thread_id)
         last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         if last_ai is None:
             return []
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        calls: list[tuple[str | None, str | None]] = [(c["id"], c["name"]) for c in last_ai.tool_calls]
-        calls += [(c.get("id"), c.get("name")) for c in last_ai.invalid_tool_calls]
-        return [
-            ToolMessage(
-                content=CANCELLED_TOOL_RESULT, tool_call_id=cid, name=cname or "unknown", status="error"
-            )
-            for cid, cname in calls
-            if cid and cid not in answered
+        results: list[BaseMessage] = []
+        for call in last_ai.tool_calls:
+            cid = call["id"]
+            if not cid or cid in answered:
+                continue
+            if call["name"] == "task" and resume_task is not None:
+                results.append(await resume_task(call["args"], cid))
+            else:
+                results.append(_not_finished(cid, call["name"]))
+        results += [
+            _not_finished(cid, c.get("name") or "unknown")
+            for c in last_ai.invalid_tool_calls
+            if (cid := c.get("id")) and cid not in answered
         ]
+        return results
 
     async def _user_message(self, request: TurnRequest, sandbox: Sandbox) -> HumanMessage:
         """The user's text; for a vision model, attached images are added as image blocks."""

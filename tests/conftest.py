@@ -46,6 +46,7 @@ HEAVY = (
     "tests/operations/test_terminal_chat.py",
     "tests/channels/telegram/test_resume_in_place.py",
     "tests/tasks/test_task_card_restart.py",
+    "tests/tasks/test_subagent_restart.py",
     "tests/operations/test_startup.py",
     "tests/channels/discord/test_backfill_kill.py",
     "tests/operations/test_packaging.py",
