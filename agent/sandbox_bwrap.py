@@ -2,7 +2,9 @@
 
 Why bubblewrap: it is the unprivileged sandbox Flatpak uses, a single small binary from the distribution
 (``apt install bubblewrap``), and needs no daemon, image or registry — so isolation can be on by default
-on a plain Linux box. Each command gets:
+on a plain Linux box. A thread's sandbox is built on its first command and kept (``agent/sandbox_pool.py``);
+its pid 1 is a runner (``agent/sandbox_runner.py``) that forks each command, which costs about what a
+host command does, where building the sandbox per command cost several times that. Each command gets:
 
 * a fresh mount namespace whose root is an empty tmpfs with read-only ``/usr`` (and the ``/bin``,
   ``/lib*`` links), a minimal ``/etc`` (name resolution, TLS roots, time zone, a generated passwd), a
@@ -11,16 +13,17 @@ on a plain Linux box. Each command gets:
   host: not ``data_dir``, the config, other threads, the host's ``/tmp`` or the service's home;
 * its own PID, IPC and UTS namespaces (the service's processes and their ``/proc/<pid>/environ`` do not
   exist in there), and never the host's network: an empty network namespace of its own
-  (``sandbox.network: false``), or its turn's private one, whose only way out is the service's egress
-  proxy (:mod:`agent.egress`; the turn's :class:`~agent.egress.NetworkHolder` keeps it);
+  (``sandbox.network: false``), or its thread's private one, whose only way out is the service's egress
+  proxy (:mod:`agent.egress`; the thread's :class:`~agent.egress.NetworkHolder` keeps it);
 * a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
   the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
   from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no
   capabilities and ``no_new_privs``. Either way the process limit counts only that thread's processes,
   so one fork bomb cannot starve everybody else's commands;
 * hard ``ulimit`` limits (CPU seconds, address space, processes, file size) from ``sandbox.limits``;
-* ``--die-with-parent`` and ``--new-session``: when the command's shell exits, or the service kills the
-  sandbox on timeout or ``/stop``, the PID namespace ends and every process in it dies with it.
+* its own environment, the workspace as its working directory and an empty ``/tmp``; when its shell
+  exits, or on timeout or ``/stop``, the runner kills every other process in the sandbox, so nothing of
+  one command is left running in the next.
 """
 
 from __future__ import annotations
@@ -295,7 +298,7 @@ def _adopt_tree(paths: ThreadPaths, uid: int) -> None:
 
 
 class BwrapSandboxProvider(SandboxProvider):
-    """The default provider on Linux: a bubblewrap sandbox per command, over the thread's own tree."""
+    """The default provider on Linux: long-lived bubblewrap sandboxes per thread, over its own tree."""
 
     mode = "bwrap"
 

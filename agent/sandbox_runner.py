@@ -132,7 +132,7 @@ class Runner:
     def serve(self) -> None:
         self.send({"op": "ready"})
         while True:
-            ready, _, _ = select.select([self.control, self.wakeup], [], [])
+            ready, _, _ = select.select([self.control.fileno(), self.wakeup], [], [])
             if self.wakeup in ready:
                 try:
                     while os.read(self.wakeup, 512):
@@ -140,7 +140,7 @@ class Runner:
                 except BlockingIOError:
                     pass
                 self.reap()
-            if self.control in ready and not self.receive():
+            if self.control.fileno() in ready and not self.receive():
                 return
 
     def receive(self) -> bool:

@@ -243,17 +243,20 @@ class RunnerSession:
             if not got.done():
                 got.set_exception(RunnerFailed("the command did not start"))
 
-        loop.add_reader(hello.fileno(), readable)
         assert self.current is not None
-        try:
-            done, _ = await asyncio.wait({got, self.current.exited}, return_when=asyncio.FIRST_COMPLETED)
-            if got in done:
-                return got.result()
-            raise RunnerFailed(self.current.note or "the command did not start")
-        finally:
-            loop.remove_reader(hello.fileno())
+        command = self.current
+
+        def lost(_: asyncio.Future[None]) -> None:
             if not got.done():
-                got.cancel()
+                got.set_exception(RunnerFailed(command.note or "the command did not start"))
+
+        loop.add_reader(hello.fileno(), readable)
+        command.exited.add_done_callback(lost)
+        try:
+            return await got
+        finally:
+            command.exited.remove_done_callback(lost)
+            loop.remove_reader(hello.fileno())
 
     def done(self, command: RunnerCommand) -> None:
         """``command`` is over: the sandbox takes the next (or is dropped, when it ended)."""
@@ -372,7 +375,12 @@ def _read_info(fd: int) -> dict[str, int]:
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     ready: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(sock.fileno(), wake)
     try:
         await ready
     finally:

@@ -157,7 +157,9 @@ async def commands(count: int, sandbox: str, network: bool, hogs: int = 0) -> No
     for mode in modes:
         where = f"sandbox={mode}" + (f" network={'on' if network else 'off'}" if mode == "bwrap" else "")
         p99 = percentile(samples[mode], 0.99)
-        print(f"{where}{load} commands={count}: one `true` command {summary(samples[mode])}, p99 {p99:.1f} ms")
+        print(
+            f"{where}{load} commands={count}: one `true` command {summary(samples[mode])}, p99 {p99:.1f} ms"
+        )
     if len(modes) == 2:
         bwrap, host = samples["bwrap"], samples["host"]
         p50 = statistics.median(bwrap) / statistics.median(host)
