@@ -64,7 +64,6 @@ from agent.sandbox import (
     SandboxProvider,
     SandboxUnavailable,
     file_tree_guide,
-    limits_prefix,
     limits_report,
     spawn,
 )
@@ -223,14 +222,18 @@ class BwrapSandbox(LocalSandbox):
             raise SandboxError(f"the sandbox could not be started: {exc}") from None
         try:
             launched = await session.launch(
-                self._shell(command, plan), env, f"{VIRTUAL_ROOT}/workspace", hold=plan.cgroup is not None
+                ["/bin/bash", "-c", command],
+                env,
+                f"{VIRTUAL_ROOT}/workspace",
+                limits=self._rlimits(plan),
+                hold=plan.cgroup is not None,
             )
         except RunnerFailed as exc:
             raise SandboxError(f"the sandbox could not run the command: {exc}") from None
         launched.watch_egress(box.egress)
         if plan.cgroup is not None:
             try:
-                await asyncio.to_thread(plan.cgroup.add, launched.pid)
+                plan.cgroup.add(launched.pid)  # a write or two to the cgroup filesystem: no thread hop
             except OSError as exc:
                 log.warning("could not put a command into its cgroup (%s); it did not run", exc)
                 launched.go(run=False)
@@ -238,9 +241,22 @@ class BwrapSandbox(LocalSandbox):
                 launched.go()
         return launched
 
-    def _shell(self, command: str, plan: RunPlan) -> list[str]:
-        # The runner already runs as the thread's user (setpriv, as root) with no capabilities.
-        return ["/bin/bash", "-c", limits_prefix(self.limits, file_kb=plan.file_kb), "bash", command]
+    def _rlimits(self, plan: RunPlan) -> dict[str, tuple[int, int]]:
+        """The hard ``ulimit`` s of :func:`agent.sandbox.limits_prefix`, which the runner's child sets itself
+        (one ``exec`` of bash instead of two). CPU: the soft limit sends SIGXCPU, the hard one SIGKILL.
+        """
+        limits = self.limits
+        if limits is None:
+            return {}
+        file_bytes = (limits.file_size_mb * 1024 if plan.file_kb is None else plan.file_kb) * 1024
+        memory = limits.memory_mb * 1024 * 1024
+        return {
+            "RLIMIT_AS": (memory, memory),
+            "RLIMIT_FSIZE": (file_bytes, file_bytes),
+            "RLIMIT_CORE": (0, 0),
+            "RLIMIT_NPROC": (limits.processes, limits.processes),
+            "RLIMIT_CPU": (limits.cpu_seconds, limits.cpu_seconds + 1),
+        }
 
     def _to_virtual(self, text: str) -> str:
         return text

@@ -29,6 +29,7 @@ Python (3.8 or later) with no site packages; it imports only the standard librar
 import contextlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -108,6 +109,9 @@ def start_child(request: dict, out_fd: int, hello_fd: int) -> None:
                 os.write(2, b"the command could not be put into its cgroup; it did not run\n")
                 os._exit(126)
         hello.close()
+        # Soft and hard together (as ``ulimit`` without -S), so the command cannot raise them again.
+        for name, (soft, hard) in request.get("limits", {}).items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
         os.chdir(request["cwd"])
         os.execve(request["argv"][0], request["argv"], request["env"])
     except BaseException as exc:

@@ -181,7 +181,15 @@ class RunnerSession:
         return session
 
     # --- commands ------------------------------------------------------------------------------------
-    async def launch(self, argv: list[str], env: Mapping[str, str], cwd: str, *, hold: bool) -> RunnerCommand:
+    async def launch(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        *,
+        limits: Mapping[str, tuple[int, int]],
+        hold: bool,
+    ) -> RunnerCommand:
         """Start one command; with ``hold`` it waits for :meth:`RunnerCommand.go` before it ``exec`` s."""
         if not self.alive:
             raise RunnerFailed("the sandbox has ended")
@@ -193,7 +201,14 @@ class RunnerSession:
         hello.setblocking(False)
         reader = asyncio.StreamReader(limit=2**16, loop=loop)
         try:
-            request = {"op": "run", "argv": argv, "env": dict(env), "cwd": cwd, "hold": hold}
+            request = {
+                "op": "run",
+                "argv": argv,
+                "env": dict(env),
+                "cwd": cwd,
+                "limits": {name: list(pair) for name, pair in limits.items()},
+                "hold": hold,
+            }
             await self._send(request, fds=(out_write, child_hello.fileno()))
         except BaseException:
             os.close(out_read)
