@@ -227,6 +227,15 @@ class RunnerSession:
         self.current = command
         try:
             command.pid = await self._hello(hello)
+        except RunnerFailed as exc:
+            hello.close()
+            await command.finish()
+            said = b""
+            with contextlib.suppress(TimeoutError, OSError):
+                said = await asyncio.wait_for(reader.read(2000), 1)  # the child's own last words
+            transport.close()
+            lines = said.decode(errors="replace").strip().splitlines()
+            raise RunnerFailed(lines[-1] if lines else str(exc)) from None
         except BaseException:
             hello.close()
             await command.finish()
@@ -262,6 +271,9 @@ class RunnerSession:
         command = self.current
 
         def lost(_: asyncio.Future[None]) -> None:
+            # A quick command's exit may be read before its hello, which is queued already: read it first.
+            if not got.done():
+                readable()
             if not got.done():
                 got.set_exception(RunnerFailed(command.note or "the command did not start"))
 
