@@ -443,7 +443,6 @@ class LocalSandbox(Sandbox):
             plan.wrap(self._argv(command, plan)),
             env=env,
             cwd=workspace,
-            pass_fds=plan.pass_fds,
         )
         return ProcessLaunch(process, exited)
 
