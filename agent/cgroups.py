@@ -120,6 +120,14 @@ class CommandCgroup:
         script = f'{joins} && shift {len(self.directories)} && exec "$@"'
         return ["/bin/sh", "-c", script, "sh", *(str(d / "cgroup.procs") for d in self.directories), *argv]
 
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (the service's view of it) into the cgroup; raises ``OSError`` if refused.
+
+        For a command forked inside a long-lived sandbox, which holds before ``exec`` until it is in.
+        """
+        for directory in self.directories:
+            _write(directory / "cgroup.procs", str(pid))
+
     def oom_kills(self) -> int:
         """How many processes the kernel killed because the command's memory was full."""
         if self.version == 2:

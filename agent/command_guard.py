@@ -1,8 +1,8 @@
 """Everything set up around one ``bash`` command besides the sandbox itself: quotas and the filter.
 
 One :class:`CommandGuard` per command. Before the command starts it measures the thread's tree (for
-``ulimit -f`` and the over-quota note), makes the command's cgroup and opens the seccomp program for
-bubblewrap; while it runs it watches the disk quota and the cgroup's OOM counter; afterwards it removes
+``ulimit -f`` and the over-quota note) and makes the command's cgroup (the seccomp filter is the
+sandbox's, loaded once when a thread's sandbox starts); while it runs it watches the disk quota and the cgroup's OOM counter; afterwards it removes
 the cgroup and says which of these limits ended the command, in a sentence the model can act on.
 """
 
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from agent.cgroups import Cgroups, CommandCgroup
 from agent.quota import DiskQuota, DiskWatcher
-from agent.seccomp import program_fd
 from config.schema import SandboxLimits
 
 
@@ -26,16 +25,10 @@ class RunPlan:
 
     #: ``ulimit -f`` in KB (None: the per-file limit from ``sandbox.limits``).
     file_kb: int | None = None
-    #: The descriptor bubblewrap reads the seccomp program from (None: no filter).
-    seccomp_fd: int | None = None
     #: Puts the command line into the command's cgroup (None: no cgroup).
     cgroup: CommandCgroup | None = None
     #: Said before the command's output (e.g. that the tree is already over the quota).
     note: str = ""
-
-    @property
-    def pass_fds(self) -> tuple[int, ...]:
-        return () if self.seccomp_fd is None else (self.seccomp_fd,)
 
     def wrap(self, argv: list[str]) -> list[str]:
         """The command line that starts inside the command's cgroup (``argv`` itself without one)."""
@@ -47,7 +40,6 @@ class CommandGuard:
     limits: SandboxLimits | None
     quota: DiskQuota | None
     cgroups: Cgroups | None = None
-    seccomp: bytes | None = None
     plan: RunPlan = field(default_factory=RunPlan)
     cgroup: CommandCgroup | None = None
     watcher: DiskWatcher | None = None
@@ -55,7 +47,7 @@ class CommandGuard:
     memory_killed: bool = False
 
     async def begin(self) -> RunPlan:
-        """Measure, make the cgroup, open the filter. Cancelled half-way, it undoes what it made."""
+        """Measure, make the cgroup. Cancelled half-way, it undoes what it made."""
         task = asyncio.ensure_future(asyncio.to_thread(self._begin))
         try:
             await asyncio.shield(task)
@@ -75,14 +67,9 @@ class CommandGuard:
         if self.cgroups is not None and self.limits is not None:
             self.cgroup = self.cgroups.create(self.limits.memory_total_mb, self.limits.processes)
             self.plan.cgroup = self.cgroup
-        if self.seccomp is not None:
-            self.plan.seccomp_fd = program_fd(self.seccomp)
 
     def spawned(self, pid: int | None) -> None:
         """The command started (``pid`` is its process group; None: it failed to start)."""
-        if self.plan.seccomp_fd is not None:
-            os.close(self.plan.seccomp_fd)  # bwrap has its own copy
-            self.plan.seccomp_fd = None
         if pid is None or self.quota is None:
             return
         group = pid
@@ -106,9 +93,6 @@ class CommandGuard:
         await asyncio.to_thread(self._end)
 
     def _end(self) -> None:
-        if self.plan.seccomp_fd is not None:
-            os.close(self.plan.seccomp_fd)
-            self.plan.seccomp_fd = None
         if self.watcher is not None:
             self.watcher.close()
         if self.cgroup is not None:

@@ -161,7 +161,7 @@ def _response(status: str, text: str) -> bytes:
 
 
 class EgressProxy:
-    """One listener on a unix socket: the policy point for one sandbox turn or one MCP server."""
+    """One listener on a unix socket: the policy point for one thread's sandboxes or one MCP server."""
 
     def __init__(self, policy: EgressPolicy, path: Path, label: str, owner: int | None = None) -> None:
         self.policy = policy
@@ -287,7 +287,7 @@ class EgressProxy:
 
     def _refuse(self, refusal: Refusal, detail: str) -> None:
         self.refusals.append(refusal)
-        if refusal.target not in self._logged:  # once per destination per turn: a retry loop is one line
+        if refusal.target not in self._logged:  # once per destination per listener: a retry loop is one line
             self._logged.add(refusal.target)
             log.warning("sandbox network for %s: refused %s (%s)", self.label, refusal.target, detail)
 
@@ -368,13 +368,13 @@ def _read_info(fd: int) -> dict[str, int]:
 
 
 class NetworkHolder:
-    """Keeps one private network namespace alive for a turn, with the relay listening inside it.
+    """Keeps one private network namespace alive for a thread's sandboxes, with the relay inside it.
 
     Starting the relay (a Python interpreter) costs more than a whole bubblewrap sandbox, so it runs
-    once per turn in this holder — its own bubblewrap with ``--unshare-net`` and nothing but the system
-    directories, the relay and the proxy's socket — and every command of the turn joins the holder's
-    network namespace with ``nsenter`` (a few ms) instead of starting a relay of its own. The commands
-    see nothing else of the holder: their PID, mount, IPC and user namespaces are their own.
+    once per thread in this holder — its own bubblewrap with ``--unshare-net`` and nothing but the system
+    directories, the relay and the proxy's socket — and the thread's sandboxes join the holder's
+    network namespace with ``nsenter`` instead of starting a relay of their own. Their commands see
+    nothing else of the holder: their PID, mount, IPC and user namespaces are their own.
     """
 
     def __init__(self, process: asyncio.subprocess.Process, fds: tuple[int, ...], prefix: list[str]) -> None:

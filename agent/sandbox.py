@@ -54,6 +54,60 @@ class CommandResult:
     truncated: bool = False
 
 
+class Launched(ABC):
+    """One started command, whichever way it was started: what :meth:`LocalSandbox.run` watches."""
+
+    #: The command's process group (its first process) as the service sees it; 0 while unknown.
+    pid: int
+    #: Its stdout and stderr together.
+    output: asyncio.StreamReader
+    #: Resolves when the command's shell exits (not when the pipe closes: background jobs may hold it).
+    exited: asyncio.Future[None]
+    #: Said after the output when the command ended for a reason of the sandbox's own.
+    note: str = ""
+
+    @property
+    @abstractmethod
+    def returncode(self) -> int | None: ...
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Kill the command and everything it started, without waiting (``release``'s safety net)."""
+
+    @abstractmethod
+    async def finish(self) -> None:
+        """After the exit, a timeout or a cancel: end everything the command started, and wait for that."""
+
+    def notes(self) -> list[str]:
+        """Lines said after the result (what the egress proxy refused while the command ran)."""
+        return []
+
+
+class ProcessLaunch(Launched):
+    """A command that is a child process of the service (host mode)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, exited: asyncio.Future[None]) -> None:
+        assert process.stdout is not None
+        self.process = process
+        self.pid = process.pid
+        self.output = process.stdout
+        self.exited = exited
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
+
+    async def finish(self) -> None:
+        _kill_group(self.pid)
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await _reap(self.process)
+
+
 @dataclass(slots=True)
 class DirEntry:
     name: str
@@ -243,7 +297,7 @@ class LocalSandbox(Sandbox):
         )
         #: Read-only skill files, seen as /mnt/skills (None when the server has no skills).
         self.skills = skills_dir.resolve() if skills_dir is not None and skills_dir.is_dir() else None
-        self._live: set[int] = set()
+        self._live: set[Launched] = set()
 
     # --- paths -------------------------------------------------------------------------------------
     def resolve(self, path: str) -> Path:
@@ -379,17 +433,18 @@ class LocalSandbox(Sandbox):
         prefix = limits_prefix(self.limits, processes=False, file_kb=plan.file_kb)
         return ["/bin/bash", "-c", prefix, "bash", script]
 
-    def _seccomp_program(self) -> bytes | None:
-        """Hook: the seccomp filter bubblewrap loads for each command (host mode has none)."""
-        return None
-
-    def _pass_fds(self) -> tuple[int, ...]:
-        """Hook: file descriptors the command's launcher needs (a namespace to join, in bwrap mode)."""
-        return ()
-
     def _to_virtual(self, text: str) -> str:
         text = text.replace(str(self.root), VIRTUAL_ROOT)
         return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
+
+    async def _launch(self, command: str, plan: RunPlan, env: Mapping[str, str], workspace: Path) -> Launched:
+        """Start the command (host mode: a process of the service's own, in a session of its own)."""
+        process, exited = await spawn(
+            plan.wrap(self._argv(command, plan)),
+            env=env,
+            cwd=workspace,
+        )
+        return ProcessLaunch(process, exited)
 
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
@@ -399,57 +454,51 @@ class LocalSandbox(Sandbox):
         masker = SecretMasker.of(secrets)
         # Keep a little extra so a secret straddling the cut is masked whole before cutting.
         collector = _BoundedCollector(max_output + masker.longest)
-        guard = CommandGuard(self.limits, self.quota, self.cgroups, self._seccomp_program())
+        guard = CommandGuard(self.limits, self.quota, self.cgroups)
         plan = await guard.begin()
         try:
-            process, exited = await spawn(
-                plan.wrap(self._argv(command, plan)),
-                env=self._environment(secrets),
-                cwd=workspace,
-                pass_fds=(*plan.pass_fds, *self._pass_fds()),
-            )
+            launched = await self._launch(command, plan, self._environment(secrets), workspace)
         except BaseException:
             guard.spawned(None)
             await asyncio.shield(guard.end())
             raise
-        guard.spawned(process.pid)
-        self._live.add(process.pid)
-        assert process.stdout is not None
-        reader = asyncio.create_task(collector.drain(process.stdout))
+        guard.spawned(launched.pid)
+        self._live.add(launched)
+        reader = asyncio.create_task(collector.drain(launched.output))
         timed_out = False
         try:
             try:
                 # The shell's exit, not the pipe's end: a background job (`sleep 30 & echo hi`) keeps
                 # the pipe open, and waiting for it would hang the turn until the timeout.
-                await asyncio.wait_for(asyncio.shield(exited), time_limit)
+                await asyncio.wait_for(asyncio.shield(launched.exited), time_limit)
             except TimeoutError:
                 timed_out = True
         finally:
-            # Always reap the whole group: on timeout, on cancel (/stop), and leftovers after exit.
-            _kill_group(process.pid)
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await asyncio.shield(_reap(process))
+            # Always end everything it started: on timeout, on cancel (/stop), and leftovers after exit.
+            await asyncio.shield(launched.finish())
             await asyncio.shield(guard.end())
             # Something that left the group (setsid) may still hold the pipe open; don't wait for it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE_SECONDS)
             if not reader.done():
                 reader.cancel()
-            self._live.discard(process.pid)
+            self._live.discard(launched)
         output = masker(self._to_virtual(collector.text()))
         dropped = collector.dropped + max(0, len(output) - max_output)
         output = output[:max_output]
         if dropped:
             output += f"\n… [output cut: about {dropped} more characters]"
-        exit_code = None if timed_out else process.returncode
+        exit_code = None if timed_out else launched.returncode
         if plan.note:
             output = f"{plan.note}\n{output}"
         if timed_out:
             output += f"\n… [stopped: the command ran longer than {time_limit:g} s and was killed]"
+        elif launched.note:
+            output += f"\n… {launched.note}"
         else:
             output += guard.notice(exit_code, output) or self._limit_notice(exit_code, output)
+        if notes := launched.notes():
+            output = output.rstrip("\n") + "\n" + "\n".join(notes)
         return CommandResult(output=output, exit_code=exit_code, timed_out=timed_out, truncated=dropped > 0)
 
     def _limit_notice(self, exit_code: int | None, output: str) -> str:
@@ -468,8 +517,8 @@ class LocalSandbox(Sandbox):
         return ""
 
     async def release(self) -> None:
-        for pid in list(self._live):
-            _kill_group(pid)
+        for launched in list(self._live):
+            launched.kill()
         self._live.clear()
 
 

@@ -2,7 +2,9 @@
 
 Why bubblewrap: it is the unprivileged sandbox Flatpak uses, a single small binary from the distribution
 (``apt install bubblewrap``), and needs no daemon, image or registry — so isolation can be on by default
-on a plain Linux box. Each command gets:
+on a plain Linux box. A thread's sandbox is built on its first command and kept (``agent/sandbox_pool.py``);
+its pid 1 is a runner (``agent/sandbox_runner.py``) that forks each command, which costs about what a
+host command does, where building the sandbox per command cost several times that. Each command gets:
 
 * a fresh mount namespace whose root is an empty tmpfs with read-only ``/usr`` (and the ``/bin``,
   ``/lib*`` links), a minimal ``/etc`` (name resolution, TLS roots, time zone, a generated passwd), a
@@ -11,16 +13,17 @@ on a plain Linux box. Each command gets:
   host: not ``data_dir``, the config, other threads, the host's ``/tmp`` or the service's home;
 * its own PID, IPC and UTS namespaces (the service's processes and their ``/proc/<pid>/environ`` do not
   exist in there), and never the host's network: an empty network namespace of its own
-  (``sandbox.network: false``), or its turn's private one, whose only way out is the service's egress
-  proxy (:mod:`agent.egress`; the turn's :class:`~agent.egress.NetworkHolder` keeps it);
+  (``sandbox.network: false``), or its thread's private one, whose only way out is the service's egress
+  proxy (:mod:`agent.egress`; the thread's :class:`~agent.egress.NetworkHolder` keeps it);
 * a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
   the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
   from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no
   capabilities and ``no_new_privs``. Either way the process limit counts only that thread's processes,
   so one fork bomb cannot starve everybody else's commands;
 * hard ``ulimit`` limits (CPU seconds, address space, processes, file size) from ``sandbox.limits``;
-* ``--die-with-parent`` and ``--new-session``: when the command's shell exits, or the service kills the
-  sandbox on timeout or ``/stop``, the PID namespace ends and every process in it dies with it.
+* its own environment, the workspace as its working directory and an empty ``/tmp``; when its shell
+  exits, or on timeout or ``/stop``, the runner kills every other process in the sandbox, so nothing of
+  one command is left running in the next.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from secrets import token_hex
 from agent.cgroups import Cgroups
 from agent.command_guard import RunPlan
 from agent.egress import (
+    RUN_DIR,
     EgressPolicy,
     EgressProxy,
     HolderFailed,
@@ -53,17 +57,19 @@ from agent.paths import VIRTUAL_ROOT, ThreadPaths
 from agent.sandbox import (
     WRITABLE_AREAS,
     CommandResult,
+    Launched,
     LocalSandbox,
     Sandbox,
     SandboxError,
     SandboxProvider,
     SandboxUnavailable,
     file_tree_guide,
-    limits_prefix,
     limits_report,
     spawn,
 )
-from agent.seccomp import filter_program, native_arch
+from agent.sandbox_pool import SandboxPool, ThreadBox
+from agent.sandbox_session import RunnerFailed, RunnerSession
+from agent.seccomp import filter_program, native_arch, program_fd
 from agent.skills import SKILLS_ROOT
 from config.schema import SandboxConfig
 
@@ -96,6 +102,8 @@ ETC_FILES = (
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SANDBOX_UID = 1000
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+RUNNER_SCRIPT = Path(__file__).with_name("sandbox_runner.py")
+RUNNER_IN_SANDBOX = f"{RUN_DIR}/runner.py"
 INSTALL_HINT = "install it (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
 
 
@@ -111,6 +119,28 @@ def system_mounts() -> list[str]:
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return args
+
+
+def runner_mounts() -> list[str]:
+    """bwrap arguments that put the runner script into a sandbox (read-only)."""
+    args = ["--perms", "0755", "--dir", str(Path(RUN_DIR).parent), "--perms", "0755", "--dir", RUN_DIR]
+    return [*args, "--ro-bind", str(RUNNER_SCRIPT), RUNNER_IN_SANDBOX]
+
+
+def runner_interpreter() -> tuple[str, list[str]]:
+    """The Python that runs the runner inside every sandbox, and the bwrap arguments it needs there.
+
+    A Python under ``/usr`` is already in every sandbox, so the service's own is used when it lives there,
+    else the system's ``python3``; only a machine without one binds the service's interpreter in (as
+    for the egress relay, :func:`agent.egress.relay_interpreter`).
+    """
+    own, mounts = relay_interpreter()
+    if not mounts:
+        return own, []
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate, []
+    return own, mounts
 
 
 def _sysctl(name: str) -> int | None:
@@ -154,7 +184,7 @@ def namespace_hint(as_root: bool) -> str:
 
 
 class BwrapSandbox(LocalSandbox):
-    """The thread's files as in :class:`LocalSandbox`; commands run under ``bwrap``."""
+    """The thread's files as in :class:`LocalSandbox`; commands run in the thread's long-lived sandbox."""
 
     def __init__(self, paths: ThreadPaths, provider: BwrapSandboxProvider) -> None:
         super().__init__(
@@ -165,12 +195,6 @@ class BwrapSandbox(LocalSandbox):
             cgroups=provider.cgroups,
         )
         self.provider = provider
-        self.identity = provider.identity(paths)
-        #: This turn's egress proxy and the holder of its network namespace, started by the first
-        #: command that runs (network: true only) and ended with the turn.
-        self.egress: EgressProxy | None = None
-        self.holder: NetworkHolder | None = None
-        self._egress_lock = asyncio.Lock()
 
     def _environment(self, secrets: Mapping[str, str]) -> dict[str, str]:
         # The host's proxy settings (*_proxy) lead nowhere from the sandbox's own network namespace.
@@ -185,60 +209,54 @@ class BwrapSandbox(LocalSandbox):
             PATH=SANDBOX_PATH,
             USER_DATA=VIRTUAL_ROOT,
         )
-        if self.egress is not None:
+        if self.provider.config.network:
             env.update(proxy_environment())  # after the service's own: its proxy settings mean nothing here
         env.update(secrets)  # injected for this run only; never stored
         return env
 
-    def _argv(self, command: str, plan: RunPlan) -> list[str]:
-        # Inside the sandbox /mnt/user-data is the real path: no rewriting of the command or its output.
-        if self.holder is None:
-            args = self.provider.bwrap_args(self.root, self.identity, seccomp_fd=plan.seccomp_fd)
-        else:  # into the turn's private network namespace, where the relay listens
-            own = self.provider.bwrap_args(
-                self.root, self.identity, seccomp_fd=plan.seccomp_fd, own_net=False
+    async def _launch(self, command: str, plan: RunPlan, env: Mapping[str, str], workspace: Path) -> Launched:
+        """Fork the command in the thread's sandbox (made on its first command, kept while in use)."""
+        try:
+            session, box = await self.provider.pool.lease(self.paths)
+        except RunnerFailed as exc:
+            raise SandboxError(f"the sandbox could not be started: {exc}") from None
+        try:
+            launched = await session.launch(
+                ["/bin/bash", "-c", command],
+                env,
+                f"{VIRTUAL_ROOT}/workspace",
+                limits=self._rlimits(plan),
+                hold=plan.cgroup is not None,
             )
-            args = [*self.holder.prefix, *own]
-        if self.skills is not None:
-            args += ["--ro-bind", str(self.skills), SKILLS_ROOT]
-        return [*args, *self._shell(command, plan)]
+        except RunnerFailed as exc:
+            raise SandboxError(f"the sandbox could not run the command: {exc}") from None
+        launched.watch_egress(box.egress)
+        if plan.cgroup is not None:
+            try:
+                plan.cgroup.add(launched.pid)  # a write or two to the cgroup filesystem: no thread hop
+            except OSError as exc:
+                log.warning("could not put a command into its cgroup (%s); it did not run", exc)
+                launched.go(run=False)
+            else:
+                launched.go()
+        return launched
 
-    def _seccomp_program(self) -> bytes | None:
-        return self.provider.seccomp
-
-    def _pass_fds(self) -> tuple[int, ...]:
-        return self.holder.fds if self.holder is not None else ()
-
-    async def run(
-        self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
-    ) -> CommandResult:
-        """Run the command; the result also says which connections the egress proxy refused meanwhile."""
-        if self.provider.config.network:
-            async with self._egress_lock:
-                if self.egress is None:
-                    self.egress, self.holder = await self.provider.open_network(self.paths, self.identity)
-        mark = len(self.egress.refusals) if self.egress is not None else 0
-        result = await super().run(command, secrets=secrets, time_limit=time_limit, max_output=max_output)
-        if self.egress is not None and (notes := self.egress.notes_since(mark)):
-            result.output = result.output.rstrip("\n") + "\n" + "\n".join(notes)
-        return result
-
-    async def release(self) -> None:
-        await super().release()
-        if self.holder is not None:
-            await self.holder.close()
-            self.holder = None
-        if self.egress is not None:
-            await self.egress.close()
-            self.egress = None
-
-    def _shell(self, command: str, plan: RunPlan) -> list[str]:
-        shell = ["/bin/bash", "-c", limits_prefix(self.limits, file_kb=plan.file_kb), "bash", command]
-        if not self.provider.as_root:
-            return shell
-        # bwrap built the mounts as root; the command itself runs as an ordinary host user, with no
-        # capabilities, so process limits count and nothing it does is privileged.
-        return [*drop_privileges(self.identity), *shell]
+    def _rlimits(self, plan: RunPlan) -> dict[str, tuple[int, int]]:
+        """The hard ``ulimit`` s of :func:`agent.sandbox.limits_prefix`, which the runner's child sets itself
+        (one ``exec`` of bash instead of two). CPU: the soft limit sends SIGXCPU, the hard one SIGKILL.
+        """
+        limits = self.limits
+        if limits is None:
+            return {}
+        file_bytes = (limits.file_size_mb * 1024 if plan.file_kb is None else plan.file_kb) * 1024
+        memory = limits.memory_mb * 1024 * 1024
+        return {
+            "RLIMIT_AS": (memory, memory),
+            "RLIMIT_FSIZE": (file_bytes, file_bytes),
+            "RLIMIT_CORE": (0, 0),
+            "RLIMIT_NPROC": (limits.processes, limits.processes),
+            "RLIMIT_CPU": (limits.cpu_seconds, limits.cpu_seconds + 1),
+        }
 
     def _to_virtual(self, text: str) -> str:
         return text
@@ -246,6 +264,10 @@ class BwrapSandbox(LocalSandbox):
     def _adopt(self, written: Path) -> None:
         if self.provider.as_root:
             _chown_up_to(written, self.root, self.identity, self.identity)
+
+    @property
+    def identity(self) -> int:
+        return self.provider.identity(self.paths)
 
 
 def drop_privileges(uid: int) -> list[str]:
@@ -292,7 +314,7 @@ def _adopt_tree(paths: ThreadPaths, uid: int) -> None:
 
 
 class BwrapSandboxProvider(SandboxProvider):
-    """The default provider on Linux: a bubblewrap sandbox per command, over the thread's own tree."""
+    """The default provider on Linux: long-lived bubblewrap sandboxes per thread, over its own tree."""
 
     mode = "bwrap"
 
@@ -324,6 +346,9 @@ class BwrapSandboxProvider(SandboxProvider):
         self.policy = EgressPolicy(config.egress)
         self.relay_python, self.relay_mounts = relay_interpreter()
         self.nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
+        self.runner_python = runner_interpreter()
+        #: Each thread's long-lived sandboxes.
+        self.pool = SandboxPool(self, idle_seconds=config.idle_seconds, max_idle=config.max_idle)
 
     @property
     def userns_blocked(self) -> bool:
@@ -430,23 +455,35 @@ class BwrapSandboxProvider(SandboxProvider):
                 "or set sandbox.network: false for commands without any network"
             )
         with tempfile.TemporaryDirectory(prefix="switchboard-sandbox-check-") as scratch:
-            sandbox = await self.acquire(ThreadPaths(Path(scratch), "check", "check"))
+            sandbox_paths = ThreadPaths(Path(scratch), "check", "check")
+            sandbox = await self.acquire(sandbox_paths)
             try:
                 result = await sandbox.run("echo ok", secrets={}, time_limit=30, max_output=2000)
             except SandboxError as exc:  # the turn's network holder is a bubblewrap too: same causes
                 result = CommandResult(output=str(exc), exit_code=None)
             finally:
                 await sandbox.release()
+                await self.pool.forget(sandbox_paths)
         if result.exit_code != 0 or result.output.strip() != "ok":
             detail = result.output.strip().splitlines()[-1] if result.output.strip() else "no output"
-            detail = detail.removeprefix("the sandbox's network could not be set up: ")
+            for prefix in (
+                "the sandbox's network could not be set up: ",
+                "the sandbox could not be started: ",
+            ):
+                detail = detail.removeprefix(prefix)
             raise SandboxUnavailable(
                 f"sandbox.mode is bwrap but bubblewrap cannot create a sandbox here ({detail}): "
                 f"{namespace_hint(self.as_root)}"
             )
 
-    async def open_network(self, paths: ThreadPaths, uid: int) -> tuple[EgressProxy, NetworkHolder]:
-        """One turn's egress: a listening proxy, and a private network namespace with the relay in it."""
+    async def open_network(self, paths: ThreadPaths) -> tuple[EgressProxy, NetworkHolder] | None:
+        """A thread's egress: a listening proxy, and a private network namespace with the relay in it.
+
+        None with ``sandbox.network: false`` (each sandbox then has an empty network namespace).
+        """
+        if not self.config.network:
+            return None
+        uid = self.identity(paths)
         path = self._runtime / f"{token_hex(8)}.sock"
         proxy = EgressProxy(self.policy, path, label=paths.thread_id, owner=uid if self.as_root else None)
         await proxy.start()
@@ -513,7 +550,52 @@ class BwrapSandboxProvider(SandboxProvider):
             self.config.limits, self.cgroups, seccomp=self.seccomp is not None, userns=userns
         )
 
+    async def open_session(
+        self, paths: ThreadPaths, holder: NetworkHolder | None, box: ThreadBox
+    ) -> RunnerSession:
+        """Start one long-lived sandbox over the thread's tree, with the runner as its pid 1."""
+        root, uid = paths.root.resolve(), self.identity(paths)
+        seccomp_fd = program_fd(self.seccomp) if self.seccomp is not None else None
+        pass_fds = (
+            *(holder.fds if holder is not None else ()),
+            *(() if seccomp_fd is None else (seccomp_fd,)),
+        )
+
+        def build(info_fd: int, control_fd: int) -> list[str]:
+            return self.runner_args(root, uid, holder, info_fd, control_fd, seccomp_fd)
+
+        try:
+            return await RunnerSession.start(
+                build,
+                pass_fds=pass_fds,
+                env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
+                on_idle=lambda session: self.pool.idle(box, session),
+            )
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+
+    def runner_args(
+        self,
+        root: Path,
+        uid: int,
+        holder: NetworkHolder | None,
+        info_fd: int,
+        control_fd: int,
+        seccomp_fd: int | None,
+    ) -> list[str]:
+        """The command line of a thread's sandbox: bubblewrap, then the runner as pid 1."""
+        own = self.bwrap_args(root, uid, seccomp_fd=seccomp_fd, own_net=holder is None)
+        args = [*(holder.prefix if holder is not None else []), *own]
+        args += ["--as-pid-1", "--info-fd", str(info_fd), *runner_mounts(), *self.runner_python[1]]
+        if self.skills_dir is not None and self.skills_dir.is_dir():
+            args += ["--ro-bind", str(self.skills_dir.resolve()), SKILLS_ROOT]
+        if self.as_root:
+            args += drop_privileges(uid)
+        return [*args, self.runner_python[0], "-I", "-S", "-B", RUNNER_IN_SANDBOX, str(control_fd)]
+
     async def close(self) -> None:
+        await self.pool.close()
         await asyncio.to_thread(shutil.rmtree, self._etc, True)
         await asyncio.to_thread(self.cgroups.close)
         await asyncio.to_thread(shutil.rmtree, self._runtime, True)

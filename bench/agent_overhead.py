@@ -10,15 +10,22 @@ is graph scheduling, checkpoint writes, event streaming, tool execution and sand
     python -m bench.agent_overhead --turns 100 --tool bash --sandbox host   # bash on the host
     python -m bench.agent_overhead --commands 200 --sandbox bwrap          # one `true` per sample, no graph
     python -m bench.agent_overhead --commands 200 --network off            # the same without the egress relay
+    python -m bench.agent_overhead --commands 300 --sandbox both           # bwrap and host interleaved, ratios
+    python -m bench.agent_overhead --commands 300 --sandbox both --busy 4  # ... with 4 busy-looping processes
 
-Prints ms/turn (mean, p50, p95) of runtime overhead, or ms per command for ``--commands``.
+Prints ms/turn (mean, p50, p95) of runtime overhead, or ms per command for ``--commands`` (with p99; with
+``--sandbox both`` also bwrap/host per percentile). ``--busy N`` keeps N ``python -c 'while 1: pass'``
+processes running while it measures (a machine under load).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -103,26 +110,61 @@ def summary(samples: list[float]) -> str:
     )
 
 
-async def commands(count: int, sandbox: str, network: bool) -> None:
-    """The cost of starting one command in the sandbox, and nothing else."""
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+@contextlib.contextmanager
+def busy(count: int):  # type: ignore[no-untyped-def]
+    """``count`` processes that burn a core each, for as long as the block runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+async def commands(count: int, sandbox: str, network: bool, hogs: int = 0) -> None:
+    """The cost of starting one command in the sandbox, and nothing else (``both``: interleaved)."""
+    modes = ["bwrap", "host"] if sandbox == "both" else [sandbox]
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
-        settings = bench_settings(tmp, sandbox, network)
-        provider = build_sandbox_provider(settings.sandbox)
-        await provider.start()
-        box = await provider.acquire(ThreadPaths(Path(tmp) / "data", "bench", "bench"))
-        samples: list[float] = []
+        boxes, providers = {}, []
+        for mode in modes:
+            settings = bench_settings(f"{tmp}/{mode}", mode, network)
+            provider = build_sandbox_provider(settings.sandbox)
+            await provider.start()
+            providers.append(provider)
+            boxes[mode] = await provider.acquire(ThreadPaths(Path(tmp) / mode / "data", "bench", "bench"))
         try:
-            for i in range(count + 5):
-                started = time.perf_counter()
-                result = await box.run("true", secrets={}, time_limit=30, max_output=1000)
-                assert result.exit_code == 0, result.output
-                if i >= 5:
-                    samples.append((time.perf_counter() - started) * 1000)
+            with busy(hogs):
+                for i in range(count + 5):
+                    for mode in modes:
+                        started = time.perf_counter()
+                        result = await boxes[mode].run("true", secrets={}, time_limit=30, max_output=1000)
+                        assert result.exit_code == 0, result.output
+                        if i >= 5:  # warm-up; the first bwrap command also starts the thread's sandbox
+                            samples[mode].append((time.perf_counter() - started) * 1000)
         finally:
-            await box.release()
-            await provider.close()
-    where = f"sandbox={sandbox}" + (f" network={'on' if network else 'off'}" if sandbox == "bwrap" else "")
-    print(f"{where} commands={count}: one `true` command {summary(samples)}")
+            for box in boxes.values():
+                await box.release()
+            for provider in providers:
+                await provider.close()
+    load = f" busy={hogs}" if hogs else ""
+    for mode in modes:
+        where = f"sandbox={mode}" + (f" network={'on' if network else 'off'}" if mode == "bwrap" else "")
+        p99 = percentile(samples[mode], 0.99)
+        print(
+            f"{where}{load} commands={count}: one `true` command {summary(samples[mode])}, p99 {p99:.1f} ms"
+        )
+    if len(modes) == 2:
+        bwrap, host = samples["bwrap"], samples["host"]
+        p50 = statistics.median(bwrap) / statistics.median(host)
+        p99 = percentile(bwrap, 0.99) / percentile(host, 0.99)
+        print(f"bwrap/host{load}: p50 {p50:.2f}x, p99 {p99:.2f}x")
 
 
 async def main(turns: int, tool: str, same_thread: bool, sandbox: str, network: bool) -> None:
@@ -161,13 +203,14 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--tool", choices=sorted(TOOL_CALLS), default="ls")
     parser.add_argument("--same-thread", action="store_true", help="grow one thread instead of new threads")
-    parser.add_argument("--sandbox", choices=["bwrap", "host"], default="bwrap")
+    parser.add_argument("--sandbox", choices=["bwrap", "host", "both"], default="bwrap")
+    parser.add_argument("--busy", type=int, default=0, help="busy-looping processes while measuring")
     parser.add_argument("--commands", type=int, default=0, help="time N bare commands instead of turns")
     parser.add_argument(
         "--network", choices=["on", "off"], default="on", help="sandbox.network (off: no egress relay)"
     )
     args = parser.parse_args()
     if args.commands:
-        asyncio.run(commands(args.commands, args.sandbox, args.network == "on"))
+        asyncio.run(commands(args.commands, args.sandbox, args.network == "on", args.busy))
     else:
         asyncio.run(main(args.turns, args.tool, args.same_thread, args.sandbox, args.network == "on"))

@@ -194,6 +194,11 @@ class SandboxConfig(Section):
     uid_count: int = Field(100_000, ge=1, le=200_000_000)
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     command_timeout_seconds: float = Field(600, gt=0)
+    #: ``bwrap``: a thread's sandbox stays up between its commands (much cheaper than one per command)
+    #: and closes after this long without a command.
+    idle_seconds: float = Field(300, gt=0, le=86_400)
+    #: ``bwrap``: at most this many idle sandboxes are kept (each is a few MB); the longest idle closes.
+    max_idle: int = Field(32, ge=0, le=10_000)
     max_output_chars: int = Field(20_000, gt=0)
     max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0)
     #: Which ``bash`` commands wait for a person's approval in chat: none, the risky ones, or all.
