@@ -5,7 +5,10 @@ channels, one model whose endpoint is a closed port on 127.0.0.1 — start-up ne
 ``/health`` every 10 ms from the moment before the process is spawned. The first 200 counts even while
 it says ``"status": "starting"`` (the process answers; bot/boot.py); it also records when ``/health``
 first reports ``"database": "ok"`` (the service is open: schema, inbox, channels, webhook routes) and
-``"agent": "ready"`` (the LangGraph runtime built in the background). ``--importtime`` runs both
+``"agent": "ready"`` (the LangGraph runtime built in the background), the first 200 from ``/ready``
+(a turn can run) and, one second later, the process's resident memory (``Rss`` of
+``/proc/PID/smaps_rollup``; the bare app's after its first ``/health``) — the idle footprint, which
+unlike the clock does not depend on how busy the machine is. ``--importtime`` runs both
 processes under ``python -X importtime`` and sums the imports finished before the first 200 — less
 sensitive to a busy machine than the wall clock. The baseline is a
 bare FastAPI app with one ``/health`` route, started the same way (a ``python`` subprocess running
@@ -16,7 +19,7 @@ Runs alternate between the two so a busy moment on the machine hits both alike; 
 Run:  python -m bench.startup --runs 7
       python -m bench.startup --runs 3 --importtime
       python -m bench.startup --runs 7 --tree /path/to/older/checkout   (the same, for a before/after)
-Goal: serve → /health ≤ 1 s.
+Goals: serve → /health ≤ 1 s; serve → /ready ≤ 2 s on a quiet machine; idle RSS ≤ 100 MiB.
 """
 
 from __future__ import annotations
@@ -77,6 +80,28 @@ def write_config(directory: Path, port: int) -> Path:
     return path
 
 
+def rss_mib(pid: int) -> float:
+    """The process's resident set in MiB, from the kernel's own rollup of its mappings."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Rss:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no Rss line in /proc/{pid}/smaps_rollup")
+
+
+def ready_status(port: int) -> int | None:
+    """The status ``/ready`` answers with (None: not listening yet)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/ready")
+        response = connection.getresponse()
+        response.read()
+    except OSError:
+        return None
+    finally:
+        connection.close()
+    return response.status
+
+
 def get_health(port: int) -> dict[str, object] | None:
     """The /health body when it answers 200, else None (not listening yet, or not healthy)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -101,6 +126,10 @@ class Startup:
     health: float  # the first 200 from /health (``"status": "starting"`` counts: the process answers)
     storage: float | None = None  # the first /health with ``"database": "ok"`` (Service.open done)
     agent: float | None = None  # the first /health with ``"agent": "ready"``
+    ready: float | None = None  # the first 200 from ``/ready`` (a turn can run)
+    #: Resident memory (MiB, ``Rss`` of /proc/PID/smaps_rollup) one second after the service is ready
+    #: (the bare app: after its first /health) — the idle footprint.
+    rss_mib: float | None = None
     #: With ``-X importtime``: microseconds of imports finished before the first /health (the sum of
     #: every module's own time, any thread), and the same per top-level package.
     import_us: int | None = None
@@ -153,13 +182,18 @@ def measure(
             if result is not None and body is not None:
                 if result.storage is None and body.get("database") == "ok":
                     result.storage = now
-                if not wait_agent or body.get("agent", "ready") == "ready":
-                    if wait_agent:
-                        result.agent = now
+                if wait_agent and result.agent is None and body.get("agent") == "ready":
+                    result.agent = now
+                if not wait_agent:
                     break
+            if wait_agent and result is not None and ready_status(port) == 200:
+                result.ready = time.perf_counter() - started
+                break
             time.sleep(0.01)
-        if result is None:
-            raise RuntimeError(f"{command[:3]} did not answer /health within {limit} s")
+        if result is None or (wait_agent and result.ready is None):
+            raise RuntimeError(f"{command[:3]} was not ready within {limit} s")
+        time.sleep(1)  # let the start-up's last tasks finish: the idle footprint
+        result.rss_mib = rss_mib(process.pid)
         return result
     finally:
         process.send_signal(signal.SIGTERM)
@@ -205,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
         bare_runs.append(bare)
         line = (
             f"run {index + 1}: serve /health {ms(serve.health)} (database ok {ms(serve.storage)}, "
-            f"agent ready {ms(serve.agent)}), bare app /health {ms(bare.health)}"
+            f"agent ready {ms(serve.agent)}, /ready {ms(serve.ready)}, RSS {serve.rss_mib:.0f} MiB), "
+            f"bare app /health {ms(bare.health)} (RSS {bare.rss_mib:.0f} MiB), load {os.getloadavg()[0]:.1f}"
         )
         if args.importtime:
             line += f"; imports before /health: serve {serve.import_us / 1000:.0f} ms, bare {bare.import_us / 1000:.0f} ms"  # type: ignore[operator]
@@ -218,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"serve → database ok       median {median_ms([r.storage for r in serve_runs]):.0f} ms")
     print(f"serve → agent ready       median {median_ms([r.agent for r in serve_runs]):.0f} ms")
+    serve_rss = statistics.median(r.rss_mib or 0.0 for r in serve_runs)
+    bare_rss = statistics.median(r.rss_mib or 0.0 for r in bare_runs)
+    print(f"serve → /ready 200        median {median_ms([r.ready for r in serve_runs]):.0f} ms")
+    print(f"idle RSS                  serve median {serve_rss:.0f} MiB, bare app {bare_rss:.0f} MiB")
     print(
         f"bare app → /health 200    median {bare_ms:.0f} ms (min {min(r.health for r in bare_runs) * 1000:.0f} ms)"
     )
@@ -231,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
             print("                          " + ", ".join(f"{n} {us / 1000:.0f}" for n, us in heavy))
     print(f"machine                   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"goal (/health ≤ 1 s): {'met' if serve_ms <= 1000 else 'NOT met'}")
+    print(f"goal (idle RSS ≤ 100 MiB): {'met' if serve_rss <= 100 else 'NOT met'}")
     return 0
 
 

@@ -99,6 +99,8 @@ def preflight_auth(settings: Settings) -> None:
             file=sys.stderr,
         )
         raise SystemExit(EXIT_CONFIG)
+    if settings.auth.mode == "jwt":
+        import jwt  # noqa: F401  # every request checks a token: import it (and fail, if missing) now
 
 
 def preflight_database(settings: Settings) -> None:

@@ -7,14 +7,17 @@ Only HS256 is accepted (an attacker must not pick ``none`` or an asymmetric algo
 :func:`check_host` refuses a request whose ``Host`` names another server. Without it, a web page the
 person opens could re-point its own name at 127.0.0.1 (DNS rebinding) and use the API as ``default``
 from their browser; the browser still sends the page's name as ``Host``, which gives it away.
+
+PyJWT is imported by the functions that make or check a token, not by this module: it brings in
+``cryptography`` (about 8 MiB of resident memory), which an ``auth.mode: none`` service never uses.
+``serve`` imports it before it listens when ``auth.mode`` is ``jwt`` (``bot/cli.py``), so a missing
+PyJWT still stops start-up and the first request does not pay the import.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import jwt
 
 from config.hosts import LOOPBACK_NAMES, host_name, is_loopback, url_host
 from connections.identity import DEFAULT_TOKEN_TTL_SECONDS, DEFAULT_USER, InvalidUserId, validate_user_id
@@ -62,6 +65,8 @@ def mint_token(
     validate_user_id(user)
     if ttl_seconds <= 0:
         raise ValueError("the token lifetime must be positive")
+    import jwt
+
     now = int(time.time())
     claims: dict[str, object] = {"sub": user, "iat": now, "exp": now + int(ttl_seconds)}
     if admin:
@@ -77,6 +82,8 @@ def verify_token(secret: str, token: str) -> str:
 def verify_caller(secret: str, token: str) -> Caller:
     """The user a valid token names and whether it carries ``"admin": true`` (only the JSON ``true``
     counts: a claim of ``"yes"`` or ``1`` is not an admin grant)."""
+    import jwt
+
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
     except jwt.ExpiredSignatureError:

@@ -48,6 +48,7 @@ HEAVY = (
     "tests/tasks/test_task_card_restart.py",
     "tests/tasks/test_subagent_restart.py",
     "tests/operations/test_startup.py",
+    "tests/operations/test_idle_imports.py",
     "tests/channels/discord/test_backfill_kill.py",
     "tests/operations/test_packaging.py",
     "tests/operations/test_extras.py",
