@@ -34,6 +34,7 @@ BUILTIN_TOOLS = frozenset(
         "schedule_task",
         "list_scheduled_tasks",
         "cancel_scheduled_task",
+        "task",
     }
 )
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")

@@ -26,6 +26,7 @@ from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
+from tests.tasks.kit import card_body
 
 pytestmark = pytest.mark.slow  # a fake Bot API and a fake model server
 
@@ -160,7 +161,7 @@ async def test_a_scheduled_task_over_its_budget_does_not_run_and_says_so_in_its_
         await move(datetime(2026, 12, 2, 9, 0, 5, tzinfo=ZoneInfo("UTC")))
         stopped = await tg.wait_for_bot_text(ALICE, "did not run", timeout=30)
         await h.idle(timeout=20)
-    assert stopped.text == (
+    assert card_body(stopped.text) == (  # the run's task card (docs/tasks.md) says why it did not run
         f"💸 This scheduled task did not run: the daily budget of scheduled task {schedule_id} is used up "
         "($0.0040 of $0.0040 today). It resets at midnight UTC."
     )

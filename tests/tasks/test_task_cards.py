@@ -151,7 +151,7 @@ async def test_a_telegram_card_says_waiting_for_approval_while_its_risky_command
     llm.script(
         Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p build"})]),
         Reply(tool_calls=[ToolCall("bash", {"command": risky})]),
-        Reply(text="The build directory is gone."),
+        Reply(text="The build directory is gone.", chunk_size=3, delay=0.15),  # running long enough to show
     )
     async with telegram_bot(tmp_path, llm, clock, sandbox={"mode": "host"}) as (h, tg):
         tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
@@ -322,7 +322,7 @@ async def test_a_run_that_waits_behind_an_answer_in_its_chat_waits_as_its_queued
 ):
     clock = Clock(START)
     story = " ".join(f"word{i}" for i in range(120))
-    llm.script(Reply(text=story, chunk_size=8, delay=0.05), Reply(text=RESULT))
+    llm.script(Reply(text=story, chunk_size=8, delay=0.05), Reply(text=RESULT, chunk_size=4, delay=0.1))
     async with telegram_bot(tmp_path, llm, clock) as (h, tg):
         tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
         await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
