@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 from agent.errors import describe_error
 from agent.events import (
@@ -69,6 +70,21 @@ log = logging.getLogger(__name__)
 
 #: The level a message's sender has now (their identity resolved again): see :meth:`TurnRunner._turn_level`.
 LevelNow = Callable[[InboundMessage, Channel], Awaitable[TrustLevel]]
+
+
+async def stoppable(lane: Lane, work: Coroutine[Any, Any, None], name: str) -> bool:
+    """Run ``work`` as the lane's stoppable task: True when a person stopped it (``/stop``, ⏹ Stop), False
+    when it finished. A cancellation of the turn itself (shutdown) is passed on, after cancelling ``work``."""
+    lane.agent_task = asyncio.create_task(work, name=name)
+    try:
+        await lane.agent_task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not lane.stop_requested or (current is not None and current.cancelling()):
+            lane.agent_task.cancel()
+            raise
+        return True
+    return False
 
 
 class TurnRunner:
@@ -245,15 +261,9 @@ class TurnRunner:
         async def check() -> None:
             refusal[0] = await spend.before_turn(turn)
 
-        lane.agent_task = asyncio.create_task(check(), name="budget-check")
         try:
-            await lane.agent_task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not lane.stop_requested or (current is not None and current.cancelling()):
-                lane.agent_task.cancel()
-                raise
-            return STOPPED_NOTE
+            if await stoppable(lane, check(), "budget-check"):
+                return STOPPED_NOTE
         finally:
             lane.agent_task = None
         return refusal[0]
@@ -375,18 +385,8 @@ class TurnRunner:
                         await self.spend.after_turn(turn, event)
                 reply.update(render())
 
-        lane.agent_task = asyncio.create_task(consume(), name="agent-turn")
         try:
-            await lane.agent_task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not lane.stop_requested or (current is not None and current.cancelling()):
-                lane.agent_task.cancel()
-                raise
-            if isinstance(request.tasks, TurnTasks):  # /stop: its tasks' cards must not stay "running"
-                await request.tasks.stopped_with_turn()
-            partial = "".join(parts).rstrip()
-            return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
+            stopped = await stoppable(lane, consume(), "agent-turn")
         except Exception as exc:
             if is_storage_error(exc):
                 raise StorageUnavailable(reply, "".join(parts)) from exc
@@ -395,6 +395,11 @@ class TurnRunner:
             sentence = f"⚠️ {describe_error(exc)} (trace {turn.trace_id})"
             partial = "".join(parts).rstrip()
             return (f"{partial}\n\n{sentence}" if partial else sentence), (), False, True
+        if stopped:
+            if isinstance(request.tasks, TurnTasks):  # /stop: its tasks' cards must not stay "running"
+                await request.tasks.stopped_with_turn()
+            partial = "".join(parts).rstrip()
+            return (f"{partial}\n\n{STOPPED_NOTE}" if partial else STOPPED_NOTE), (), True, False
         final = str(result.get("text") or "".join(parts))
         if notices:  # e.g. a skipped oversize file: the user must still see it once streaming is over
             final = "\n".join(notices) + "\n\n" + final
