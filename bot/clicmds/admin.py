@@ -57,7 +57,11 @@ LISTINGS = (
     Listing("deliveries", "GitHub webhook deliveries", ("id", "event", "status", "attempts", "detail")),
     Listing("approvals", "commands waiting for approval", ("id", "channel", "sender", "command")),
     Listing("schedules", "schedules that will still run", ("id", "owner", "when", "what")),
-    Listing("usage", "tokens per person", ("owner", "input_tokens", "output_tokens", "turns", "models")),
+    Listing(
+        "usage",
+        "tokens and cost per person",
+        ("owner", "input_tokens", "output_tokens", "turns", "models", "cost_today", "cost_month", "currency"),
+    ),
     Listing("people", "signed-in people and their connections", ("id", "connections")),
 )
 ACTIONS = (

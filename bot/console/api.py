@@ -41,6 +41,7 @@ from bot.console.views import LIST_LIMIT, Console, thread_of
 from bot.inbox import PENDING
 from bot.manager import StopResult
 from bot.service import Service
+from bot.spend.keeper import currency_of
 from channels.types import Sender
 from connections.auth import Caller
 from connections.web import AUTH_ERRORS as SIGN_IN_ERRORS
@@ -148,8 +149,8 @@ def build_router(service: Service) -> APIRouter:
     listing(
         "usage",
         UsageOut,
-        "Tokens per person over their current conversations, most first",
-        lambda: usage_by_owner(service.db.engine, LIST_LIMIT),
+        "Tokens per person over their current conversations, most first, with what they cost today and this month",
+        lambda: usage_by_owner(service.db.engine, LIST_LIMIT, currency_of(service.settings)),
     )
     listing("people", PersonOut, "Signed-in people and their active connections", console.people)
 

@@ -87,6 +87,11 @@ class UsageOut(BaseModel):
     output_tokens: int
     models: list[str] = Field(description="the model each conversation's last turn used")
     last_used_at: float = Field(description="seconds since the epoch")
+    cost_today: str = Field(
+        description="what their turns cost today (UTC), from models[].pricing; '0' unpriced"
+    )
+    cost_month: str = Field(description="what their turns cost this month (UTC)")
+    currency: str = Field(description="the prices' currency (docs/budgets.md)")
 
 
 class PersonOut(BaseModel):

@@ -33,6 +33,11 @@ def to_micros(amount: Decimal) -> int:
     return int((amount * MICROS).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
+def format_micros(micros: int) -> str:
+    """The exact amount as a decimal string (``4000`` → ``"0.004"``), for APIs: no float on the way."""
+    return format((Decimal(micros) / MICROS).normalize(), "f")
+
+
 def money(micros: int, currency: str) -> str:
     """``0.012345 USD`` → ``$0.0123``; amounts under a cent keep four decimals so they are not shown as 0."""
     value = Decimal(micros) / MICROS

@@ -84,7 +84,10 @@ async def test_usage_shows_each_persons_tokens_as_the_model_reported_them(
         Reply(text="first answer", prompt_tokens=120, completion_tokens=30),
         Reply(text="second answer", prompt_tokens=200, completion_tokens=45),
     )
-    async with running_console(console_settings(tmp_path, llm, github)) as console:
+    settings = console_settings(tmp_path, llm, github)
+    for model in settings.models:  # $2.50 in / $10.00 out per million tokens (docs/budgets.md)
+        model.pricing = {"input": "2.50", "output": "10.00", "currency": "USD"}  # type: ignore[assignment]
+    async with running_console(settings) as console:
         alice = token_for("alice")
         code = await console.client.post("/api/channels/telegram/connect", headers=auth(alice))
         await console.telegram.say(f"/start {code.json()['code']}", sender="tg-alice")
@@ -103,3 +106,5 @@ async def test_usage_shows_each_persons_tokens_as_the_model_reported_them(
         1,
         ["default"],
     )  # the configured model's name
+    # 320 × 2.50 + 75 × 10.00 millionths of a dollar: 800 + 750 = 1,550 → $0.00155, all of it today.
+    assert (usage["cost_today"], usage["cost_month"], usage["currency"]) == ("0.00155", "0.00155", "USD")

@@ -133,7 +133,8 @@
     fill("usage", "no-usage", rows.map((u) => row(
       { owner: u.owner }, u.owner,
       count(u.input_tokens) + " tokens in / " + count(u.output_tokens) + " out · " + plural(u.turns, "turn") +
-        " in " + plural(u.threads, "conversation") + " · model " + u.models.join(", "),
+        " in " + plural(u.threads, "conversation") + " · model " + u.models.join(", ") +
+        " · cost today " + u.cost_today + " " + u.currency + ", this month " + u.cost_month + " " + u.currency,
       null, null)));
   }
 
