@@ -56,6 +56,9 @@ HEAVY = (
     "tests/schedules/test_schedule_restart.py",
     "tests/channels/dingtalk/test_resume_in_place.py",
     "tests/operations/test_disk_full.py",
+    "tests/agent/test_mcp.py",
+    "tests/operations/test_reload.py",
+    "tests/agent/test_sandbox_startup.py",
 )
 
 
