@@ -295,6 +295,7 @@ def run(mutant: Mutant, scratch: Path) -> tuple[str, float]:
     env = {**os.environ, "PYTHONPATH": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
     command = [
         sys.executable, "-m", "pytest", "-q", "-x", "-n0", "-p", "no:cacheprovider",
+        "-m", "heavy or not heavy",  # a mutant's tests run whatever their mark (tests/conftest.py HEAVY)
         "-o", f"timeout={TEST_TIMEOUT_SECONDS}", *mutant.tests,
     ]  # fmt: skip
     started = time.monotonic()
