@@ -308,12 +308,36 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+class _ArrivalClock:
+    """Arrival stamps that never repeat or go back within this process.
+
+    Why: ``created_at`` orders a conversation's messages wherever they are read back (a restart's
+    resume, a cluster's claims: ``ORDER BY created_at, id``). A group commit accepts many messages at
+    one ``now``, and the ids are random, so two messages of one chat in the same batch used to come back
+    in a random order — the later one answered first. Each stamp is at least a microsecond after the
+    previous one (a double still tells those apart at today's epoch), in the order messages were accepted.
+    """
+
+    STEP = 1e-6
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def stamp(self, now: float) -> float:
+        self._last = max(now, self._last + self.STEP)
+        return self._last
+
+
+_arrivals = _ArrivalClock()
+
+
 def _accept_rows(accepts: Sequence[InboxOp], now: float) -> list[dict[str, Any]]:
-    """The rows to insert; gives each op its new entry id (``op.args["id"]``)."""
+    """The rows to insert, in acceptance order; gives each op its new entry id (``op.args["id"]``)."""
     rows = []
     for op in accepts:
         msg: InboundMessage = op.args["message"]
         op.args["id"] = uuid.uuid4().hex
+        arrived = _arrivals.stamp(now)
         rows.append(
             {
                 "id": op.args["id"],
@@ -324,8 +348,8 @@ def _accept_rows(accepts: Sequence[InboxOp], now: float) -> list[dict[str, Any]]
                 "payload": _payload(msg),
                 "status": PENDING,
                 "attempts": 0,
-                "created_at": now,
-                "updated_at": now,
+                "created_at": arrived,
+                "updated_at": arrived,
             }
         )
     return rows

@@ -43,6 +43,33 @@ async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_r
     assert [last_user_text(b) for b in llm.completions[before:]] == ["one", "two", "three"]
 
 
+async def test_messages_of_one_chat_accepted_in_one_group_commit_resume_in_arrival_order(settings_on, llm):
+    """A burst lands in one group commit, at one ``now``: the stored order must still be arrival order
+    (entry ids are random, and a restart — or another instance — reads ``ORDER BY created_at, id``)."""
+    settings = settings_on()
+    llm.script(Reply(text="a slow first answer", chunk_size=1, delay=0.2))
+    chat = MemoryChannel("memory")
+    first = Harness(settings, channels={"memory": chat})
+    await first.start()
+    texts = [f"burst {n}" for n in range(20)]
+    await asyncio.gather(*(chat.say(text) for text in texts))  # accepted together
+    await chat.wait_for_text("Queued")
+    await first.stop(grace=0)
+    assert await first.service.inbox.counts() == {"pending": 20}
+
+    before = len(llm.completions)
+    second = Harness(settings, channels={"memory": chat})
+    await second.start()
+    try:
+        await second.idle(timeout=30)
+    finally:
+        await second.stop()
+    assert [last_user_text(b) for b in llm.completions[before:]] == texts
+    answers = [m.text for m in chat.in_chat("chat-1")]
+    # The first answer is the scripted one (its first run was cut short); the rest answer in order.
+    assert answers == ["a slow first answer"] + [f"echo: {text}" for text in texts[1:]]
+
+
 class FailsOnce:
     """An identity resolver (the manager's public hook) whose first lookup fails."""
 
