@@ -56,6 +56,15 @@ async def _keep_cancelling(task: asyncio.Task[None]) -> None:
             task.cancel()
 
 
+async def _shown_soon(turn: Turn) -> bool:
+    """Whether ``turn``'s first message is in the chat, waiting briefly: its placeholder may be on its way."""
+    try:
+        await asyncio.wait_for(turn.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
+    except TimeoutError:
+        return False
+    return True
+
+
 #: Runs a turn up to its delivered final reply: ``(text, stopped, failed)``, or None (see bot/turn_runner.py).
 RunTurn = Callable[[Turn, Lane], Awaitable[tuple[str, bool, bool] | None]]
 #: After the reply is delivered and the lane released: mark the entry done, run the after-turn hooks.
@@ -233,19 +242,22 @@ class LaneScheduler:
         if busy and not hidden:
             ahead = len(lane.pending) + 1
             before = lane.pending[-1] if lane.pending else lane.current
-            if before is not None:  # its placeholder may be on its way right now: not above it
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(before.shown.wait(), QUEUED_NOTICE_WAIT_SECONDS)
-            if await self._open_card(turn) is None:  # a scheduled run waits as its task card
-                turn.reply = open_turn_reply(self.channels, self.inbox, turn)
-                try:
-                    await turn.reply.start(
-                        f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
-                    )
-                except ChannelError as exc:
-                    log.info("could not show the queued notice: %s", exc)
-            turn.shown.set()
-            await self._remember_notice(turn)
+            if before is not None and not await _shown_soon(before):
+                # The turn ahead shows nothing yet (it waits for a turn slot): a notice now would sit
+                # above its answer. This turn shows its placeholder when it starts, after that one, and
+                # is not "shown" until then, so the next message to the thread waits on it the same way.
+                log.info("no queued notice: the message ahead of it is not visible yet")
+            else:
+                if await self._open_card(turn) is None:  # a scheduled run waits as its task card
+                    turn.reply = open_turn_reply(self.channels, self.inbox, turn)
+                    try:
+                        await turn.reply.start(
+                            f"⏳ Queued — I'll answer after the {ahead} message(s) ahead of this one."
+                        )
+                    except ChannelError as exc:
+                        log.info("could not show the queued notice: %s", exc)
+                turn.shown.set()
+                await self._remember_notice(turn)
         elif notice:
             turn.reply = self.channels[message.provider].open_reply(message)
             with contextlib.suppress(ChannelError):

@@ -172,3 +172,26 @@ async def test_at_the_turn_limit_a_queued_notice_never_lands_above_the_answer_it
         await harness.chat.say("two", chat="b")
         await harness.idle(timeout=30)
         assert [m.text for m in harness.chat.in_chat("b")] == ["echo: one", "echo: two"]
+
+
+async def test_when_the_turn_ahead_waits_long_for_a_slot_the_message_behind_it_still_answers_below(
+    tmp_path, llm
+):
+    """As above, but the only slot stays busy for longer than a queued notice waits for the message
+    ahead of it (two instances of a 300-message burst found it: a later answer landed above an earlier
+    one). The second message then shows no notice at all rather than one above the first answer."""
+
+    def reply(body):  # type: ignore[no-untyped-def]
+        if last_user_text(body) == "busy":
+            return Reply(text="b" * 30, chunk_size=1, delay=0.1)  # holds the only slot for ~3 s
+        return echo_reply(body)
+
+    llm.default_reply = reply
+    settings = make_settings(tmp_path, llm, bus={"max_concurrent_turns": 1})
+    async with Harness.running(settings) as harness:
+        await harness.chat.say("busy", chat="a")
+        await harness.chat.wait_for(lambda ch: any(m.text.startswith("b") for m in ch.in_chat("a")))
+        for text in ("one", "two", "three"):
+            await harness.chat.say(text, chat="b")
+        await harness.idle(timeout=30)
+        assert [m.text for m in harness.chat.in_chat("b")] == ["echo: one", "echo: two", "echo: three"]

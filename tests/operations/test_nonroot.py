@@ -7,6 +7,7 @@ lets it run this interpreter and read this checkout (CI runs it before the tests
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -195,3 +197,53 @@ def test_under_the_units_umask_a_root_services_sandbox_user_still_has_a_name(
     [tool] = all_tool_results(llm)
     name, uid = tool.splitlines()[1:3]
     assert name == "sandbox" and int(uid) >= 1_800_000_000  # the thread's own uid, not root's
+
+
+def test_a_subagent_of_a_service_run_by_an_ordinary_user_works_in_the_threads_sandbox_and_is_priced(
+    account: pwd.struct_passwd, home: Path, llm: FakeOpenAI
+) -> None:
+    """Subagents (issue 36) and prices (issue 34) as the shipped unit runs them: the ``task`` tool's
+    subagent runs ``bash`` in the thread's sandbox as the ordinary user, and ``switchboard usage``
+    (run by that user) prices the turn's model calls from the same database."""
+    config = write_config(home, llm)
+    with config.open("a") as extra:
+        extra.write("agent: {system_prompt: PARENT-NONROOT-5521, subagents: {enabled: true}}\n")
+    text = config.read_text().replace(
+        "max_retries: 0}]",
+        "max_retries: 0, pricing: {input: '2.50', output: '10.00', currency: USD}}]",
+    )
+    config.write_text(text)
+    job = "SUBJOB-77: write a file and say who you are"
+    llm.script_for(
+        "PARENT-NONROOT-5521",
+        Reply(tool_calls=[ToolCall("task", {"title": "who am I", "prompt": job, "kind": "general"})]),
+        Reply(text="The subagent is done."),
+    )
+    llm.script_for(
+        "SUBJOB-77",
+        Reply(tool_calls=[ToolCall("bash", {"command": "id -u; echo sub > made-by-subagent"})]),
+        Reply(text="SUBRESULT: I am uid 1000 and wrote the file."),
+    )
+    result = chat(account, home, config, "delegate it\n")
+    assert result.returncode == 0, result.stderr
+    assert "The subagent is done." in result.stdout
+    [bash_result] = [r for r in all_tool_results(llm) if r.startswith("[exit code")]
+    assert bash_result.splitlines()[:2] == ["[exit code 0]", "1000"], bash_result
+    [made] = (home / "data" / "users").rglob("made-by-subagent")
+    assert made.stat().st_uid == account.pw_uid
+    assert any("SUBRESULT" in r for r in all_tool_results(llm)), "the parent got the subagent's result"
+
+    usage = subprocess.run(
+        as_user(
+            account,
+            [sys.executable, "-m", "bot", "usage", "--by", "model", "--json", "--config", str(config)],
+        ),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert usage.returncode == 0, usage.stderr
+    [row] = json.loads(usage.stdout)["rows"]
+    assert row["model"] == "default" and row["turns"] >= 1, row
+    assert Decimal(row["cost"]) > 0 and row["currency"] == "USD", row
