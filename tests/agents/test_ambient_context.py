@@ -1,6 +1,6 @@
 """Issue 34: ``context: {ambient: N}`` — a group agent reads the room; a DM agent never sees it.
 
-Through the Telegram fake: people talk in a group without mentioning the bot, then someone mentions
+Through the Telegram fake (privacy mode off, as docs/channels/telegram.md tells the operator): people talk in a group without mentioning the bot, then someone mentions
 it; the fake model's recorded request shows exactly which earlier messages (with speakers) the turn saw.
 """
 
@@ -32,7 +32,8 @@ PEOPLE = [(501, "Alice"), (502, "Bob")]
 
 @pytest.fixture
 def tg() -> Any:
-    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as server:
+    """An operator turned privacy mode off (BotFather /setprivacy): Telegram hands over every group message."""
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5, privacy_mode=False) as server:
         yield server
 
 
@@ -154,3 +155,31 @@ async def test_on_slack_the_room_window_holds_channel_messages_that_did_not_ment
     [request] = llm.completions
     lines = [line for line in system_text(request).splitlines() if line.startswith("[")]
     assert lines == [f"[ualice] standup note {n}" for n in (2, 3, 4)]
+
+
+async def test_with_privacy_mode_on_the_operator_is_warned_and_agent_says_the_window_holds_only_addressed_messages(
+    tmp_path: Path, llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeTelegram(bot_username="switchboard_bot", long_poll_cap=0.5) as tg:  # BotFather's default
+        settings = settings_for(tmp_path, llm, {"ambient": 5})
+        channel = TelegramChannel(telegram_config(tg), settings=settings)
+        async with Harness.running(settings, channels={"telegram": channel}):  # type: ignore[dict-item]
+            chatter(tg)  # Telegram keeps these from the bot
+            tg.user_message(GROUP, "@switchboard_bot first question", user_id=503, first_name="Carol")
+            await tg.wait_for_bot_text(GROUP, "echo: first question")
+            tg.user_message(GROUP, "@switchboard_bot what did we decide?", user_id=503, first_name="Carol")
+            await tg.wait_for_bot_text(GROUP, "echo: what did we decide?")
+            tg.user_message(GROUP, "/agent@switchboard_bot", user_id=503, first_name="Carol")
+            shown = await tg.wait_for_bot_text(GROUP, "Agent here: room")
+    assert len(tg.withheld) == 7
+    second = system_text(llm.completions[1])
+    assert "room message" not in second
+    assert "The last 1 message(s)" in second and "[Carol] " in second and "first question" in second
+    assert (
+        "Room window: the last 5 messages of this group before each question. But Telegram's privacy mode is"
+        " on for this bot, so it holds only messages addressed to me"
+    ) in shown.text
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(
+        "Telegram privacy mode is on for @switchboard_bot" in w and "/setprivacy" in w for w in warnings
+    )
