@@ -18,9 +18,13 @@ from langchain_core.exceptions import ModelInvalidRequestError, ModelNotFoundErr
 MAX_REASON_CHARS = 160
 #: Any URL (credentials, signed query strings and internal host names alike stay out of the chat).
 _URL = re.compile(r"\b[a-z][a-z0-9+.\-]*://\S+", re.I)
-#: Key-shaped words: ``sk-…``/``key-…`` style prefixes, ``Bearer …``, and long unbroken tokens.
+#: Key-shaped words: ``sk-…`` style prefixes, ``Bearer …``, a value after ``api_key=``/``token:``/…, and
+#: long unbroken tokens (a word like ``max_tokens`` or ``token_limit`` stays readable).
 _KEYISH = re.compile(
-    r"\b(?:sk|pk|rk|key|token|api[_-]?key)[-_][A-Za-z0-9_\-]{6,}|\bBearer\s+\S+|\b[A-Za-z0-9_\-+/=]{32,}",
+    r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{6,}"
+    r"|\bBearer\s+\S+"
+    r"|\b(?:api[_-]?key|key|token|secret|password)\s*[=:]\s*\S+"
+    r"|\b[A-Za-z0-9_\-+/=]{32,}",
     re.I,
 )
 #: The prefix the ``openai`` SDK puts before the provider's message in ``str(exc)``.

@@ -67,7 +67,7 @@ def test_langchains_provider_neutral_invalid_request_is_a_refusal_too():
 
 def test_a_quoted_reason_is_one_short_line_without_urls_or_keys():
     reason = safe_reason(
-        "bad\nrequest at http://u:p@h/x?token=abc Bearer abc.def key-AAAAAAAA " + "word " * 80
+        "bad\nrequest at http://u:p@h/x?token=abc Bearer abc.def api_key=AAAAAAAA token_limit " + "word " * 80
     )
-    assert reason.startswith("bad request at <url> *** *** word")
+    assert reason.startswith("bad request at <url> *** *** token_limit word")
     assert "\n" not in reason and len(reason) <= MAX_REASON_CHARS + 2 and reason.endswith(" …")
