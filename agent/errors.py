@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from agent.models import ModelLoadError
+from agent.rejections import describe_refusal
 
 #: Phrases providers use when a request does not fit the model's context window. OpenAI and
 #: compatible servers (vLLM, LiteLLM, Ollama's OpenAI API), Anthropic, Google and Mistral.
@@ -78,10 +79,16 @@ def is_context_overflow(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
+    """One sentence for the chat: what went wrong and what the person (or an admin) can do."""
     name = type(exc).__name__
     module = type(exc).__module__ or ""
     if isinstance(exc, ContextOverflowError):
         return f"This conversation is too long for model {exc.model} — send /new or /compact."
+    if is_context_overflow(exc):  # a refusal for length the runtime did not get to compact
+        return "This conversation is too long for the model — send /new or /compact."
+    refusal = describe_refusal(exc)  # quotes the provider's reason, made safe to show
+    if refusal is not None:
+        return refusal
     if isinstance(exc, ModelLoadError):
         return "The model is not set up correctly, so I can't answer yet — an operator needs to check the config."
     if isinstance(exc, TimeoutError | asyncio.TimeoutError) or "Timeout" in name:

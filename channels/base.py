@@ -55,6 +55,10 @@ class Channel(ABC):
         #: Told about group messages not addressed to the bot (set by the service when an agent reads the
         #: room, docs/agents.md); they are never stored or answered. None: not wanted.
         self.overhear: Callable[[InboundMessage], None] | None = None
+        #: Whether the platform hands the bot a group's messages that are not addressed to it (Telegram:
+        #: ``getMe``'s ``can_read_all_group_messages``, false while privacy mode is on); None: not known.
+        #: The room window of an ambient agent holds only addressed messages where this is False.
+        self.reads_all_group_messages: bool | None = None
         #: The service's chat commands, for platforms with a command menu (set before :meth:`start`).
         self.commands: tuple[ChatCommand, ...] = ()
         #: Platform user ids of the channel's admins (``channels.<name>.admins``; see :meth:`is_admin`).

@@ -15,6 +15,19 @@ from bot.commands.base import Command, CommandContext
 audit = logging.getLogger("switchboard.audit")
 
 
+def room_line(ctx: CommandContext, depth: int) -> str:
+    """What the agent's room window holds in this group: with Telegram's privacy mode on, only the
+    messages addressed to the bot reach it, so the window is not what the config promises."""
+    line = f"Room window: the last {depth} messages of this group before each question."
+    channel = ctx.host.channels.get(ctx.message.provider)
+    if channel is not None and channel.reads_all_group_messages is False:
+        line += (
+            " But Telegram's privacy mode is on for this bot, so it holds only messages addressed to me"
+            " (unless I am an admin of this group). An operator turns it off in @BotFather (/setprivacy)."
+        )
+    return line
+
+
 async def agent(ctx: CommandContext) -> None:
     directory = ctx.host.agents
     if directory is None:
@@ -28,6 +41,8 @@ async def agent(ctx: CommandContext) -> None:
         lines = [f"Agent here: {choice.name}", f"Why: {choice.why}."]
         if choice.agent is not None and choice.agent.model is not None:
             lines.append(f"Its model: {choice.agent.model}")
+        if choice.agent is not None and choice.agent.ambient and not ctx.message.is_private:
+            lines.append(room_line(ctx, choice.agent.ambient))
         if switchable:
             lines.append(f"An admin can switch with /agent NAME: {', '.join(switchable)}.")
         await ctx.reply("\n".join(lines))

@@ -194,6 +194,7 @@ class TelegramChannel(Channel):
                 actual,
             )
         self.bot_username = actual or self.bot_username
+        self._note_privacy(bot.bot.can_read_all_group_messages)
         await self._register_commands(bot)
         if webhook:
             assert url is not None and self.config.webhook_secret is not None
@@ -569,6 +570,19 @@ class TelegramChannel(Channel):
             on_change=on_change,
             provider=self.provider,
         )
+
+    def _note_privacy(self, reads_all: bool | None) -> None:
+        """Keep what getMe said about privacy mode, and warn when the service wants the room (an agent
+        with ``context: {ambient: N}``) but Telegram will hand over only messages addressed to the bot."""
+        self.reads_all_group_messages = reads_all
+        if self.overhear is not None and reads_all is False:
+            log.warning(
+                "Telegram privacy mode is on for @%s (getMe: can_read_all_group_messages is false): agents with"
+                " context: {ambient: N} see only messages addressed to the bot in groups where it is not an"
+                " admin. Turn it off in @BotFather (/setprivacy → Disable), then remove and re-add the bot"
+                " to each group (docs/channels/telegram.md)",
+                self.bot_username,
+            )
 
     def handle(self) -> str | None:
         """@username as getMe reported it once connected (config ``bot_username`` until then)."""

@@ -523,5 +523,7 @@ async def test_a_subagent_whose_model_fails_ends_failed_and_the_turn_still_answe
     [result] = tool_results(requests_for(llm, PARENT)[1])
     assert " failed: general]" in result
     # The same plain sentence a failed turn gets (agent/errors.py), and the error's class for the logs.
-    assert result.split("\n")[1].startswith("failed: Something went wrong while I was answering. (")
+    assert result.split("\n")[1].startswith(
+        "failed: The model rejected the request: unknown model. Send /new"
+    )
     assert stored.status == "failed"

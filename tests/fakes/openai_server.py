@@ -98,6 +98,10 @@ class Reply:
     delay: float = 0.0
     status: int = 200
     error: str | None = None
+    #: OpenAI's error JSON fields for a non-200 answer (``type``, ``code``, ``param``).
+    error_type: str = "fake_error"
+    error_code: str | None = None
+    error_param: str | None = None
     retry_after: float | None = None
     prompt_tokens: int = 10
     completion_tokens: int | None = None
@@ -262,7 +266,14 @@ class FakeOpenAI(ThreadedServer):
         if reply.status != 200:
             headers = {"retry-after": str(reply.retry_after)} if reply.retry_after is not None else {}
             return web.json_response(
-                {"error": {"message": reply.error or "fake failure", "type": "fake_error", "code": None}},
+                {
+                    "error": {
+                        "message": reply.error or "fake failure",
+                        "type": reply.error_type,
+                        "param": reply.error_param,
+                        "code": reply.error_code,
+                    }
+                },
                 status=reply.status,
                 headers=headers,
             )

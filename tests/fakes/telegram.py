@@ -30,6 +30,11 @@ Driving it (from a test or a REPL)::
         tg.press(42, reply.message_id, "⏹ Stop")           # a user taps an inline button
         tg.call_count("answerCallbackQuery")               # per-method call counts
 
+Privacy mode is on by default, as BotFather sets it: in a group the bot gets only commands for it,
+``@mentions`` of it and replies to it (tests/fakes/telegram_privacy.py has the documented rules), and
+``getMe`` says ``can_read_all_group_messages: false``. ``FakeTelegram(privacy_mode=False)`` delivers every
+group message, as after ``/setprivacy`` → Disable; ``tg.withheld`` lists the messages held back.
+
 Webhook mode: once a client calls ``setWebhook``, every pushed update is POSTed (JSON, with the
 ``X-Telegram-Bot-Api-Secret-Token`` header when a secret was set) to the registered URL, one at a time
 in order, and repeated after a pause until the answer is 2xx (``tg.webhook_deliveries`` records each
@@ -59,6 +64,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.server import ThreadedServer
+from tests.fakes.telegram_privacy import PrivacyMode
 
 TEXT_LIMIT = 4096
 CAPTION_LIMIT = 1024
@@ -236,9 +242,16 @@ class FakeTelegram(ThreadedServer):
         local_mode: bool = False,
         webhook_retry_seconds: float = 1.0,
         webhook_max_attempts: int = 20,
+        privacy_mode: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        #: Privacy mode (on by default, as BotFather sets it): which group messages reach the bot.
+        #: ``privacy_mode=False`` (or ``tg.privacy.enabled = False``) is an operator's ``/setprivacy`` →
+        #: Disable; ``tg.privacy.admin_in.add(chat_id)`` makes the bot an admin of that group.
+        self.privacy = PrivacyMode(bot_id, bot_username, enabled=privacy_mode)
+        #: Group messages people sent that Telegram did not hand to the bot (privacy mode).
+        self.withheld: list[dict[str, Any]] = []
         self.local_mode = local_mode
         self.webhook_retry_seconds = webhook_retry_seconds
         self.webhook_max_attempts = webhook_max_attempts
@@ -409,7 +422,8 @@ class FakeTelegram(ThreadedServer):
             self._group_sends[chat_id] = [*sent, now]
 
     def _m_getMe(self, params: dict[str, Any], uploads: Any) -> dict[str, Any]:
-        return {**self._bot_user(), "can_join_groups": True, "can_read_all_group_messages": False,
+        return {**self._bot_user(), "can_join_groups": True,
+                "can_read_all_group_messages": not self.privacy.enabled,
                 "supports_inline_queries": False}  # fmt: skip
 
     def _m_setWebhook(self, params: dict[str, Any], uploads: Any) -> bool:
@@ -639,6 +653,7 @@ class FakeTelegram(ThreadedServer):
         return chat
 
     def _bot_message(self, chat_id: int, params: dict[str, Any], message: FakeMessage) -> dict[str, Any]:
+        self.privacy.bot_sent(chat_id, self.bot_id)
         payload: dict[str, Any] = {
             "message_id": message.message_id,
             "date": int(time.time()),
@@ -928,6 +943,8 @@ class FakeTelegram(ThreadedServer):
     ) -> dict[str, Any]:
         """Build (and by default push) a ``message`` update as a user would send it; returns the message.
 
+        In a group with privacy mode on, a message not meant for the bot (no ``/command`` for it, no
+        ``@mention``, no reply to it) is not delivered, as on Telegram: it goes to :attr:`withheld`.
         Entities for ``@mentions`` and a leading ``/command`` are computed like Telegram's clients do.
         ``reply_to`` is a message id already in this fake (the bot's or a user's). ``thread_id`` makes
         it a forum-topic message. ``voice`` is a voice note (OGG/Opus bytes, duration in seconds), sent
@@ -983,7 +1000,12 @@ class FakeTelegram(ThreadedServer):
             stored_message = FakeMessage(chat_id, mid, False, [text or caption or ""], [text or caption or ""],
                                          reply_to=reply_to, thread_id=thread_id, payload=message)  # fmt: skip
             self.messages[(chat_id, mid)] = stored_message
-        if push:
+            if is_bot:
+                self.privacy.bot_sent(chat_id, user_id)
+            delivered = self.privacy.delivers(message)
+            if not delivered:
+                self.withheld.append(message)
+        if push and delivered:
             self.push_update({"message": message})
         return message
 

@@ -128,3 +128,68 @@ async def test_text_is_4096_and_a_caption_1024_characters_after_markup(tg: FakeT
             files={"document": ("a.txt", b"data", "text/plain")},
         )
         assert caption.json()["description"] == "Bad Request: message caption is too long"
+
+
+def texts(body: dict[str, Any]) -> list[str]:
+    return [u["message"].get("text", "") for u in body["result"] if "message" in u]
+
+
+async def test_with_privacy_mode_on_a_group_delivers_only_what_is_meant_for_the_bot(tg: FakeTelegram):
+    """core.telegram.org/bots/features#privacy-mode: commands for the bot, general commands when it
+    was the last bot to write, replies to messages meant for it; BotFather adds @mentions. Private chats
+    get everything; getMe says the bot cannot read all group messages."""
+    group, bot = -100777, f"@{tg.bot_username}"
+    tg.user_message(group, "just people talking")
+    tg.user_message(group, "/status")  # no bot has written here: not this bot's to take
+    tg.user_message(group, f"/status{bot}")
+    tg.user_message(group, "/status@some_other_bot")
+    mention = tg.user_message(group, f"{bot} what's new?")
+    tg.user_message(group, "a reply to the mention", reply_to=mention["message_id"])
+    plain = tg.user_message(group, "people again")
+    tg.user_message(group, "a reply to people", reply_to=plain["message_id"])
+    tg.user_message(42, "a private chat gets everything")
+    async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+        me = (await client.post("/getMe")).json()["result"]
+        assert me["can_read_all_group_messages"] is False
+        _, body = await get_updates(client, tg)
+        assert texts(body) == [
+            f"/status{bot}",
+            f"{bot} what's new?",
+            "a reply to the mention",
+            "a private chat gets everything",
+        ]
+        reply = (await client.post("/sendMessage", data={"chat_id": group, "text": "answer"})).json()[
+            "result"
+        ]
+        tg.user_message(group, "/help")  # now the bot was the last bot to write here
+        tg.user_message(group, "thanks!", reply_to=reply["message_id"])
+        tg.user_message(group, "an other bot speaks", user_id=555, is_bot=True, username="other_bot")
+        tg.user_message(group, "/help")  # and now it was not
+        _, body = await get_updates(client, tg, offset=ids(body)[-1] + 1)
+        assert texts(body) == ["/help", "thanks!"]
+    assert [m["text"] for m in tg.withheld] == [
+        "just people talking",
+        "/status",
+        "/status@some_other_bot",
+        "people again",
+        "a reply to people",
+        "an other bot speaks",
+        "/help",
+    ]
+
+
+async def test_with_privacy_mode_off_or_as_a_group_admin_the_bot_gets_every_group_message():
+    with FakeTelegram(privacy_mode=False) as tg:
+        tg.user_message(-100, "just people talking")
+        async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+            me = (await client.post("/getMe")).json()["result"]
+            _, body = await get_updates(client, tg)
+        assert me["can_read_all_group_messages"] is True
+        assert texts(body) == ["just people talking"]
+    with FakeTelegram() as tg:
+        tg.privacy.admin_in.add(-100)
+        tg.user_message(-100, "said where the bot is an admin")
+        tg.user_message(-200, "said where it is not")
+        async with httpx.AsyncClient(base_url=f"{tg.url}/bot{tg.token}") as client:
+            _, body = await get_updates(client, tg)
+        assert texts(body) == ["said where the bot is an admin"]
