@@ -363,6 +363,16 @@ class GoalStore:
             rows = (await conn.execute(query.order_by(goal_continuations.c.created_at))).mappings()
             return [_continuation(r) for r in rows]
 
+    async def start_id(self, thread_id: str, goal_created_at: float) -> str | None:
+        """The id of the turn that started (or last resumed) this goal: a goal run's name, which its
+        task card is named after (a resume is a new start, with a new id)."""
+        c = goal_continuations.c
+        query = select(c.id).where(
+            c.thread_id == thread_id, c.goal_created_at == goal_created_at, c.number == 0
+        )
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).scalar()
+
     async def last_answer(self, thread_id: str, goal_created_at: float) -> str | None:
         """The latest answer a continuation of this goal delivered: a goal's task card ends with it,
         also when the goal ends before its next step (cleared, stopped, over budget)."""

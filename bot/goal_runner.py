@@ -87,7 +87,13 @@ class GoalRunner:
             finishing=finishing,
         )
         return await self._follow(
-            step, outcome.message, finishing, thread_id, outcome.identity.owner, failed=outcome.failed
+            step,
+            outcome.message,
+            finishing,
+            thread_id,
+            outcome.identity.owner,
+            failed=outcome.failed,
+            task=outcome.task,
         )
 
     async def _follow(
@@ -99,32 +105,37 @@ class GoalRunner:
         owner: str,
         *,
         failed: bool = False,
+        task: str | None = None,
     ) -> FollowUp | None:
-        """Queue the next step (its card says which), or end the goal's card with the verdict."""
+        """Queue the next step (its card says which), or end the goal's card with the verdict.
+
+        ``task`` is the card the turn answered in (a goal step's); else the card of the thread's goal."""
         answered = await self.store.continuation(finished) if finished is not None else None
         # The card shows the steps' answers; the first answer is the reply to the /goal message itself.
         body = (answered.reply_text or "") if answered is not None and answered.number > 0 else ""
+        goal = await self.store.get(thread_id)
+        if task is None:
+            started = goal.created_at if goal is not None else answered.goal_created_at if answered else None
+            task = await self._task_id(thread_id, started)
         if step is None or step.continuation is None:
             if finished is not None:  # the goal ended (or was gone): nothing more is owed for this step
                 await self.store.mark(finished, "done", expect=("answered",))
-            goal = await self.store.get(thread_id)
+                goal = await self.store.get(thread_id)
             notice = step.notice if step is not None else None
             # A decision about the goal opens its card if need be; "no goal any more" only ends one.
-            card = await self._card(thread_id, message, owner, goal, create=step is not None)
+            card = await self._card(task, message, owner, goal, create=step is not None)
             if card is not None and not card.row.final:
                 reason = notice or self._gone(goal)
                 result = f"{body}\n\n{reason}" if body else reason
                 await _quietly(card.close(card_status(goal, failed), result))
-            elif (
-                card is None and notice
-            ):  # no card (its platform is gone): the verdict still reaches the chat
+            elif card is None and notice:  # no card (its platform is gone): the verdict still shows
                 await self.manager.send_notice(message, notice)
             return None
-        card = await self._card(thread_id, message, owner, await self.store.get(thread_id), create=True)
+        card = await self._card(task, message, owner, goal, create=True)
         if card is not None:
             number = step.continuation.number
             await _quietly(card.settle(step_name(number, self.keeper.max_continuations), body))
-        return self._follow_up(step.continuation)
+        return self._follow_up(step.continuation, task)
 
     @staticmethod
     def _gone(goal: Goal | None) -> str:
@@ -132,35 +143,37 @@ class GoalRunner:
             return "🎯 The goal was cleared."
         return f"🎯 Goal ended: {goal.last_reason or goal.status.replace('_', ' ')}."
 
+    async def _task_id(self, thread_id: str, goal_created_at: float | None) -> str | None:
+        """The card of the goal run created at ``goal_created_at`` (named after its start)."""
+        if goal_created_at is None:
+            return None
+        start = await self.store.start_id(thread_id, goal_created_at)
+        return goal_task_id(start) if start is not None else None
+
     async def _card(
-        self, thread_id: str, message: InboundMessage, owner: str, goal: Goal | None, *, create: bool
+        self, task: str | None, message: InboundMessage, owner: str, goal: Goal | None, *, create: bool
     ) -> GoalCard | None:
+        if task is None:
+            return None
         try:
             if create and goal is not None:
-                return await self.cards.open(thread_id, message, owner=owner, title=goal.objective)
-            return await self.cards.get(goal_task_id(thread_id, message))
+                return await self.cards.open(
+                    task, message, thread_id=goal.thread_id, owner=owner, title=goal.objective
+                )
+            return await self.cards.get(task)
         except Exception as exc:  # storage hiccup: the goal goes on without its card this time
             log.warning("the goal's task card could not be opened: %s: %s", type(exc).__name__, exc)
             return None
 
     async def _end_card(self, step: Continuation, status: TaskStatus, reason: str) -> None:
         """A step that will not run ends its goal's card with the reason (it is the goal's end)."""
-        try:
-            origin = InboundMessage.from_json(json.loads(step.origin))
-        except (ValueError, TypeError, KeyError):
-            return
-        card = await self.cards.get(goal_task_id(step.thread_id, origin))
+        task = await self._task_id(step.thread_id, step.goal_created_at)
+        card = await self.cards.get(task) if task is not None else None
         if card is not None and not card.row.final:
             answer = await self.store.last_answer(step.thread_id, step.goal_created_at)
             await _quietly(card.close(status, f"{answer}\n\n{reason}" if answer else reason))
 
-    def _task_of(self, step: Continuation) -> str | None:
-        try:
-            return goal_task_id(step.thread_id, InboundMessage.from_json(json.loads(step.origin)))
-        except (ValueError, TypeError, KeyError):
-            return None
-
-    def _follow_up(self, step: Continuation) -> FollowUp:
+    def _follow_up(self, step: Continuation, task: str | None) -> FollowUp:
         async def before_start() -> str | None:
             return await self._still_wanted(step)
 
@@ -172,7 +185,7 @@ class GoalRunner:
             hidden=True,
             before_start=before_start,
             after_delivery=after_delivery,
-            task=self._task_of(step),
+            task=task,
         )
 
     async def _still_wanted(self, step: Continuation) -> str | None:
@@ -255,7 +268,7 @@ class GoalRunner:
             else:
                 if step.status == "running":  # it died with the previous process: run it again
                     await self.store.mark(step.id, "queued", expect=("running",))
-                follow = self._follow_up(step)
+                follow = self._follow_up(step, await self._task_id(step.thread_id, step.goal_created_at))
             await self.manager.submit_turn(
                 message,
                 identity,

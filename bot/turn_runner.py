@@ -449,7 +449,7 @@ class TurnRunner:
 
     async def _after_turn(self, turn: Turn, text: str, *, stopped: bool, failed: bool) -> None:
         outcome = TurnOutcome(
-            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed
+            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed, turn.task
         )
         for hook in self.after_turn_hooks:
             try:

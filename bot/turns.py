@@ -51,6 +51,8 @@ class TurnOutcome:
     hidden: bool
     stopped: bool
     failed: bool
+    #: The task card the turn answered in (``Turn.task``): a goal step's goal card.
+    task: str | None = None
 
 
 class StopResult(enum.Enum):

@@ -8,9 +8,9 @@ shows the answer and "checking it against the goal", keeps its ⏹ Stop button, 
 told the message is final — and the goal runner closes the card once, with the last step's answer and
 the verdict (stored before it is shown, like every card's result).
 
-The card's id comes from the goal's thread and the chat message that started the goal: the same for
-every step and across restarts (steps are resumed from their stored origin), and new for a goal started
-again with ``/goal OBJECTIVE``, whose earlier card has already ended.
+The card is named after the goal's start (the id of its step 0, ``GoalStore.start_id``): the same for
+every step, for a user's own turn the goal judges too, and across restarts; new for a goal started again
+with ``/goal OBJECTIVE`` (a new start), whose earlier card has already ended.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ CHECKING = "checking the answer against the goal"
 MARGIN = 32
 
 
-def goal_task_id(thread_id: str, origin: InboundMessage) -> str:
-    return f"goal:{thread_id}:{origin.provider}:{origin.platform_message_id}"[:200]
+def goal_task_id(start_id: str) -> str:
+    """The card of the goal run that ``start_id`` (its step 0) started."""
+    return f"goal:{start_id}"
 
 
 def step_name(number: int, cap: int) -> str:
@@ -108,14 +109,14 @@ class GoalCards:
         self.channels = channels
 
     async def open(
-        self, thread_id: str, origin: InboundMessage, *, owner: str, title: str
+        self, task_id: str, origin: InboundMessage, *, thread_id: str, owner: str, title: str
     ) -> GoalCard | None:
         """The goal's card: the stored one, or a new one (shown at its first change)."""
         channel = self.channels.get(origin.provider)
         if channel is None:
             return None
         row = await self.store.open(
-            goal_task_id(thread_id, origin),
+            task_id,
             message=origin,
             owner=owner,
             thread_id=thread_id,

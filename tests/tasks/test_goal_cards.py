@@ -170,3 +170,30 @@ async def test_a_goal_runs_in_one_slack_card(tmp_path, llm: FakeOpenAI) -> None:
     assert card_body(card.text) == f"{STEP_2}\n\n{REACHED}"
     assert sum(STEP_2 in t for t in texts) == 1
     assert card.labels == []
+
+
+async def test_a_question_asked_while_a_goal_runs_is_answered_apart_and_the_goal_keeps_one_card(
+    tmp_path, llm: FakeOpenAI
+) -> None:
+    """The goal also judges the person's own turns on its thread; their answers are plain replies and
+    any step they lead to runs in the goal's one card."""
+    question = "what time is it"
+    plain = two_step_goal(step_1=Reply(text=STEP_1, chunk_size=2, delay=0.15))
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if last_user_text(body) == question and EVALUATOR_MARKER not in system_text(body):
+            return Reply(text="It is eight o'clock.")
+        return plain(body)
+
+    llm.default_reply = reply
+    async with telegram_bot(tmp_path, llm, Clock(START)) as (h, tg):
+        tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
+        await tg.wait_until(lambda: any("Moved" in card_body(m.text) for m in telegram_cards(tg)), 60)
+        tg.user_message(CHAT, question, user_id=CHAT)  # waits behind step 1, then is judged too
+        await tg.wait_until(lambda: any("✅ Done" in card_status(m.text) for m in telegram_cards(tg)), 60)
+        await h.idle(timeout=30)
+        cards = telegram_cards(tg)
+        texts = [m.text for m in tg.bot_messages(CHAT)]
+    assert len(cards) == 1, [c.text for c in cards]
+    assert "It is eight o'clock." in texts, "the question got its own reply"
+    assert card_body(cards[0].text) == f"{STEP_2}\n\n{REACHED}"
