@@ -119,3 +119,26 @@ async def test_stop_during_a_goal_turn_pauses_the_goal(harness, llm):
     assert continuations(llm) == []
     assert card_status(card.text) == "⏹ Stopped"
     assert "Status: paused" in await harness.ask("/goal")
+
+
+async def test_stop_during_a_goal_step_ends_its_card_paused(harness, llm):
+    started: list[bool] = []
+
+    def work(body):  # type: ignore[no-untyped-def]
+        if last_user_text(body).startswith("[Goal continuation 1/") and not started:
+            started.append(True)
+            return Reply(tool_calls=[ToolCall("bash", {"command": "sleep 30"})])
+        return echo_reply(body)
+
+    llm.default_reply = goal_model("continue", "keep going", work=work)
+    await harness.chat.say("/goal index the repository")
+    await harness.chat.wait_for(
+        lambda c: any("step 1 of 8 · running `sleep 30`" in card_status(m.text) for m in goal_cards(c)), 30
+    )
+    await harness.chat.say("/stop")
+    card = await harness.chat.wait_for_text("🎯 Goal paused: stopped with /stop", timeout=30)
+    await harness.idle()
+    assert goal_cards(harness.chat) == [card]
+    assert card_status(card.text) == "⏹ Stopped"
+    assert [c.split("]")[0] for c in continuations(llm)] == ["[Goal continuation 1/8"], "no step after /stop"
+    assert "Status: paused" in await harness.ask("/goal")

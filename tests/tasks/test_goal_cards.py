@@ -197,3 +197,22 @@ async def test_a_question_asked_while_a_goal_runs_is_answered_apart_and_the_goal
     assert len(cards) == 1, [c.text for c in cards]
     assert "It is eight o'clock." in texts, "the question got its own reply"
     assert card_body(cards[0].text) == f"{STEP_2}\n\n{REACHED}"
+
+
+async def test_a_step_answer_longer_than_a_message_leaves_no_stale_message_behind(
+    tmp_path, llm: FakeOpenAI
+) -> None:
+    """While the goal runs its card stays one message (a long step answer is cut with …), so the next,
+    shorter step cannot leave the tail of the long one behind in a second message."""
+    long_answer = " ".join(f"line{i}" for i in range(1200))  # about 11,000 characters
+    llm.default_reply = two_step_goal(step_1=Reply(text=long_answer, chunk_size=600, delay=0.02))
+    async with telegram_bot(tmp_path, llm, Clock(START)) as (h, tg):
+        tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
+        await tg.wait_until(lambda: any("✅ Done" in card_status(m.text) for m in telegram_cards(tg)), 60)
+        await h.idle(timeout=30)
+        [card] = telegram_cards(tg)
+        texts = [m.text for m in tg.bot_messages(CHAT)]
+    assert any(card_body(v).startswith("line0 line1") and v.endswith("…") for v in card.history)
+    assert not any("line1199" in t for t in texts), "no message kept the long answer's tail"
+    assert all(len(v) <= 4096 for v in card.history)
+    assert card_body(card.text) == f"{STEP_2}\n\n{REACHED}"
