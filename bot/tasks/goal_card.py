@@ -45,12 +45,11 @@ def step_name(number: int, cap: int) -> str:
 class GoalCard(CardStream):
     """The goal's card, for one step (as the step's reply) or one change of the goal runner."""
 
-    def __init__(self, store: TaskStore, row: TaskRow, channel: Channel, *, body: str = "") -> None:
+    def __init__(self, store: TaskStore, row: TaskRow, channel: Channel) -> None:
         super().__init__(store, row, channel)
         # Each step rewinds the card's body (a new answer), so nothing is held back for being shorter
         # than what the card showed before — that rule is for one answer continued after a restart.
         self._hold_below = 0
-        self.body = body
         #: The step this stream shows ("step 2 of 8"), kept in front of each tool step it reports.
         self.name = (row.step or "").split(STEP_JOIN)[0]
 
