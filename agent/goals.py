@@ -8,7 +8,8 @@ After each turn on a thread with an active goal, :meth:`GoalKeeper.after_turn` d
 3. otherwise an evaluator model call answers ``satisfied`` / ``continue`` / ``stand_down`` with a reason;
 4. ``continue`` asks for another hidden turn, at most ``agent.max_goal_continuations`` times.
 
-The keeper returns a :class:`GoalStep`; the bot turns it into a follow-up turn and a visible notice.
+The keeper returns a :class:`GoalStep`; the bot turns it into a follow-up turn, and shows its notice on
+the goal's task card (bot/goal_runner.py).
 
 A continuation is durable work: it is recorded in ``agent_goal_continuations`` in the same transaction
 that counts it, moves ``queued → running → answered → done`` (or ``cancelled``), and a restart resumes
@@ -361,6 +362,34 @@ class GoalStore:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query.order_by(goal_continuations.c.created_at))).mappings()
             return [_continuation(r) for r in rows]
+
+    async def start_id(self, thread_id: str, goal_created_at: float) -> str | None:
+        """The id of the turn that started (or last resumed) this goal: a goal run's name, which its
+        task card is named after (a resume is a new start, with a new id)."""
+        c = goal_continuations.c
+        query = select(c.id).where(
+            c.thread_id == thread_id, c.goal_created_at == goal_created_at, c.number == 0
+        )
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).scalar()
+
+    async def last_answer(self, thread_id: str, goal_created_at: float) -> str | None:
+        """The latest answer a continuation of this goal delivered: a goal's task card ends with it,
+        also when the goal ends before its next step (cleared, stopped, over budget)."""
+        c = goal_continuations.c
+        query = (
+            select(c.reply_text)
+            .where(
+                c.thread_id == thread_id,
+                c.goal_created_at == goal_created_at,
+                c.number > 0,
+                c.reply_text.is_not(None),
+            )
+            .order_by(c.number.desc())
+            .limit(1)
+        )
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar()
 
     async def mark(
         self, continuation_id: str, status: str, *, expect: tuple[str, ...], **values: Any

@@ -210,6 +210,7 @@ class LaneScheduler:
         before_start: BeforeStart | None = None,
         after_delivery: AfterDelivery | None = None,
         trust: TrustLevel | None = None,
+        task: str | None = None,
     ) -> None:
         """Queue a turn on the conversation's thread; it starts now if the thread is idle.
 
@@ -230,6 +231,7 @@ class LaneScheduler:
             before_start=before_start,
             after_delivery=after_delivery,
             trust=trust,
+            task=task,
         )
         if entry_id is not None:
             turn.token = entry_id

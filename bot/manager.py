@@ -304,6 +304,7 @@ class ChannelManager:
         before_start: BeforeStart | None = None,
         after_delivery: AfterDelivery | None = None,
         trust: TrustLevel | None = None,
+        task: str | None = None,
     ) -> None:
         """Queue a turn on the conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
         await self.lanes.submit_turn(
@@ -320,6 +321,7 @@ class ChannelManager:
             before_start=before_start,
             after_delivery=after_delivery,
             trust=trust,
+            task=task,
         )
 
     async def send_notice(

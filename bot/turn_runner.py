@@ -278,6 +278,8 @@ class TurnRunner:
             refusal = "⚠️ Something went wrong, so I did not run this step."
         if refusal is None:
             return True
+        if turn.task is not None:  # its guard showed the refusal on the turn's task card
+            return False
         reply = turn.reply or channel.open_reply(turn.message)
         try:
             await reply.finish(refusal)
@@ -447,7 +449,7 @@ class TurnRunner:
 
     async def _after_turn(self, turn: Turn, text: str, *, stopped: bool, failed: bool) -> None:
         outcome = TurnOutcome(
-            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed
+            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed, turn.task
         )
         for hook in self.after_turn_hooks:
             try:
@@ -466,4 +468,5 @@ class TurnRunner:
                     before_start=follow.before_start,
                     after_delivery=follow.after_delivery,
                     trust=turn.trust,
+                    task=follow.task,
                 )

@@ -51,6 +51,8 @@ class TurnOutcome:
     hidden: bool
     stopped: bool
     failed: bool
+    #: The task card the turn answered in (``Turn.task``): a goal step's goal card.
+    task: str | None = None
 
 
 class StopResult(enum.Enum):
@@ -82,6 +84,9 @@ class FollowUp:
     system_prompt: str | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: The task card the turn answers in (bot/tasks/goal_card.py): a goal step streams into its goal's
+    #: card instead of posting a reply of its own.
+    task: str | None = None
 
 
 AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
@@ -105,6 +110,9 @@ class Turn:
     reply: ReplyStream | None = None
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: The task card this turn answers in (a goal step: its goal's card); None: a reply of its own.
+    #: Its guard (``before_start``) shows a refusal on that card, so none is posted beside it.
+    task: str | None = None
     #: The named agent answering (bot/agents/), decided before the budget check so spending counts for
     #: it; None: not decided yet (or no named agents).
     agent: AgentChoice | None = None
@@ -182,6 +190,7 @@ class SubmitTurn(Protocol):
         before_start: BeforeStart | None = None,
         after_delivery: AfterDelivery | None = None,
         trust: TrustLevel | None = None,
+        task: str | None = None,
     ) -> None: ...
 
 

@@ -7,11 +7,14 @@ import time
 
 from bot.commands.base import Command, CommandContext
 from bot.tasks.card import KIND_LABELS, STATUS_LINES
+from bot.tasks.goal_card import GOAL_KIND
 from bot.tasks.store import TaskRow, conversation_label
 from bot.turns import StopResult
 
 USAGE = "Usage: /tasks (this chat's tasks), /tasks ID (one, with its steps), /tasks stop ID."
 MAX_SHOWN_RESULT = 1500
+NOT_YOURS = "Sorry, only the person who started this task (or an admin) can stop it."
+GOAL_STOPPED = "stopped with ⏹ Stop"
 
 
 def _age(seconds: float) -> str:
@@ -84,18 +87,17 @@ async def _stop(ctx: CommandContext, label: str, short: str) -> None:
         return
     if row.final:
         answer = f"Task {row.short} has already ended ({row.status})."
+    elif row.kind == GOAL_KIND:
+        answer = await _stop_goal(ctx, row)
     elif row.stop_token is not None:  # the card is a turn's reply: stop that turn, as its ⏹ would
         result = await ctx.host.stop_turn(ctx.message, row.thread_id, row.stop_token)
         answer = {
             StopResult.STOPPED: f"Stopping task {row.short}.",
-            StopResult.NOT_YOURS: "Sorry, only the person who started this task (or an admin) can stop it.",
+            StopResult.NOT_YOURS: NOT_YOURS,
         }.get(result, f"Task {row.short} is not running right now.")
     else:
-        asker = row.message.sender
-        if (asker.id != ctx.message.sender.id or row.message.provider != ctx.message.provider) and not (
-            ctx.host.is_admin(ctx.message)
-        ):
-            answer = "Sorry, only the person who started this task (or an admin) can stop it."
+        if not _may_stop(ctx, row):
+            answer = NOT_YOURS
         elif desk.request_stop(row.id):
             answer = f"Stopping task {row.short}."
         else:
@@ -104,6 +106,35 @@ async def _stop(ctx: CommandContext, label: str, short: str) -> None:
         return  # a Stop button: the card itself shows "Stopped"
     await ctx.host.send_notice(ctx.message, answer, private=bool(ctx.message.pressed))
     ctx.replies.append(answer)
+
+
+def _may_stop(ctx: CommandContext, row: TaskRow) -> bool:
+    """The person whose job it is, or a channel admin."""
+    asker = row.message.sender
+    mine = asker.id == ctx.message.sender.id and row.message.provider == ctx.message.provider
+    return mine or ctx.host.is_admin(ctx.message)
+
+
+async def _stop_goal(ctx: CommandContext, row: TaskRow) -> str:
+    """A goal's ⏹ Stop: the goal stops (no further step starts), its card says so, and the step running
+    now is stopped as ``/stop`` would (its answer does not overwrite the card's end)."""
+    desk, keeper = ctx.host.tasks, ctx.goals
+    assert desk is not None
+    if not _may_stop(ctx, row):
+        return NOT_YOURS
+    goal = await keeper.store.get(row.thread_id) if keeper is not None else None
+    if keeper is not None and goal is not None and goal.active:
+        await keeper.store.close(row.thread_id, "stopped", GOAL_STOPPED)
+    card = await desk.goals.get(row.id)
+    if card is not None:
+        objective = goal.objective if goal is not None else row.title
+        ended = f"🎯 Goal paused: {GOAL_STOPPED}. Send /goal {objective} to resume."
+        # The card keeps the last answer a step delivered (the step stopped now delivers none).
+        answer = await keeper.store.last_answer(row.thread_id, goal.created_at) if keeper and goal else None
+        await card.close("stopped", f"{answer}\n\n{ended}" if answer else ended)
+    if row.stop_token is not None:
+        await ctx.host.stop_turn(ctx.message, row.thread_id, row.stop_token)
+    return f"Stopping task {row.short}."
 
 
 COMMAND = Command(

@@ -2,8 +2,8 @@
 
 Memory: after every turn that did not fail, the owner's conversation is noted for (debounced) fact
 extraction. Goals: after every turn on a thread with an active goal, the goal keeper decides whether to
-continue (a recorded, hidden follow-up turn with a visible "continuing" notice) or stop (a notice saying
-why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps. Both are optional capabilities
+continue (a recorded, hidden follow-up turn that streams into the goal's task card) or stop (the card
+ends saying why); :class:`bot.goal_runner.GoalRunner` runs and resumes those steps. Both are optional capabilities
 the :class:`~agent.events.Agent` protocol declares (``None`` when off).
 
 Unlike the other features it starts once the agent is built (``serve`` takes input before that), and

@@ -27,7 +27,7 @@ from channels.types import Action
 
 log = logging.getLogger(__name__)
 
-KIND_LABELS = {"schedule": "Scheduled task", "subagent": "Subagent", "goal": "Goal step", "tool": "Tool call"}
+KIND_LABELS = {"schedule": "Scheduled task", "subagent": "Subagent", "goal": "Goal", "tool": "Tool call"}
 STATUS_LINES: dict[str, str] = {
     "queued": "⏳ Queued",
     "running": "▶️ Running",
@@ -37,6 +37,12 @@ STATUS_LINES: dict[str, str] = {
     "stopped": "⏹ Stopped",
 }
 MAX_TITLE = 120
+STOP_LABEL = "⏹ Stop"
+
+
+def stop_action(short: str) -> Action:
+    """A card's ⏹ Stop button: it sends ``/tasks stop ID`` (bot/commands/tasks.py)."""
+    return Action(f"/tasks stop {short}", STOP_LABEL, "danger")
 
 
 def render(row: TaskRow, status: TaskStatus, step: str | None, body: str) -> str:
@@ -60,6 +66,9 @@ class _EditOnly(ReplyTransport):
         self.inner = inner
         self.supports_actions = inner.supports_actions
         self.typing_interval = inner.typing_interval
+        #: Set for an end that is not the card's last (a goal step): the platform is not told the
+        #: message is finished (a terminal would print it, DingTalk would close its card).
+        self.quiet = False
 
     async def send(self, text: str, *, fallback: bool = False, actions: Sequence[Action] = ()) -> str:
         return await self.inner.send(text, fallback=fallback, actions=actions)
@@ -77,7 +86,8 @@ class _EditOnly(ReplyTransport):
         return None
 
     async def finished(self) -> None:
-        await self.inner.finished()
+        if not self.quiet:
+            await self.inner.finished()
 
     def resume_state(self) -> str:
         return self.inner.resume_state()
@@ -102,8 +112,9 @@ class CardStream(ReplyStream):
         self.store = store
         self.row = row
         self._also_keep = also_keep
+        self._edit_only = _EditOnly(channel.reply_transport(row.message))
         super().__init__(
-            _EditOnly(channel.reply_transport(row.message)),
+            self._edit_only,
             channel.pacing(row.message),
             channel.limits,
             resume=resume or row.reply_state,

@@ -1,10 +1,13 @@
 """The task desk: which jobs get a card, the cards' Stop events, and the reporter bound to each turn.
 
-Two ways a card comes to be:
+Three ways a card comes to be:
 
 * a turn that *is* a background job — a scheduled run — is answered with a card instead of a plain
   reply (:meth:`TaskDesk.for_turn`); the turn's own Stop token is the card's, and its inbox entry stores
   the card's state too, so the inbox's resume continues the card where it is;
+* a goal (bot/goal_runner.py) opens its card when it starts working in the background, and each of
+  its steps — a hidden turn carrying the card's id (``Turn.task``) — streams into that card
+  (bot/tasks/goal_card.py);
 * work inside a turn (a subagent started by the agent's ``task`` tool) reports through
   :class:`TurnTasks`, the :class:`~agent.events.TaskReporter` bound to every turn's request: each task
   id gets its own card, its Stop button sends ``/tasks stop ID`` and sets that task's stop event.
@@ -24,23 +27,19 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from agent.events import TaskStatus
 from bot.schedules import is_occurrence
-from bot.tasks.card import CardStream
+from bot.tasks.card import CardStream, stop_action
+from bot.tasks.goal_card import GoalCards
 from bot.tasks.store import FINAL, TaskStore
 from bot.turns import Turn
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.resume import ReplyState
-from channels.types import Action, InboundMessage
+from channels.types import InboundMessage
 
 log = logging.getLogger(__name__)
 
 #: Stores a turn's reply state with its inbox entry (``Inbox.save_reply_ref``).
 SaveReplyState = Callable[[str, ReplyState], Awaitable[None]]
-STOP_LABEL = "⏹ Stop"
-
-
-def stop_action(short: str) -> Action:
-    return Action(f"/tasks stop {short}", STOP_LABEL, "danger")
 
 
 class TaskDesk:
@@ -53,6 +52,8 @@ class TaskDesk:
         self.channels = channels
         self.save_reply_state = save_reply_state
         self._stops: dict[str, asyncio.Event] = {}
+        #: Goals' cards (bot/tasks/goal_card.py): each step of a goal answers in its goal's card.
+        self.goals = GoalCards(store, channels)
 
     # --- a turn that is a background job -----------------------------------------------------------
     async def for_turn(
@@ -87,11 +88,16 @@ class TaskDesk:
         return CardStream(self.store, row, channel, resume=row.reply_state or shown, also_keep=keep)
 
     async def open_for_turn(self, turn: Turn) -> CardStream | None:
-        """The card of a turn that is a scheduled run, shown "queued" until the turn gets its slot; None
-        for any other turn. It becomes the turn's reply (the same card when asked again); a result stored
+        """The card of a turn that is a scheduled run, shown "queued" until the turn gets its slot, or of
+        a goal step (its goal's card); None for any other turn. It becomes the turn's reply (the same card when asked again); a result stored
         before a restart is delivered into it without running the model again (``turn.reply_text``)."""
         if isinstance(turn.reply, CardStream):
             return turn.reply
+        if turn.task is not None:  # a goal step: it streams into its goal's card
+            goal_card = await self.goals.for_turn(turn.task, turn.token)
+            if goal_card is not None:
+                turn.reply = goal_card
+            return goal_card
         shown = turn.reply.state if turn.reply is not None else None
         card = await self.for_turn(
             turn.message,

@@ -273,6 +273,12 @@ class TaskStore:
                 update(task_cards_table).where(t.id == task_id).values(delivered_at=now, updated_at=now)
             )
 
+    async def set_stop_token(self, task_id: str, token: str) -> None:
+        """The Stop token of the turn now running in the card (a goal's card: each step is a turn)."""
+        t = task_cards_table.c
+        async with self.db.engine.begin() as conn:
+            await conn.execute(update(task_cards_table).where(t.id == task_id).values(stop_token=token))
+
     async def save_state(self, task_id: str, state: ReplyState) -> None:
         t = task_cards_table.c
         async with self.db.engine.begin() as conn:

@@ -2,13 +2,16 @@
 
 A step never runs in a thread started by ``/new`` or after ``/goal clear``; ``/goal`` and ``/status``
 agree about a step's state; "Send /goal X to resume" keeps the count. Restarts (kill -9 and SIGTERM) run
-the real ``switchboard chat`` process and check every step is answered exactly once.
+the real ``switchboard chat`` process and check every step is answered exactly once, and that the goal's
+task card (issue 36) is printed once, when it ends, with the last step's answer and the verdict: a piped
+terminal prints a message when it is final, and a goal's steps stream into its one card.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,9 +22,17 @@ import pytest
 
 from agent.goals import EVALUATOR_MARKER
 from tests.agent.helpers import agent_settings, everything_shown, system_text
-from tests.agent.test_goals import continuations, goal_model
+from tests.agent.test_goals import continuations, goal_cards, goal_model
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
 from tests.harness import Harness
+from tests.tasks.kit import card_body, card_status, is_card
+
+STEP_1 = "▶️ Running — step 1 of 8"
+
+
+def on_step(chat, status: str):  # type: ignore[no-untyped-def]
+    """Wait until the goal's card shows ``status`` (a step queued or running)."""
+    return chat.wait_for(lambda c: any(card_status(m.text) == status for m in goal_cards(c)), 20)
 
 
 def slow_on(prefix: str, delay: float = 0.1, chunks: int = 30):  # type: ignore[no-untyped-def]
@@ -43,11 +54,15 @@ async def test_new_during_a_goal_runs_nothing_in_the_new_thread_and_closes_the_g
             h.chat.make_message("").conversation_key, "memory:-:user-1"
         )
         await h.chat.say("/goal sort the photos")
-        await h.chat.wait_for_text("🎯 continuing toward the goal (1/8)…")
-        await h.chat.wait_for(lambda c: any(t.startswith("working") for t in everything_shown(c)))
+        await on_step(h.chat, STEP_1)
+        await h.chat.wait_for(lambda c: any(card_body(t).startswith("working") for t in everything_shown(c)))
         await h.chat.say("/new")
-        await h.chat.wait_for_text("Goal closed: the conversation moved to a new thread (/new)", timeout=20)
+        card = await h.chat.wait_for_text(
+            "Goal closed: the conversation moved to a new thread (/new)", timeout=20
+        )
         await h.idle(timeout=20)
+        assert goal_cards(h.chat) == [card]
+        assert card_status(card.text) == "⏹ Stopped"
         new = await h.service.threads.get(h.chat.make_message("").conversation_key)
         assert new is not None and new.thread_id != old.thread_id
         assert await h.service.agent.thread_messages(new.thread_id) == []  # type: ignore[union-attr]
@@ -71,7 +86,7 @@ async def test_goal_clear_while_a_continuation_is_queued_means_it_never_runs(tmp
         await h.chat.say("/goal file the taxes")
         await h.chat.wait_for(lambda c: any(t.startswith("started") for t in everything_shown(c)))
         await h.chat.say("meanwhile")  # queued behind the goal turn; the continuation queues behind it
-        await h.chat.wait_for_text("🎯 continuing toward the goal (1/8)…")
+        await on_step(h.chat, STEP_1)
         # Commands answer at once, while the lane is busy (h.ask would wait for everything to finish).
         await h.chat.say("/status", message_id="s1")
         await h.chat.wait_for_text(
@@ -81,8 +96,9 @@ async def test_goal_clear_while_a_continuation_is_queued_means_it_never_runs(tmp
         await h.chat.wait_for_text("Status: working on it, continuation 1 queued — 1/8 continuations used")
         await h.chat.say("/goal clear", message_id="g2")
         await h.chat.wait_for_text("🎯 Goal cleared.")
-        await h.chat.wait_for_text("🎯 Not continuing the goal: the goal was cleared.", timeout=20)
+        card = await h.chat.wait_for_text("🎯 Not continuing the goal: the goal was cleared.", timeout=20)
         await h.idle(timeout=20)
+        assert is_card(card.text) and card_status(card.text) == "⏹ Stopped"
     assert continuations(llm) == []
     assert not any("Goal continuation" in last_user_text(b) for b in llm.completions)
 
@@ -104,6 +120,10 @@ async def test_resending_a_paused_goal_resumes_it_with_its_count(tmp_path, llm):
         assert resumed.startswith("🎯 Goal resumed: write the release notes (2/8 continuations used)")
         await h.chat.wait_for_text("🎯 Goal reached: the notes are written")
         await h.idle()
+        # The resumed goal is a new run with its own card; the first one ended when it stopped.
+        first, second = goal_cards(h.chat)
+        assert card_status(first.text) == "⚠️ Failed"
+        assert card_status(second.text) == "✅ Done" and "🎯 Goal reached" in second.text
         assert "Status: reached — 2/8 continuations used" in await h.ask("/goal", message_id="g2")
 
 
@@ -155,6 +175,19 @@ def step_requests(llm: FakeOpenAI) -> list[str]:
     return [c.split("]")[0] + "]" for c in continuations(llm)]
 
 
+def answered_steps(tmp_path: Path) -> dict[int, tuple[str, str]]:
+    """Each recorded goal step: number → (status, the answer it delivered)."""
+    with sqlite3.connect(tmp_path / "data" / "sb.db") as db:
+        rows = db.execute("SELECT number, status, reply_text FROM agent_goal_continuations").fetchall()
+    return {number: (status, text or "") for number, status, text in rows}
+
+
+def the_card(stdout: str) -> str:
+    """The goal's card as the terminal printed it (once, when it ended)."""
+    assert stdout.count("🗂 Goal ") == 1, stdout
+    return stdout[stdout.index("🗂 Goal ") :]
+
+
 @pytest.mark.slow
 def test_a_goal_killed_mid_step_resumes_after_restart_and_each_step_is_answered_once(tmp_path, llm):
     llm.default_reply = three_step_goal(slow_step=2)
@@ -169,14 +202,18 @@ def test_a_goal_killed_mid_step_resumes_after_restart_and_each_step_is_answered_
     finally:
         proc.kill()  # SIGKILL: no cleanup at all
         first_out = proc.communicate(timeout=10)[0].decode()
+    assert answered_steps(tmp_path)[2][0] == "running"  # killed before step 2 was delivered
     again = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     everything = first_out + again.stdout
-    assert "step 2 done" not in first_out  # killed before step 2 was delivered
-    assert everything.count("echo: [Goal continuation 1/8]") == 1
-    assert everything.count("step 2 done") == 1
-    assert everything.count("echo: [Goal continuation 3/8]") == 1
-    assert "🎯 Goal reached: next" in again.stdout
+    steps = answered_steps(tmp_path)
+    assert {n: status for n, (status, _) in steps.items()} == {0: "done", 1: "done", 2: "done", 3: "done"}
+    assert steps[1][1].startswith("echo: [Goal continuation 1/8]")
+    assert steps[2][1].startswith("step 2 done")
+    card = the_card(everything)
+    assert card.startswith("🗂 Goal ") and "\n✅ Done\n" in card
+    assert everything.count("echo: [Goal continuation 3/8]") == 1, "the final answer, once, in the card"
+    assert "🎯 Goal reached: next" in card
     # Step 2 was asked twice (its first answer died with the process); nothing else repeated.
     assert step_requests(llm) == [
         "[Goal continuation 1/8]",
@@ -206,13 +243,17 @@ def test_sigterm_mid_goal_finishes_the_running_step_starts_no_new_one_and_resume
             proc.kill()
     assert proc.returncode == 0, first_err
     # The running step was allowed to finish and be delivered; the next one was not started.
-    assert first_out.count("step 2 done") == 1
+    status, answer = answered_steps(tmp_path)[2]
+    assert status in ("answered", "done") and answer.startswith("step 2 done")
+    assert "🗂 Goal " not in first_out, "the card is printed when the goal ends, not before"
     assert step_requests(llm) == ["[Goal continuation 1/8]", "[Goal continuation 2/8]"]
     again = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert "step 2 done" not in again.stdout
+    card = the_card(again.stdout)
+    assert "\n✅ Done\n" in card
     assert again.stdout.count("echo: [Goal continuation 3/8]") == 1
-    assert "🎯 Goal reached: next" in again.stdout
+    assert "🎯 Goal reached: next" in card
     assert step_requests(llm) == [
         "[Goal continuation 1/8]",
         "[Goal continuation 2/8]",
@@ -255,8 +296,11 @@ def test_a_goal_killed_while_its_last_answer_is_being_judged_resumes_with_the_ju
     again = subprocess.run(command, input="", capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     everything = first_out + again.stdout
-    assert everything.count("echo: New goal: count to three") == 1
+    assert everything.count("echo: New goal: count to three") == 1  # the reply to /goal itself
+    steps = answered_steps(tmp_path)
     for step in (1, 2, 3):
-        assert everything.count(f"echo: [Goal continuation {step}/8]") == 1, everything
-    assert "🎯 Goal reached: next" in again.stdout
+        assert steps[step][1].startswith(f"echo: [Goal continuation {step}/8]"), steps
+    card = the_card(everything)
+    assert everything.count("echo: [Goal continuation 3/8]") == 1, everything
+    assert "\n✅ Done\n" in card and "🎯 Goal reached: next" in card
     assert step_requests(llm) == [f"[Goal continuation {n}/8]" for n in (1, 2, 3)]

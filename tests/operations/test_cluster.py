@@ -786,8 +786,8 @@ async def test_goal_steps_keep_their_thread_so_no_other_instance_answers_in_betw
         await b.start()
         try:
             await a.chat.say("/goal tidy the workspace", chat="goal", message_id="g0")
-            await until(
-                lambda: "🎯 continuing toward the goal (1/8)…" in everything_shown(a.chat), seconds=30
+            await until(  # the goal's task card says its first continuation is on its way
+                lambda: any("▶️ Running — step 1 of 8" in t for t in everything_shown(a.chat)), seconds=30
             )
             for n in range(3):
                 await b.chat.say(f"question {n}", chat="goal", message_id=f"u{n}")

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from agent.goals import EVALUATOR_MARKER
-from tests.agent.helpers import agent_settings, everything_shown, system_text
+from tests.agent.helpers import agent_settings, system_text
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.harness import Harness
+from tests.tasks.kit import card_body, card_status
 
 pytestmark = pytest.mark.slow  # the fake model server
 
@@ -36,14 +37,16 @@ async def test_a_goal_pauses_before_the_step_that_would_go_over_the_daily_budget
         cfg.pricing = PRICING  # type: ignore[assignment]
     async with Harness.running(settings) as h:
         await h.chat.say("/goal tidy the workspace")
-        await h.chat.wait_for_text("🎯 Goal paused", timeout=60)
+        card = await h.chat.wait_for_text("🎯 Goal paused", timeout=60)
         await h.idle(timeout=30)
-        shown = everything_shown(h.chat)
         status = await h.ask("/goal")
     worked = [b for b in llm.completions if EVALUATOR_MARKER not in system_text(b)]
     assert len(worked) == 2, "the goal's turn and one continuation ran; the second continuation did not"
-    assert (
+    # The goal's task card ends paused, with the one continuation's answer and why no more ran.
+    assert card_status(card.text) == "⏹ Stopped"
+    assert card_body(card.text).startswith("echo: [Goal continuation 1/8]")
+    assert card_body(card.text).endswith(
         "🎯 Goal paused: your daily budget is used up ($0.0080 of $0.0080 today). Send /goal tidy the "
         "workspace to resume when there is budget again."
-    ) in shown
+    )
     assert "paused" in status

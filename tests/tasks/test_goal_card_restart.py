@@ -1,0 +1,86 @@
+"""Issue 36: kill -9 of the service while a goal's card shows a step running; after the restart the goal
+resumes, the same card continues in place, and the goal's last answer and verdict arrive once.
+
+Real ``python -m bot serve`` processes against the Telegram fake and the fake model; the first is killed
+with SIGKILL while step 2 of the goal streams into the card, so nothing may rely on a clean stop.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.goals import EVALUATOR_MARKER
+from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from tests.agent.helpers import system_text
+from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
+from tests.fakes.telegram import FakeMessage, FakeTelegram
+from tests.tasks.kit import card_body, card_status, is_card
+
+from ..channels.telegram.conftest import BOT_USERNAME
+
+pytestmark = pytest.mark.slow  # real `serve` processes
+
+CHAT = 79
+OBJECTIVE = "count every alert"
+FIRST = "Starting: I will count them in two passes."
+STEP_1 = "Pass one: the alerts are in three files."
+STEP_2 = " ".join(f"part{i}" for i in range(120))
+
+
+def model(request: dict[str, Any]) -> Reply:
+    """Reached once step 2 answered; step 2 streams for about six seconds, so the kill lands in it."""
+    text = last_user_text(request)
+    if EVALUATOR_MARKER in system_text(request):
+        done = "part119" in text
+        return Reply(text=json.dumps({"decision": "satisfied" if done else "continue", "reason": "counted"}))
+    if text.startswith("[Goal continuation 1/"):
+        return Reply(text=STEP_1)
+    if text.startswith("[Goal continuation 2/"):
+        return Reply(text=STEP_2, chunk_size=10, delay=0.1)
+    return Reply(text=FIRST)
+
+
+def cards(tg: FakeTelegram) -> list[FakeMessage]:
+    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+
+
+@pytest.mark.timeout(300)
+def test_a_goal_killed_mid_step_continues_in_the_same_card_and_ends_once(tmp_path: Path):
+    log = tmp_path / "serve.log"
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
+        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
+        service = ServeProcess(config, log)
+        try:
+            tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)  # type: ignore[attr-defined]
+            running = wait_for(
+                lambda: any(
+                    card_status(m.text) == "▶️ Running — step 2 of 8" and "part20" in m.text for m in cards(tg)
+                ),
+                timeout=120,
+            )
+            assert running, log.read_text()[-3000:]
+        finally:
+            service.kill()
+        [before] = cards(tg)
+        assert "part119" not in before.text, "the kill came after step 2 had finished"
+
+        again = ServeProcess(config, log)
+        try:
+            done = wait_for(lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)), timeout=120)
+            assert done, log.read_text()[-3000:]
+        finally:
+            again.terminate()
+        after = cards(tg)
+        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        texts = [m.text for m in tg.bot_messages(CHAT)]
+    assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
+    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_body(after[0].text) == f"{STEP_2}\n\n🎯 Goal reached: counted"
+    assert sum("part119" in t for t in texts) == 1, "the goal's last answer arrived once"
+    assert texts.count(FIRST) == 1, "the reply to /goal was not repeated"
+    assert not any(t.startswith("🎯") and "Goal set" not in t for t in texts), "no notice beside the card"
+    assert after[0].buttons == [], "no Stop button left on the finished card"
