@@ -18,8 +18,9 @@ host command does, where building the sandbox per command cost several times tha
 * a non-root user: the service's own uid mapped to uid 1000 in a user namespace of its own, or — when
   the service runs as root — a host uid of the thread's own (``sandbox.uid_base`` plus a number derived
   from the thread's path), set with ``setpriv`` after bubblewrap has built the mounts, with no
-  capabilities and ``no_new_privs``. Either way the process limit counts only that thread's processes,
-  so one fork bomb cannot starve everybody else's commands;
+  capabilities and ``no_new_privs``. Either way one fork bomb cannot starve everybody else's commands:
+  the process limit counts that thread's uid (root), or that sandbox's user namespace (an ordinary user,
+  Linux 5.14+: the runner sets it inside the namespace, never on bubblewrap);
 * hard ``ulimit`` limits (CPU seconds, address space, processes, file size) from ``sandbox.limits``;
 * its own environment, the workspace as its working directory and an empty ``/tmp``; when its shell
   exits, or on timeout or ``/stop``, the runner kills every other process in the sandbox, so nothing of

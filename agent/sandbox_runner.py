@@ -109,7 +109,10 @@ def start_child(request: dict, out_fd: int, hello_fd: int) -> None:
                 os.write(2, b"the command could not be put into its cgroup; it did not run\n")
                 os._exit(126)
         hello.close()
-        # Soft and hard together (as ``ulimit`` without -S), so the command cannot raise them again.
+        # Soft and hard together (as ``ulimit`` without -S), so the command cannot raise them again. Here,
+        # inside the sandbox's user namespace, and never on bubblewrap: the kernel (5.14+) counts
+        # RLIMIT_NPROC per user namespace, so a fork bomb fills this sandbox's count only. Set before the
+        # namespace existed, it would cap every process of the service's uid (docs/sandbox.md, "Limits").
         for name, (soft, hard) in request.get("limits", {}).items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
         os.chdir(request["cwd"])

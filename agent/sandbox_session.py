@@ -200,6 +200,11 @@ class RunnerSession:
         hello.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         hello.setblocking(False)
         reader = asyncio.StreamReader(limit=2**16, loop=loop)
+        # The command is current before its frame goes out: a quick one (``echo ok``) can end, and the
+        # runner's exit frame be read, while this coroutine still waits (on the send, or the pipe below).
+        # An exit read with no current command was dropped, and the command then "ran" until its timeout.
+        command = RunnerCommand(self, reader, 0)
+        self.current = command
         try:
             request = {
                 "op": "run",
@@ -215,16 +220,20 @@ class RunnerSession:
             hello.close()
             # Half a frame may have gone out: this sandbox cannot be trusted with another command.
             self.alive = False
+            self.current = None
             self.on_idle(self)
             raise
         finally:
             os.close(out_write)
             child_hello.close()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(out_read, "rb", 0)
-        )
-        command = RunnerCommand(self, reader, 0)
-        self.current = command
+        try:
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(out_read, "rb", 0)
+            )
+        except BaseException:
+            hello.close()
+            await command.finish()
+            raise
         try:
             command.pid = await self._hello(hello)
         except RunnerFailed as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.helpers import agent_settings, everything_shown, tool_results
+from tests.agent.helpers import agent_settings, everything_shown, tool_results, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, last_user_text
 from tests.harness import Harness
 
@@ -199,6 +199,51 @@ async def test_runaway_commands_end_with_a_clear_result_while_other_chats_get_an
     if "big.bin" in command:
         [big] = (tmp_path / "data" / "users").rglob("big.bin")
         assert big.stat().st_size == 8 * 1024 * 1024
+
+
+#: A fork bomb whose processes stay (each waits on a pipe nobody writes to), so it keeps its sandbox at the
+#: process limit; built at run time, past the approval blocklist. Its error output goes to ``bomb.log``
+#: in the workspace, where the test sees the first refused fork; then the shell waits (a builtin ``read``,
+#: it cannot fork either) for the test's word on a second pipe. When it exits, the runner kills the bomb.
+HOLDING_BOMB = (
+    "mkfifo /tmp/never release && exec 3<>/tmp/never 4<>release"
+    " && eval \"$(echo ':(){ :|:& read -t 120 -u 3; }')\""
+    " && { : 2>>bomb.log & } ; read -t 120 -u 4 && echo released"
+)
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["no-network", "egress"])
+async def test_a_fork_bomb_at_its_process_limit_leaves_other_threads_sandboxes_able_to_start(
+    tmp_path, model, network
+):
+    """As an ordinary user every sandbox runs as the service's uid, so the process limit must count each
+    sandbox's processes (in its own user namespace), not the uid's: while one thread's fork bomb is being
+    refused forks, a new sandbox for another person's thread starts and forks. Run as root, each thread
+    has a uid of its own; CI runs this file again as an ordinary user, the case this test guards."""
+    limits = {**LIMITS, "cpu_seconds": 30}
+    settings = sandbox_settings(tmp_path, model, limits=limits, command_timeout_seconds=60, network=network)
+    users = tmp_path / "data" / "users"
+
+    def bomb_refused() -> bool:
+        return any("Resource temporarily unavailable" in log.read_text() for log in users.rglob("bomb.log"))
+
+    async with Harness.running(settings) as h:
+        await h.chat.say(f"RUN: {HOLDING_BOMB}", chat="chat-bomb", sender="mallory")
+        await wait_until(lambda: bomb_refused() or bool(results(model)), timeout=60)
+        assert results(model) == []  # the bomb's command still runs
+        # Now somebody else's first command: a sandbox that did not exist yet, and eight processes in it.
+        await h.chat.say(
+            "RUN: for i in 1 2 3 4 5 6 7 8; do /bin/true || exit; done; /bin/echo B-ran",
+            chat="chat-bob",
+            sender="bob",
+        )
+        await h.chat.wait_for_text("result: ", chat="chat-bob", timeout=30)
+        [release] = users.rglob("workspace/release")
+        await asyncio.to_thread(release.write_text, "go\n")
+        await h.idle(timeout=30)
+    bob, bomb_result = results(model)
+    assert bob == "[exit code 0]\nB-ran"
+    assert bomb_result.endswith("released")  # the bomb was still held when the other command had run
 
 
 async def test_the_model_is_told_the_truth_about_its_environment(tmp_path, model):
