@@ -290,7 +290,8 @@ class TurnRunner:
         return metrics.TurnRecord(
             trace_id=turn.trace_id,
             provider=m.provider,
-            chat=metrics.chat_hash(m.provider, m.workspace, m.chat),
+            workspace=m.workspace,
+            chat=m.chat,
             thread=turn.conversation.thread_id,
             model=self.model_for(turn.conversation),
             hidden=turn.hidden,
