@@ -254,7 +254,12 @@ class ReplyStream:
         if self._native is not None:
             return False  # start() opens it
         self._live, self._placeholder = live, placeholder
-        self.update(placeholder)
+        self._latest, self._pump_due = placeholder, True
+        self._wake.set()
+        # The pump starts two loop rounds from now, not one: an agent task the caller starts right after
+        # this runs first, and an instant answer is then ready before any pump task exists.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._start_pump)
         self._start_typing()
         return True
 
@@ -349,7 +354,7 @@ class ReplyStream:
             asyncio.get_running_loop().call_soon(self._start_pump)
 
     def _start_pump(self) -> None:
-        if not self._closing and self._pump is None:
+        if not self._closing and not self._answer_ready and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="reply-pump")
 
     def _next_kind(self, text: str) -> CallKind:
