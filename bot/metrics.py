@@ -196,6 +196,8 @@ class TurnRecord:
 
     trace_id: str
     provider: str
+    #: The chat as the platform names it; the log line carries only its :func:`chat_hash`.
+    workspace: str
     chat: str
     thread: str
     model: str
@@ -259,10 +261,13 @@ def _finish(record: TurnRecord) -> None:
         MODEL_TOKENS.inc((record.model, "input"), record.input_tokens)
     if record.output_tokens:
         MODEL_TOKENS.inc((record.model, "output"), record.output_tokens)
+    level = logging.INFO if record.outcome in ("ok", "stopped") else logging.WARNING
+    if not log.isEnabledFor(level):  # the line, its fields and the chat's hash only when it is written
+        return
     fields = {
         "trace_id": record.trace_id,
         "provider": record.provider,
-        "chat": record.chat,
+        "chat": chat_hash(record.provider, record.workspace, record.chat),
         "thread": record.thread,
         "model": record.model,
         "hidden": record.hidden,
@@ -272,7 +277,6 @@ def _finish(record: TurnRecord) -> None:
         "output_tokens": record.output_tokens,
         "outcome": record.outcome,
     }
-    level = logging.INFO if record.outcome in ("ok", "stopped") else logging.WARNING
     log.log(
         level, "turn finished: %s in %d ms", record.outcome, fields["duration_ms"], extra={"fields": fields}
     )

@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
-import secrets
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -50,6 +50,12 @@ OTLP_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 _ZERO_TRACE = "0" * 32
+#: Trace and span ids come from a PRNG seeded from the OS, as OpenTelemetry's own id generator does: they
+#: name a trace, they guard nothing (a request may even choose its own, ``X-Trace-Id``), and reading
+#: ``os.urandom`` twice per message was a visible share of the message path's CPU.
+_ids = random.Random()
+#: Set once a tracer provider is seen; OpenTelemetry's provider is set once per process and never unset.
+_provider_seen = False
 
 
 class TracingUnavailable(RuntimeError):
@@ -58,7 +64,11 @@ class TracingUnavailable(RuntimeError):
 
 def new_trace_id() -> str:
     """A fresh id: 32 lowercase hex digits, so it is also a valid OpenTelemetry trace id."""
-    return secrets.token_hex(16)
+    return f"{_ids.getrandbits(128) or 1:032x}"
+
+
+def _new_span_id() -> str:
+    return f"{_ids.getrandbits(64) or 1:016x}"
 
 
 def valid_trace_id(value: str | None) -> str | None:
@@ -84,10 +94,15 @@ def trace_id_of(message: InboundMessage) -> str | None:
 
 def _spans_wanted() -> bool:
     """True once a tracer provider is set (:func:`configure`, a test's): before that, spans would be
-    thrown away, so the per-message path skips making them."""
-    return otel_trace is not None and not isinstance(
-        otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider
-    )
+    thrown away, so the per-message path skips making them. A provider, once set, stays (OpenTelemetry
+    sets it once per process), so after the first yes this is one global read."""
+    global _provider_seen
+    if _provider_seen:
+        return True
+    if otel_trace is None or isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider):
+        return False
+    _provider_seen = True
+    return True
 
 
 def _parent_context(trace_id: str, message: InboundMessage | None, under_receive: bool) -> Any:
@@ -98,7 +113,7 @@ def _parent_context(trace_id: str, message: InboundMessage | None, under_receive
     if current.is_valid and f"{current.trace_id:032x}" == trace_id and not under_receive:
         return None
     parsed = _parse(message.context.get(CONTEXT_KEY)) if message is not None else None
-    span_id = parsed[1] if parsed and parsed[0] == trace_id else secrets.token_hex(8)
+    span_id = parsed[1] if parsed and parsed[0] == trace_id else _new_span_id()
     parent = SpanContext(
         trace_id=int(trace_id, 16),
         span_id=int(span_id, 16),
@@ -145,7 +160,7 @@ def receive(message: InboundMessage) -> Iterator[str]:
     token = trace_id_var.set(trace_id)
     try:
         with span("receive", message):
-            span_id = secrets.token_hex(8)
+            span_id = _new_span_id()
             if _spans_wanted():
                 context = otel_trace.get_current_span().get_span_context()
                 if context.is_valid:

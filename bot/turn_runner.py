@@ -155,11 +155,7 @@ class TurnRunner:
             card = await self._card_for(turn)
             async with self._turn_slots:
                 reply = turn.reply or open_turn_reply(self.channels, self.inbox, turn)
-                try:
-                    await reply.start(PLACEHOLDER, live_actions(turn))
-                except ChannelError as exc:
-                    log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
-                turn.shown.set()
+                await self._show_placeholder(turn, reply)
                 files: tuple[Path, ...]
                 if turn.reply_text is not None:
                     final, files, stopped, failed = turn.reply_text, (), False, False
@@ -172,6 +168,8 @@ class TurnRunner:
                     metrics.mark_outcome("stopped" if stopped else "failed" if failed else "ok")
                 if card is not None:
                     card.outcome = "stopped" if stopped else "failed" if failed else "done"
+                if not isinstance(reply, CardStream):  # a placeholder not sent yet never will be
+                    reply.answer_ready()
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
                     with tracing.span("reply", turn.message):
@@ -208,6 +206,19 @@ class TurnRunner:
                 )
             return None
         return final, stopped, failed
+
+    async def _show_placeholder(self, turn: Turn, reply: ReplyStream) -> None:
+        """The placeholder with its Stop button. A fresh reply leaves it to the reply's pump while the
+        agent starts (:meth:`~channels.reply.ReplyStream.start_soon`), so an answer that is ready first
+        reaches the chat as one message; ``turn.shown`` is set when the reply is visible."""
+        reply.on_visible = turn.shown.set
+        if not isinstance(reply, CardStream) and reply.start_soon(PLACEHOLDER, live_actions(turn)):
+            return
+        try:
+            await reply.start(PLACEHOLDER, live_actions(turn))
+        except ChannelError as exc:
+            log.info("placeholder failed; the final reply will be sent fresh: %s", exc)
+        turn.shown.set()
 
     async def _card_for(self, turn: Turn) -> CardStream | None:
         """A scheduled run's task card (bot/tasks/): it becomes the turn's reply."""
@@ -292,7 +303,8 @@ class TurnRunner:
         return metrics.TurnRecord(
             trace_id=turn.trace_id,
             provider=m.provider,
-            chat=metrics.chat_hash(m.provider, m.workspace, m.chat),
+            workspace=m.workspace,
+            chat=m.chat,
             thread=turn.conversation.thread_id,
             model=self.model_for(turn.conversation),
             hidden=turn.hidden,
@@ -383,6 +395,8 @@ class TurnRunner:
                 elif isinstance(event, TurnFinished):
                     result["text"], result["files"] = event.text, event.files
                     progress[0] = None
+                    if card is None:  # the final text is known: no placeholder or partial text goes out now
+                        reply.answer_ready()
                     if self.spend is not None:
                         await self.spend.after_turn(turn, event)
                 reply.update(render())

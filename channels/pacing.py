@@ -148,8 +148,10 @@ class Pacing:
     ) -> None:
         self.chat = chat
         given = shared or {}
+        solo = (chat,)  # a kind with no shared scope (most kinds, on most platforms): one shared tuple
         self._budgets: dict[CallKind, tuple[RateBudget, ...]] = {
-            kind: (chat, *(b for b in given.get(kind, ()) if b is not chat)) for kind in CALL_KINDS
+            kind: (chat, *(b for b in given[kind] if b is not chat)) if given.get(kind) else solo
+            for kind in CALL_KINDS
         }
 
     def budgets(self, kind: CallKind) -> tuple[RateBudget, ...]:

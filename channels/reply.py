@@ -104,6 +104,10 @@ class ReplyStream:
         self._closing = False
         self._pump: asyncio.Task[None] | None = None
         self._pump_due = False  # the pump starts on the loop's next round (see update)
+        self._answer_ready = False  # the final text is known: nothing intermediate goes out (answer_ready)
+        #: Called once, when the reply's first message is visible (a placeholder :meth:`start_soon`
+        #: left to the pump, or the answer itself): a "⏳ Queued" notice behind it waits for that.
+        self.on_visible: Callable[[], None] | None = None
         self._on_wire = False  # the pump has a platform call in flight (finish waits for it)
         self._prepaid: tuple[RateBudget, ...] = ()  # budgets the pump already waited on for its next call
         self._kind: CallKind = "send"  # kind of the call made last (a RetryAfter holds its budgets)
@@ -212,6 +216,9 @@ class ReplyStream:
         if self._native is not None and not self._sent and await self._begin_native(placeholder):
             self._start_typing()
             return
+        if not self._sent and self._latest is not None:
+            self.update(placeholder)  # start_soon's placeholder is still on its way: the pump sends this
+            return
         if not self._sent:
             try:
                 live = self._live
@@ -227,6 +234,44 @@ class ReplyStream:
         elif self._sent[0][1] != placeholder or self._sent[-1][2] != self._live:
             self.update(placeholder)
         self._start_typing()
+
+    def start_soon(self, placeholder: str = "…", actions: Sequence[Action] = ()) -> bool:
+        """Like :meth:`start`, but the placeholder goes out from the pump, on the loop's next rounds,
+        while the caller goes on (runs the agent); True when it took the placeholder that way.
+
+        An answer that is complete before the pump sends anything (:meth:`answer_ready`: an instant
+        answer, a cached one) then reaches the chat as one message — one platform call instead of a
+        placeholder, an edit and their state write. Any slower answer shows the placeholder as before,
+        a loop round or two later. False (the caller awaits :meth:`start`) for a reply that already shows
+        something (a queued notice, a resumed one), a platform's native live message, or a platform
+        that cannot edit.
+        """
+        if not self.limits.supports_edit or self._sent or not self._native_pending:
+            return False
+        live = tuple(actions) if self.transport.supports_actions else ()
+        self._native_pending = False
+        self._native = self.transport.native_stream(live)
+        if self._native is not None:
+            return False  # start() opens it
+        self._live, self._placeholder = live, placeholder
+        self._latest, self._pump_due = placeholder, True
+        self._wake.set()
+        # The pump starts two loop rounds from now, not one: an agent task the caller starts right after
+        # this runs first, and an instant answer is then ready before any pump task exists.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._start_pump)
+        self._start_typing()
+        return True
+
+    def answer_ready(self) -> None:
+        """The final text is known and :meth:`finish` follows: no intermediate update goes out from now
+        on — above all no placeholder the answer would replace at once."""
+        self._answer_ready = True
+
+    def _shown(self) -> None:
+        if self.on_visible is not None:
+            visible, self.on_visible = self.on_visible, None
+            visible()
 
     async def _begin_native(self, placeholder: str) -> bool:
         """Open the native live message; False (and the edit path from now on) when the platform refuses."""
@@ -293,7 +338,12 @@ class ReplyStream:
 
     # --- streaming -----------------------------------------------------------------------------------
     def update(self, text: str) -> None:
-        if self._closing or not self.limits.supports_edit or len(text) <= self._hold_below:
+        if (
+            self._closing
+            or self._answer_ready
+            or not self.limits.supports_edit
+            or len(text) <= self._hold_below
+        ):
             return
         self._latest = text
         self._wake.set()
@@ -304,7 +354,7 @@ class ReplyStream:
             asyncio.get_running_loop().call_soon(self._start_pump)
 
     def _start_pump(self) -> None:
-        if not self._closing and self._pump is None:
+        if not self._closing and not self._answer_ready and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="reply-pump")
 
     def _next_kind(self, text: str) -> CallKind:
@@ -322,14 +372,14 @@ class ReplyStream:
         while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            if self._closing or self._latest is None:
+            if self._closing or self._answer_ready or self._latest is None:
                 return
             # Wait for the budgets *before* reading the text, so what goes out is the newest version.
             kind = self._next_kind(self._latest)
             await self.pacing.acquire(kind)
             self._prepaid = self.pacing.budgets(kind)
             text = self._latest
-            if self._closing:
+            if self._closing or self._answer_ready:
                 return
             try:
                 chunks = self._chunks(text)
@@ -350,6 +400,7 @@ class ReplyStream:
                 log.exception("intermediate reply update crashed")
             finally:
                 self._prepaid = ()
+                self._shown()  # shown, or refused: a queued notice behind it has nothing to wait for
 
     async def _show_native(self, chunk: str) -> None:
         """One native update; a refusal moves the rest of the reply to the edit path.
@@ -449,6 +500,7 @@ class ReplyStream:
                 send = partial(self.transport.send, chunk, actions=want)
                 ref = await self._call("send", send, priority=priority)
                 self._sent.append((ref, chunk, want))
+                self._shown()
                 await self._record()
 
     def _still_shows(self, index: int, chunk: str, want: tuple[Action, ...]) -> bool:
@@ -498,6 +550,7 @@ class ReplyStream:
         if self._native_open:
             await self._close_native(chunks)
         await self._deliver_final(chunks, final_actions)
+        self._shown()
         if files:
             try:
                 await self._call("files", lambda: self.transport.send_files(files), priority=True)

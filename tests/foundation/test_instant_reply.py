@@ -1,0 +1,87 @@
+"""Issue 32: an answer that is ready before its placeholder goes out reaches the chat as one message.
+
+The agents here are test implementations of the Agent protocol: one answers at once, one waits until
+the test lets it go, so what the chat sees depends only on the reply path, not on a model's timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agent.events import TextDelta, TurnFinished, TurnRequest
+from bot.inbox import DONE
+from bot.turns import PLACEHOLDER, STOP_LABEL
+from tests.conftest import make_settings
+from tests.harness import Harness
+
+
+class InstantAgent:
+    goals = None
+    memory = None
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.wait = False
+
+    async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
+        if self.wait:
+            await self.release.wait()
+        yield TextDelta("ok")
+        yield TurnFinished(text=f"ok: {request.text}")
+
+    def model_names(self) -> list[str]:
+        return ["instant"]
+
+    async def storage_problem(self) -> str | None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_answer_ready_at_once_is_one_message_with_no_placeholder(tmp_path):
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        await h.chat.say("hi", message_id="m1")
+        await h.idle()
+        [(kind, ref, text)] = h.chat.calls
+        assert (kind, text) == ("send", "ok: hi")
+        assert h.chat.messages[ref].history == ["ok: hi"]
+        assert h.chat.messages[ref].actions == ()  # no Stop button left on a finished answer
+        # Its message is stored with the entry: a run after a crash edits it instead of answering twice.
+        [entry] = await h.service.inbox.entries()
+        assert (entry.status, entry.reply_ref) == (DONE, ref)
+
+
+async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first(tmp_path):
+    agent = InstantAgent()
+    agent.wait = True
+    async with Harness.running(make_settings(tmp_path), agent=agent) as h:
+        await h.chat.say("hi", message_id="m1")
+        await h.chat.wait_for(lambda c: c.calls)
+        [(kind, ref, text)] = h.chat.calls
+        assert (kind, text) == ("send", PLACEHOLDER)
+        assert [a.label for a in h.chat.messages[ref].actions] == [STOP_LABEL]
+        # Stored before the answer comes: a crash now would leave no "…" behind nobody can find.
+        [entry] = await h.service.inbox.entries()
+        assert entry.reply_ref == ref
+        agent.release.set()
+        await h.idle()
+        assert h.chat.messages[ref].history == [PLACEHOLDER, "ok: hi"]
+        assert [c[0] for c in h.chat.calls] == ["send", "edit"]
+
+
+async def test_a_message_behind_an_unsent_placeholder_queues_below_it(tmp_path):
+    agent = InstantAgent()
+    agent.wait = True
+    async with Harness.running(make_settings(tmp_path), agent=agent) as h:
+        await h.chat.say("first", message_id="m1")
+        await h.chat.say("second", message_id="m2")
+        await h.chat.wait_for(lambda c: len(c.calls) >= 2)
+        first, queued = h.chat.calls[:2]
+        assert first[2] == PLACEHOLDER
+        assert queued[2].startswith("⏳ Queued")
+        agent.release.set()
+        await h.idle()
+        assert [m.text for m in h.chat.messages.values()] == ["ok: first", "ok: second"]
