@@ -325,13 +325,15 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
     instances run turns. Then p1 is killed while the answer streams: p2 polls within the lease TTL,
     finishes the answer in the same message, and answers what was sent during the outage, each once."""
     tg = telegram
-    essay = "essay: " + "word " * 400  # about 150 s at the first run's pace: it is killed long before
-    state = {"essay_delay": 0.3}
+    # About 450 s at the first run's pace (1,500 chunks of 2 characters, 0.3 s apart), one Telegram message
+    # (3,000 characters): it is killed long before, even when the 300 answers take minutes under load.
+    essay = "essay: " + "word " * 600
+    state: dict[str, Any] = {"essay_delay": 0.3, "essay_chunk": 2}
 
     def reply(body: dict[str, Any]) -> Reply:
         text = echo_reply(body).text
         if "write an essay" in text:
-            return Reply(text=essay.strip(), chunk_size=4, delay=state["essay_delay"])
+            return Reply(text=essay.strip(), chunk_size=state["essay_chunk"], delay=state["essay_delay"])
         return Reply(text=text, delay=0.01)
 
     llm.default_reply = reply
@@ -378,7 +380,7 @@ def test_telegram_polls_on_one_instance_and_a_kill_9_of_it_moves_polling_and_its
         running[0][1].send_signal(signal.SIGKILL)
         running[0][1].wait(timeout=30)
         killed_at = time.time()
-        state["essay_delay"] = 0.01  # the re-run need not be slow
+        state.update(essay_delay=0.01, essay_chunk=50)  # the re-run need not be slow
         for n in range(during):
             chat = chats[n % len(chats)]
             tg.user_message(chat, f"during {n}", user_id=chat)
