@@ -18,7 +18,7 @@ from config.schema import Settings
 from tests.channels.discord.conftest import USER_ID, discord_config, eventually, final_reply
 from tests.conftest import make_settings
 from tests.fakes.discord import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Hold, Reply
 from tests.harness import Harness
 
 pytestmark = pytest.mark.slow  # several whole services in a row
@@ -124,13 +124,19 @@ async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answer
 ):
     settings = make_settings(tmp_path, llm, bus={"queue_size": 1})
     busy, waiting = discord_fake.new_id(), discord_fake.new_id()
+    hold = Hold()  # the first answer waits until the second message was refused: no race with a busy machine
     async with running(settings, discord_fake) as channel:
-        llm.script(Reply(text="the first answer", chunk_size=1, delay=0.1))
+        llm.script(Reply(text="the first answer", chunk_size=1, delay=0.1, hold=hold))
         discord_fake.message_create(busy, USER_ID, "take the only slot")
         await eventually(lambda: discord_fake.in_channel(busy), what="the first turn to start")
         # A DM the bot never saw before, refused by the full bus, and then the service stops.
         discord_fake.message_create(waiting, "5151", "sent during the crunch")
-        await eventually(lambda: channel.cursors.cursors.get(waiting), what="the refused message to be noted")
+        try:
+            await eventually(
+                lambda: channel.cursors.cursors.get(waiting), what="the refused message to be noted"
+            )
+        finally:
+            hold.open()
     assert bot_texts(discord_fake, waiting) == []
 
     async with running(settings, discord_fake):
