@@ -27,9 +27,27 @@ from channels.types import Action
 log = logging.getLogger(__name__)
 
 #: References of messages sent through an interaction (channels.discord.interactions returns them):
-#: its original response, and followups as ``i:<message id>``.
+#: its original response as ``@original:<message id>`` (plain ``@original`` from older releases, or
+#: when Discord did not say the id), and followups as ``i:<message id>``. The id is what lets a public
+#: message be edited as an ordinary channel message once the interaction's token has expired.
 ORIGINAL = "@original"
 FOLLOWUP_PREFIX = "i:"
+
+
+def original_ref(message_id: int | None) -> str:
+    """The reference of an interaction's original response, with its message id when known."""
+    return ORIGINAL if message_id is None else f"{ORIGINAL}:{message_id}"
+
+
+def is_original(ref: str) -> bool:
+    return ref == ORIGINAL or ref.startswith(f"{ORIGINAL}:")
+
+
+def interaction_message_id(ref: str) -> int | None:
+    """The message id inside an interaction message's reference (None: plain ``@original``)."""
+    tail = ref.removeprefix(f"{ORIGINAL}:") if is_original(ref) else ref.removeprefix(FOLLOWUP_PREFIX)
+    return int(tail) if tail.isdigit() else None
+
 
 #: Discord's component limits (https://discord.com/developers/docs/components/reference).
 CUSTOM_ID_MAX = 100
@@ -78,7 +96,7 @@ def pressed_ref(message: discord.Message) -> str:
     """The reference our transports returned for ``message`` when they sent it (docs/channels.md, "Buttons").
 
     An ordinary bot message is its id (:class:`~channels.discord.transport.DiscordTransport`); a
-    message sent through an interaction is that interaction's ``@original`` or ``i:<id>`` followup
+    message sent through an interaction is that interaction's ``@original:<id>`` or ``i:<id>`` followup
     (:class:`~channels.discord.interactions.InteractionTransport`), which Discord tells apart by the
     ``original_response_message_id`` it puts on followups only.
     """
@@ -86,5 +104,5 @@ def pressed_ref(message: discord.Message) -> str:
     if metadata is None:
         return str(message.id)
     if metadata.original_response_message_id is None:
-        return ORIGINAL
+        return original_ref(message.id)
     return f"{FOLLOWUP_PREFIX}{message.id}"

@@ -15,7 +15,10 @@ token usable for 15 minutes for edits and followup messages. So for each INTERAC
    Ephemerality is fixed by that deferral (public): a private answer after it replaces the "thinking"
    message with a short public note and goes out as an ephemeral followup.
 4. Once the token has expired (or the interaction is unknown to this process, e.g. after a restart), a
-   public answer goes to the channel as an ordinary message and a private one to the sender's DMs.
+   public answer goes to the channel as an ordinary message and a private one to the sender's DMs; a
+   public message already sent through the interaction is still edited in place, as the bot's own
+   channel message (Discord allows that for public interaction messages, not for ephemeral ones), so
+   an answer or task card that outlives the token stays one message.
 
 A button press (type 3, ``MESSAGE_COMPONENT``) takes the same path with two differences: it is
 acknowledged with type 6 (``DEFERRED_UPDATE_MESSAGE``) as soon as it is stored — the pressed message is
@@ -41,8 +44,10 @@ import discord
 from channels.discord.buttons import (
     BUTTON_COMPONENT,
     FOLLOWUP_PREFIX,
-    ORIGINAL,
     action_view,
+    interaction_message_id,
+    is_original,
+    original_ref,
     pressed_ref,
     send_kwargs,
 )
@@ -70,8 +75,10 @@ TOKEN_MARGIN = timedelta(seconds=30)
 #: JSON error codes: "Interaction has already been acknowledged", "Unknown interaction".
 ALREADY_ACKNOWLEDGED = 40060
 UNKNOWN_INTERACTION = 10062
-#: ``ORIGINAL`` is the reference of the interaction's original response among a reply's messages;
-#: followup references carry ``FOLLOWUP_PREFIX``, so an edit knows which webhook (or channel) to use.
+#: "Invalid Webhook Token": the interaction's token expired (Discord's clock may run ahead of ours).
+INVALID_WEBHOOK_TOKEN = 50027
+#: A reply's messages sent through the interaction have references from channels.discord.buttons
+#: (``@original:<id>``, ``i:<id>``), so an edit knows which webhook (or, once expired, channel) to use.
 EPHEMERAL_FLAG = 64
 _REMEMBERED = 1_000
 
@@ -158,7 +165,7 @@ class LiveInteraction:
                     raise _Gone
                 try:
                     with discord_errors():
-                        await self.interaction.response.send_message(
+                        callback = await self.interaction.response.send_message(
                             text, ephemeral=private, allowed_mentions=NO_MENTIONS, **send_kwargs(actions)
                         )
                 except ChannelError as exc:
@@ -170,40 +177,62 @@ class LiveInteraction:
                         raise
                 else:
                     self.state, self.original_filled = "answered", True
-                    return ORIGINAL
-            if not self.original_filled:
-                # Deferred publicly: the answer replaces "thinking…", or, if private, a note does.
-                with discord_errors():
-                    await self.interaction.edit_original_response(
-                        content=PRIVATE_NOTE if private else text,
-                        allowed_mentions=NO_MENTIONS,
-                        view=None if private else action_view(actions),
-                    )
-                self.state, self.original_filled = "answered", True
-                if not private:
-                    return ORIGINAL
+                    return original_ref(callback.message_id)
+            try:
+                return await self._send_on_webhook(text, private=private, actions=actions)
+            except ChannelError as exc:
+                if self._token_refused(exc):
+                    raise _Gone from exc
+                raise
+
+    async def _send_on_webhook(self, text: str, *, private: bool, actions: Sequence[Action]) -> str:
+        """After the callback: fill the deferred original, else send a followup (both on the token)."""
+        if not self.original_filled:
+            # Deferred publicly: the answer replaces "thinking…", or, if private, a note does.
             with discord_errors():
-                sent = await self.interaction.followup.send(
-                    text, ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS, **send_kwargs(actions)
+                original = await self.interaction.edit_original_response(
+                    content=PRIVATE_NOTE if private else text,
+                    allowed_mentions=NO_MENTIONS,
+                    view=None if private else action_view(actions),
                 )
-            return f"{FOLLOWUP_PREFIX}{sent.id}"
+            self.state, self.original_filled = "answered", True
+            if not private:
+                return original_ref(original.id)
+        with discord_errors():
+            sent = await self.interaction.followup.send(
+                text, ephemeral=private, wait=True, allowed_mentions=NO_MENTIONS, **send_kwargs(actions)
+            )
+        return f"{FOLLOWUP_PREFIX}{sent.id}"
+
+    def _token_refused(self, exc: ChannelError) -> bool:
+        """Discord says the token no longer works (its clock decides, not ours): the interaction is over."""
+        cause = exc.__cause__
+        if isinstance(cause, discord.HTTPException) and cause.code == INVALID_WEBHOOK_TOKEN:
+            self.state = "dead"
+            return True
+        return False
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
         if self.expired():
             raise EditFailed("the Discord interaction token expired")
         view = action_view(actions)  # None removes the buttons
-        with discord_errors():
-            if ref == ORIGINAL:
-                await self.interaction.edit_original_response(
-                    content=text, allowed_mentions=NO_MENTIONS, view=view
-                )
-            else:
-                await self.interaction.followup.edit_message(
-                    int(ref.removeprefix(FOLLOWUP_PREFIX)),
-                    content=text,
-                    allowed_mentions=NO_MENTIONS,
-                    view=view,
-                )
+        try:
+            with discord_errors():
+                if is_original(ref):
+                    await self.interaction.edit_original_response(
+                        content=text, allowed_mentions=NO_MENTIONS, view=view
+                    )
+                else:
+                    await self.interaction.followup.edit_message(
+                        interaction_message_id(ref) or 0,
+                        content=text,
+                        allowed_mentions=NO_MENTIONS,
+                        view=view,
+                    )
+        except ChannelError as exc:
+            if self._token_refused(exc):
+                raise EditFailed("Discord refused the interaction's token: it expired") from exc
+            raise
 
     async def send_files(self, files: Sequence[discord.File], *, private: bool) -> None:
         async with self.lock:
@@ -266,13 +295,28 @@ class InteractionTransport(ReplyTransport):
         return await (await self._fallen_back()).send(text, fallback=fallback, actions=actions)
 
     async def edit(self, ref: str, text: str, *, actions: Sequence[Action] = ()) -> None:
-        if ref != ORIGINAL and not ref.startswith(FOLLOWUP_PREFIX):
+        if not is_original(ref) and not ref.startswith(FOLLOWUP_PREFIX):
             # A channel message: sent after the fallback, or (after a restart) before it.
             await (await self._fallen_back()).edit(ref, text, actions=actions)
             return
-        if self.live is None:
+        if self.live is not None and not self.live.expired():
+            try:
+                await self.live.edit(ref, text, actions=actions)
+                return
+            except EditFailed:
+                if not self._editable_as_channel_message(ref):
+                    raise
+        if not self._editable_as_channel_message(ref):
             raise EditFailed("the Discord interaction can no longer be answered through")
-        await self.live.edit(ref, text, actions=actions)
+        # The token is gone (15 minutes, or a restart), but a public message sent through the
+        # interaction is the bot's own message in the channel: edit it there, in place, so a long
+        # answer or a task card does not end as a second message under a stale first one.
+        message_id = interaction_message_id(ref)
+        await (await self._fallen_back()).edit(str(message_id), text, actions=actions)
+
+    def _editable_as_channel_message(self, ref: str) -> bool:
+        """Discord refuses channel edits of ephemeral messages ("Unknown Message"); public ones work."""
+        return not self.private and interaction_message_id(ref) is not None
 
     async def send_files(self, files: Sequence[Path]) -> None:
         limit = self.channel.config.max_file_bytes

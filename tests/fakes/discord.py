@@ -1036,7 +1036,9 @@ class FakeDiscord(ThreadedServer):
             return self._field_errors(field_problems)
         with self._state_lock:
             message = self.messages.get(request.match_info["mid"])
-            if message is None or message.channel_id != request.match_info["cid"]:
+            if message is None or message.channel_id != request.match_info["cid"] or message.ephemeral:
+                # An ephemeral interaction message exists only for its user: Edit Message says it is unknown
+                # (https://github.com/discord/discord-api-docs/issues/3090); public ones are editable.
                 message = None
             elif message.author_id != self.bot_id:
                 return _json(

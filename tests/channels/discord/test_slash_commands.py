@@ -301,3 +301,44 @@ async def test_the_fake_refuses_a_second_callback_and_a_late_one_as_discord_does
         discord_fake.age_interaction(first.id, 15 * 60)
         async with session.post(hook, json={"content": "too late"}) as response:
             assert response.status == 401 and (await response.json())["code"] == 50027
+
+
+# --- past the token's 15 minutes ----------------------------------------------------------------------
+
+LONG_ANSWER = "step one is done, step two is done, step three is done, and the docs are tidy now"
+
+
+async def test_an_answer_that_outlives_the_interaction_token_ends_in_the_same_message(
+    slash, discord_fake, llm
+):
+    """A goal's turn streams into a followup; the token expires mid-answer (Discord answers 401, code
+    50027). The answer still ends in that one message, edited as the bot's own channel message, instead
+    of a second message under a stale, half-finished first one."""
+    llm.script(Reply(text=LONG_ANSWER, chunk_size=6, delay=0.25))
+    dm = discord_fake.new_id()
+    interaction = discord_fake.interaction_create(dm, USER_ID, "goal", "tidy the docs")
+    followup = await answer(discord_fake, interaction, "step one")
+    assert not followup.ephemeral
+    discord_fake.age_interaction(interaction.id, 15 * 60)
+    await eventually(lambda: followup.text == LONG_ANSWER, what="the whole answer in the first message")
+    await slash.idle(timeout=30)
+    assert [m for m in discord_fake.in_channel(dm) if "step one" in m.text] == [followup], "no second message"
+    assert discord_fake.calls_to("edit"), "edited through the channel once the token was refused"
+
+
+async def test_the_fake_refuses_a_channel_edit_of_an_ephemeral_message_but_not_of_a_public_one(discord_fake):
+    discord_fake.app_commands = [{**COMMAND, "id": discord_fake.new_id()}]
+    base, auth = discord_fake.api_base_url, {"Authorization": f"Bot {discord_fake.token}"}
+    dm = discord_fake.new_id()
+    async with aiohttp.ClientSession() as session:
+        for flags, status in ((64, 404), (0, 200)):
+            interaction = discord_fake.interaction_create(dm, USER_ID, "help")
+            callback = f"{base}/interactions/{interaction.id}/{interaction.token}/callback"
+            body = {"type": 4, "data": {"content": "hello", "flags": flags}}
+            async with session.post(callback, params={"with_response": "true"}, json=body) as response:
+                message_id = (await response.json())["interaction"]["response_message_id"]
+            edit = f"{base}/channels/{dm}/messages/{message_id}"
+            async with session.patch(edit, headers=auth, json={"content": "edited"}) as response:
+                assert response.status == status
+                if status == 404:
+                    assert (await response.json())["code"] == 10008
