@@ -29,7 +29,7 @@ from bot.identity import Identity
 from bot.manager import ChannelManager
 from bot.tasks.goal_card import GoalCard, goal_task_id, step_name
 from bot.threads import Conversation
-from bot.turns import FollowUp, TurnOutcome
+from bot.turns import FollowUp, TurnAsk, TurnOutcome
 from channels.types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -272,11 +272,13 @@ class GoalRunner:
             await self.manager.submit_turn(
                 message,
                 identity,
-                text=follow.text,
-                hidden=True,
-                before_start=follow.before_start,
-                after_delivery=follow.after_delivery,
-                task=follow.task,
+                TurnAsk(
+                    text=follow.text,
+                    hidden=True,
+                    before_start=follow.before_start,
+                    after_delivery=follow.after_delivery,
+                    task=follow.task,
+                ),
             )
             resumed += 1
         if resumed:

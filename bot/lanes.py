@@ -15,7 +15,6 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from agent.events import TrustLevel
 from bot.bus import MessageBus
 from bot.identity import Identity
 from bot.inbox import PENDING, Inbox
@@ -23,7 +22,7 @@ from bot.logs import trace_id_var
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
-from bot.turns import AfterDelivery, BeforeStart, Lane, StopResult, Turn
+from bot.turns import Lane, StopResult, Turn, TurnAsk
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.reply import ReplyStream
@@ -194,54 +193,39 @@ class LaneScheduler:
         watch.add_done_callback(self._watchers.discard)
         return True
 
-    async def submit_turn(
-        self,
-        message: InboundMessage,
-        identity: Identity,
-        *,
-        text: str,
-        entry_id: str | None = None,
-        resume: ReplyState | None = None,
-        reply_text: str | None = None,
-        hidden: bool = False,
-        system_prompt: str | None = None,
-        skill: str | None = None,
-        notice: str | None = None,
-        before_start: BeforeStart | None = None,
-        after_delivery: AfterDelivery | None = None,
-        trust: TrustLevel | None = None,
-        task: str | None = None,
-    ) -> None:
+    async def submit_turn(self, message: InboundMessage, identity: Identity, ask: TurnAsk) -> None:
         """Queue a turn on the conversation's thread; it starts now if the thread is idle.
 
-        ``trust`` is the asker's level (bot/trust.py); None decides it from the message when it runs."""
+        ``ask.trust`` is the asker's level (bot/trust.py); None decides it from the message when it runs."""
         conversation = await self.conversation_for(message, identity)
         turn = Turn(
             message=message,
             identity=identity,
             conversation=conversation,
-            text=text,
+            text=ask.text,
             trace_id=trace_id_var.get() or "-",
-            entry_id=entry_id,
-            resume=resume,
-            reply_text=reply_text,
-            hidden=hidden,
-            system_prompt=system_prompt,
-            skill=skill,
-            before_start=before_start,
-            after_delivery=after_delivery,
-            trust=trust,
-            task=task,
+            entry_id=ask.entry_id,
+            resume=ask.resume,
+            reply_text=ask.reply_text,
+            hidden=ask.hidden,
+            system_prompt=ask.system_prompt,
+            skill=ask.skill,
+            before_start=ask.before_start,
+            after_delivery=ask.after_delivery,
+            trust=ask.trust,
+            task=ask.task,
         )
-        if entry_id is not None:
-            turn.token = entry_id
-        if hidden and self.bus.cluster is not None:  # keep the thread's claim for it (None: acquired later)
+        if ask.entry_id is not None:
+            turn.token = ask.entry_id
+        if (
+            ask.hidden and self.bus.cluster is not None
+        ):  # keep the thread's claim for it (None: acquired later)
             turn.hold = self.bus.cluster.hold(message)
         lane = self._lanes.get(conversation.thread_id)
         if lane is None:
             lane = self._lanes[conversation.thread_id] = Lane(conversation.thread_id)
         busy = lane.current is not None or bool(lane.pending)
-        if busy and not hidden:
+        if busy and not ask.hidden:
             ahead = len(lane.pending) + 1
             before = lane.pending[-1] if lane.pending else lane.current
             if before is not None and not await _shown_soon(before):
@@ -260,10 +244,10 @@ class LaneScheduler:
                         log.info("could not show the queued notice: %s", exc)
                 turn.shown.set()
                 await self._remember_notice(turn)
-        elif notice:
+        elif ask.notice:
             turn.reply = self.channels[message.provider].open_reply(message)
             with contextlib.suppress(ChannelError):
-                await turn.reply.start(notice)
+                await turn.reply.start(ask.notice)
         lane.pending.append(turn)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")

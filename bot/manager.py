@@ -41,18 +41,16 @@ from bot.trust import TrustPolicy
 from bot.turn_runner import TurnRunner
 from bot.turns import (
     STOPPED_NOTE,
-    AfterDelivery,
     AfterTurnHook,
-    BeforeStart,
     FollowUp,
     OnTurnError,
     StatusProvider,
     StopResult,
+    TurnAsk,
     TurnError,
     TurnOutcome,
 )
 from channels.base import Channel
-from channels.resume import ReplyState
 from channels.types import Action, InboundMessage
 from config.schema import Settings
 from connections import ConnectionStore
@@ -288,41 +286,9 @@ class ChannelManager:
     async def publish(self, message: InboundMessage) -> bool:
         return await self.bus.publish(message)
 
-    async def submit_turn(
-        self,
-        message: InboundMessage,
-        identity: Identity,
-        *,
-        text: str,
-        entry_id: str | None = None,
-        resume: ReplyState | None = None,
-        reply_text: str | None = None,
-        hidden: bool = False,
-        system_prompt: str | None = None,
-        skill: str | None = None,
-        notice: str | None = None,
-        before_start: BeforeStart | None = None,
-        after_delivery: AfterDelivery | None = None,
-        trust: TrustLevel | None = None,
-        task: str | None = None,
-    ) -> None:
+    async def submit_turn(self, message: InboundMessage, identity: Identity, ask: TurnAsk) -> None:
         """Queue a turn on the conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
-        await self.lanes.submit_turn(
-            message,
-            identity,
-            text=text,
-            entry_id=entry_id,
-            resume=resume,
-            reply_text=reply_text,
-            hidden=hidden,
-            system_prompt=system_prompt,
-            skill=skill,
-            notice=notice,
-            before_start=before_start,
-            after_delivery=after_delivery,
-            trust=trust,
-            task=task,
-        )
+        await self.lanes.submit_turn(message, identity, ask)
 
     async def send_notice(
         self,

@@ -26,7 +26,7 @@ from bot.schedules import is_occurrence
 from bot.settle import Settler
 from bot.speech.hearing import Hearing, TranscriberUnavailableError
 from bot.trust import GUEST_COMMAND, TrustPolicy, as_level, lowest
-from bot.turns import SubmitTurn
+from bot.turns import SubmitTurn, TurnAsk
 from channels.base import Channel
 from channels.types import InboundMessage
 from config.schema import Settings
@@ -190,13 +190,15 @@ class Router:
             await self.submit_turn(
                 message,
                 identity,
-                text=parsed.args or f"Use the {parsed.name} skill.",
-                entry_id=entry.id,
-                resume=entry.resume,
-                reply_text=entry.reply_text,
-                system_prompt=channel.system_prompt(message),
-                skill=parsed.name,
-                trust=level,
+                TurnAsk(
+                    text=parsed.args or f"Use the {parsed.name} skill.",
+                    entry_id=entry.id,
+                    resume=entry.resume,
+                    reply_text=entry.reply_text,
+                    system_prompt=channel.system_prompt(message),
+                    skill=parsed.name,
+                    trust=level,
+                ),
             )
             return
         if parsed is not None and command is None:
@@ -211,12 +213,14 @@ class Router:
         await self.submit_turn(
             message,
             identity,
-            text=message.text,
-            entry_id=entry.id,
-            resume=entry.resume,
-            reply_text=entry.reply_text,
-            system_prompt=channel.system_prompt(message),
-            trust=level,
+            TurnAsk(
+                text=message.text,
+                entry_id=entry.id,
+                resume=entry.resume,
+                reply_text=entry.reply_text,
+                system_prompt=channel.system_prompt(message),
+                trust=level,
+            ),
         )
 
     async def _run_command(

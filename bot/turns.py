@@ -171,27 +171,35 @@ class TurnError:
 OnTurnError = Callable[[TurnError], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class TurnAsk:
+    """What a turn is asked to do; who asks and where are the message and identity beside it.
+
+    One value instead of a dozen keyword arguments, so the router, commands, goals and after-turn
+    follow-ups hand the lane scheduler the same thing and a new field is added in one place.
+    ``trust`` None decides the level from the message when the turn runs (bot/trust.py); ``task`` is
+    the task card the turn answers in (a goal step's card).
+    """
+
+    text: str
+    entry_id: str | None = None
+    #: What of its reply a run before a restart made visible (channels/resume.py).
+    resume: ReplyState | None = None
+    reply_text: str | None = None
+    hidden: bool = False
+    system_prompt: str | None = None
+    skill: str | None = None
+    notice: str | None = None
+    before_start: BeforeStart | None = None
+    after_delivery: AfterDelivery | None = None
+    trust: TrustLevel | None = None
+    task: str | None = None
+
+
 class SubmitTurn(Protocol):
     """Queue a turn on a conversation's thread (:meth:`bot.lanes.LaneScheduler.submit_turn`)."""
 
-    async def __call__(
-        self,
-        message: InboundMessage,
-        identity: Identity,
-        *,
-        text: str,
-        entry_id: str | None = None,
-        resume: ReplyState | None = None,
-        reply_text: str | None = None,
-        hidden: bool = False,
-        system_prompt: str | None = None,
-        skill: str | None = None,
-        notice: str | None = None,
-        before_start: BeforeStart | None = None,
-        after_delivery: AfterDelivery | None = None,
-        trust: TrustLevel | None = None,
-        task: str | None = None,
-    ) -> None: ...
+    async def __call__(self, message: InboundMessage, identity: Identity, ask: TurnAsk) -> None: ...
 
 
 class SendNotice(Protocol):

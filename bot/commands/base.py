@@ -25,7 +25,7 @@ from bot.spend.keeper import SpendKeeper
 from bot.tasks.desk import TaskDesk
 from bot.thread_retention import ThreadEraser
 from bot.threads import Conversation, ThreadStore
-from bot.turns import StatusProvider, StopResult
+from bot.turns import StatusProvider, StopResult, TurnAsk
 from channels.base import Channel
 from channels.types import Action, InboundMessage
 from config.schema import Settings
@@ -112,17 +112,7 @@ class CommandHost(Protocol):
         resume_ref: str | None = None,
     ) -> str | None: ...
 
-    async def submit_turn(
-        self,
-        message: InboundMessage,
-        identity: Identity,
-        *,
-        text: str,
-        entry_id: str | None = None,
-        hidden: bool = False,
-        system_prompt: str | None = None,
-        trust: TrustLevel | None = None,
-    ) -> None: ...
+    async def submit_turn(self, message: InboundMessage, identity: Identity, ask: TurnAsk) -> None: ...
 
     async def stop_turn(
         self, message: InboundMessage, thread_id: str, token: str | None = None
@@ -179,11 +169,13 @@ class CommandContext:
         await self.host.submit_turn(
             self.message,
             self.identity,
-            text=text,
-            hidden=hidden,
-            system_prompt=system_prompt,
-            entry_id=self.entry_id,
-            trust=self.trust,
+            TurnAsk(
+                text=text,
+                hidden=hidden,
+                system_prompt=system_prompt,
+                entry_id=self.entry_id,
+                trust=self.trust,
+            ),
         )
         self.entry_id = None  # the turn now owns completing the inbox entry
 
