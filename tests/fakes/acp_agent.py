@@ -12,7 +12,8 @@ The brief steers it (tests write the brief):
   to write ``<cwd>/<name>``; allowed → writes it through ``fs/write_text_file``, says ``WROTE <name>``;
   rejected → writes nothing and says ``NOT WRITTEN``; cancelled → stops with ``cancelled``.
 * ``HANG`` — starts a heartbeat child (``<cwd>/beat`` rewritten every 0.1 s) and never finishes; on
-  ``session/cancel`` it answers ``cancelled`` but leaves the child running, so only a kill ends it.
+  ``session/cancel`` it writes ``<cwd>/cancelled`` and answers ``cancelled``, but leaves the child
+  running, so only a kill ends it.
 
 Standard library only: it runs on the sandbox's own Python (``python3 -I -c SOURCE``).
 """
@@ -182,6 +183,8 @@ def hang(session_id, cwd):
             sys.exit(0)
         if message.get("method") == "session/cancel":
             state["cancelled"].add((message.get("params") or {}).get("sessionId"))
+    with open(os.path.join(cwd, "cancelled"), "w") as mark:  # so a test can see session/cancel came
+        mark.write(session_id)
     return {"stopReason": "cancelled"}  # the heartbeat child keeps running: only a kill ends it
 
 

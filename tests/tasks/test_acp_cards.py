@@ -38,7 +38,7 @@ MODES = pytest.mark.parametrize("mode", ["bwrap", "host"])
 AGENT = ["/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable, "-I", "-c"]
 
 
-def settings_for(tmp_path: Path, llm: FakeOpenAI, mode: str) -> Any:
+def settings_for(tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any) -> Any:
     coder = {
         "name": "coder",
         "description": "a coding agent that edits files in the workspace",
@@ -47,7 +47,7 @@ def settings_for(tmp_path: Path, llm: FakeOpenAI, mode: str) -> Any:
     return agent_settings(
         tmp_path,
         llm,
-        agent={"system_prompt": PARENT, "subagents": {"enabled": True, "profiles": [coder]}},
+        agent={"system_prompt": PARENT, "subagents": {"enabled": True, "profiles": [coder], **limits}},
         sandbox={"mode": mode},
         memory={"enabled": False},
     )
@@ -59,10 +59,10 @@ def delegate(brief: str) -> Reply:
 
 @asynccontextmanager
 async def telegram_bot(
-    tmp_path: Path, llm: FakeOpenAI, mode: str
+    tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any
 ) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
-        settings = settings_for(tmp_path, llm, mode)
+        settings = settings_for(tmp_path, llm, mode, **limits)
         channel = TelegramChannel(telegram_config(tg), settings=settings)
         async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
             yield h, tg
@@ -143,6 +143,23 @@ async def test_stop_on_the_card_kills_the_agent_and_what_it_started(
         await tg.wait_for_bot_text(CHAT, "The coder was stopped.", timeout=60)
         await h.idle(timeout=30)
         assert not await beating(tmp_path), "the agent's child still runs after Stop"
+        assert (workspace_of(h) / "cancelled").read_text() == "sess-1", "the agent never got session/cancel"
     assert card_status(live.text) == "⏹ Stopped"
     [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
     assert "stopped: a person stopped this task" in result
+
+
+async def test_an_agent_past_its_time_limit_is_cancelled_killed_and_the_task_fails(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(PARENT, delegate("HANG forever"), Reply(text="The coder ran out of time."))
+    async with telegram_bot(tmp_path, llm, "host", timeout_seconds=3) as (h, tg):
+        tg.user_message(CHAT, "have the coder watch the disk", user_id=CHAT)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=60)
+        await tg.wait_for_bot_text(CHAT, "The coder ran out of time.", timeout=60)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the agent's child still runs after its time limit"
+        assert (workspace_of(h) / "cancelled").exists(), "the agent never got session/cancel"
+    [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
+    assert result.split("\n", 1)[0].endswith("failed: coder]"), result
+    assert "ran longer than its time limit of 3 s" in result
