@@ -547,15 +547,13 @@ class LocalSandbox(Sandbox):
             os.close(out_write)
         guard.spawned(launched.pid)
         self._live.add(launched)
-        loop = asyncio.get_running_loop()
-        stdout = asyncio.StreamReader(limit=_LINE_LIMIT, loop=loop)
-        reading, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), os.fdopen(out_read, "rb", 0)
-        )
-        writing, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(in_write, "wb", 0)
-        )
-        stdin = asyncio.StreamWriter(writing, protocol, None, loop)
+        try:
+            stdin, stdout, reading = await _connect_pipes(in_write, out_read)
+        except BaseException:  # cancelled while connecting: it must not outlive this call
+            await asyncio.shield(launched.finish())
+            await asyncio.shield(guard.end())
+            self._live.discard(launched)
+            raise
 
         async def end() -> None:
             await launched.finish()
@@ -727,6 +725,27 @@ class _BoundedCollector:
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+async def _connect_pipes(
+    in_write: int, out_read: int
+) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.BaseTransport]:
+    """Stream ends for a live process's stdin and stdout pipes (the descriptors are theirs from now)."""
+    loop = asyncio.get_running_loop()
+    writer_file, reader_file = os.fdopen(in_write, "wb", 0), os.fdopen(out_read, "rb", 0)
+    try:
+        stdout = asyncio.StreamReader(limit=_LINE_LIMIT, loop=loop)
+        reading, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), reader_file
+        )
+        writing, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), writer_file
+        )
+    except BaseException:
+        writer_file.close()
+        reader_file.close()
+        raise
+    return asyncio.StreamWriter(writing, protocol, None, loop), stdout, reading
 
 
 #: The longest line a live process may write at once (an ACP message with a whole file in it).
