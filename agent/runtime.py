@@ -364,6 +364,9 @@ class AgentRuntime(ContextFitting, TurnInput):
             call_tool=call_tool,
             mask=turn.tools.masker,
             close=sandbox.release,
+            sandbox=sandbox,
+            approvals=sub.tools.approvals if isinstance(sub.tools.approvals, WatchedApprovals) else None,
+            trust=turn.tools.trust,
         )
 
     # --- turns -------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -86,11 +87,17 @@ class Launched(ABC):
 class ProcessLaunch(Launched):
     """A command that is a child process of the service (host mode)."""
 
-    def __init__(self, process: asyncio.subprocess.Process, exited: asyncio.Future[None]) -> None:
-        assert process.stdout is not None
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        exited: asyncio.Future[None],
+        output: asyncio.StreamReader | None = None,
+    ) -> None:
+        output = output or process.stdout
+        assert output is not None
         self.process = process
         self.pid = process.pid
-        self.output = process.stdout
+        self.output = output
         self.exited = exited
 
     @property
@@ -106,6 +113,49 @@ class ProcessLaunch(Launched):
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             await _reap(self.process)
+
+
+class LiveProcess:
+    """A process started by :meth:`Sandbox.start_process`: its stdin and stdout are live pipes, its
+    stderr is ``launched.output``. It runs under the same limits, cgroup, network rules and kill-on-release
+    as a ``bash`` command, but without a time limit of its own: :meth:`close` ends it and what it started.
+    """
+
+    def __init__(
+        self,
+        launched: Launched,
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        on_close: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.launched = launched
+        self.stdin = stdin
+        self.stdout = stdout
+        self._on_close = on_close
+        self._closed = False
+        #: The end of what it wrote to stderr, for saying why it failed.
+        self.stderr_tail = bytearray()
+
+    @property
+    def exited(self) -> asyncio.Future[None]:
+        return self.launched.exited
+
+    @property
+    def returncode(self) -> int | None:
+        return self.launched.returncode
+
+    def said(self) -> str:
+        """The last line or two it wrote to stderr."""
+        lines = self.stderr_tail.decode(errors="replace").strip().splitlines()
+        return " ".join(lines[-2:])
+
+    async def close(self) -> None:
+        """Kill the process and everything it started, and give its sandbox slot back (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stdin.close()
+        await asyncio.shield(self._on_close())
 
 
 @dataclass(slots=True)
@@ -213,6 +263,18 @@ class Sandbox(ABC):
     async def release(self) -> None:
         """The turn is over: end anything still running for it (a safety net behind ``run``)."""
         return None
+
+    async def start_process(self, argv: Sequence[str]) -> LiveProcess:
+        """Start ``argv`` in the workspace with live stdin/stdout (a coding agent spoken to over ACP)."""
+        raise SandboxError("this sandbox cannot run a process with live input")
+
+    def agent_cwd(self) -> str:
+        """The workspace as a process started by :meth:`start_process` sees it."""
+        return f"{VIRTUAL_ROOT}/workspace"
+
+    def from_agent_path(self, path: str) -> str:
+        """An absolute path as such a process sees it, as the agent-visible path :meth:`resolve` takes."""
+        return path
 
     async def deliverable(self, files: Iterable[Path]) -> list[Path]:
         """The presented files that are still plain files inside ``outputs/`` (no symlink on the way)."""
@@ -437,14 +499,72 @@ class LocalSandbox(Sandbox):
         text = text.replace(str(self.root), VIRTUAL_ROOT)
         return text.replace(str(self.skills), SKILLS_ROOT) if self.skills is not None else text
 
-    async def _launch(self, command: str, plan: RunPlan, env: Mapping[str, str], workspace: Path) -> Launched:
-        """Start the command (host mode: a process of the service's own, in a session of its own)."""
+    async def _launch(
+        self,
+        command: str,
+        plan: RunPlan,
+        env: Mapping[str, str],
+        workspace: Path,
+        stdio: tuple[int, int] | None = None,
+    ) -> Launched:
+        """Start the command (host mode: a process of the service's own, in a session of its own).
+
+        ``stdio`` (a read end and a write end): the command's stdin and stdout; its output is then stderr.
+        """
         process, exited = await spawn(
             plan.wrap(self._argv(command, plan)),
             env=env,
             cwd=workspace,
+            stdio=stdio,
         )
-        return ProcessLaunch(process, exited)
+        return ProcessLaunch(process, exited, process.stderr if stdio is not None else None)
+
+    def agent_cwd(self) -> str:
+        return str(self.paths.workspace.resolve())
+
+    def from_agent_path(self, path: str) -> str:
+        return self._to_virtual(path)
+
+    async def start_process(self, argv: Sequence[str]) -> LiveProcess:
+        workspace = self.paths.workspace
+        workspace.mkdir(parents=True, exist_ok=True)
+        guard = CommandGuard(self.limits, self.quota, self.cgroups)
+        plan = await guard.begin()
+        in_read, in_write = os.pipe2(os.O_CLOEXEC)
+        out_read, out_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            launched = await self._launch(
+                "exec " + shlex.join(argv), plan, self._environment({}), workspace, (in_read, out_write)
+            )
+        except BaseException:
+            for fd in (in_write, out_read):
+                os.close(fd)
+            guard.spawned(None)
+            await asyncio.shield(guard.end())
+            raise
+        finally:
+            os.close(in_read)
+            os.close(out_write)
+        guard.spawned(launched.pid)
+        self._live.add(launched)
+        try:
+            stdin, stdout, reading = await _connect_pipes(in_write, out_read)
+        except BaseException:  # cancelled while connecting: it must not outlive this call
+            await asyncio.shield(launched.finish())
+            await asyncio.shield(guard.end())
+            self._live.discard(launched)
+            raise
+
+        async def end() -> None:
+            await launched.finish()
+            await guard.end()
+            reading.close()
+            drain.cancel()
+            self._live.discard(launched)
+
+        live = LiveProcess(launched, stdin, stdout, end)
+        drain = asyncio.create_task(_keep_tail(launched.output, live.stderr_tail))
+        return live
 
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
@@ -553,21 +673,27 @@ class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def spawn(
-    argv: list[str], *, env: Mapping[str, str], cwd: Path | None = None, pass_fds: tuple[int, ...] = ()
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    pass_fds: tuple[int, ...] = (),
+    stdio: tuple[int, int] | None = None,
 ) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
     """Start ``argv`` in its own session, stdout+stderr on one pipe; also return a future for its exit.
 
     ``asyncio``'s ``Process.wait()`` only returns once every pipe is closed; the exit future does not wait
-    for children that inherited the pipe.
+    for children that inherited the pipe. With ``stdio`` (two descriptors) they are its stdin and stdout,
+    and the pipe carries stderr alone.
     """
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[None] = loop.create_future()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitAwareProtocol(exited, 2**16, loop),
         *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL if stdio is None else stdio[0],
+        stdout=asyncio.subprocess.PIPE if stdio is None else stdio[1],
+        stderr=asyncio.subprocess.STDOUT if stdio is None else asyncio.subprocess.PIPE,
         cwd=str(cwd) if cwd is not None else None,
         env=dict(env),
         start_new_session=True,  # its own process group, so we can kill everything it spawns
@@ -599,6 +725,39 @@ class _BoundedCollector:
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+async def _connect_pipes(
+    in_write: int, out_read: int
+) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.BaseTransport]:
+    """Stream ends for a live process's stdin and stdout pipes (the descriptors are theirs from now)."""
+    loop = asyncio.get_running_loop()
+    writer_file, reader_file = os.fdopen(in_write, "wb", 0), os.fdopen(out_read, "rb", 0)
+    try:
+        stdout = asyncio.StreamReader(limit=_LINE_LIMIT, loop=loop)
+        reading, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), reader_file
+        )
+        writing, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), writer_file
+        )
+    except BaseException:
+        writer_file.close()
+        reader_file.close()
+        raise
+    return asyncio.StreamWriter(writing, protocol, None, loop), stdout, reading
+
+
+#: The longest line a live process may write at once (an ACP message with a whole file in it).
+_LINE_LIMIT = 16 * 1024 * 1024
+
+
+async def _keep_tail(stream: asyncio.StreamReader, tail: bytearray, keep: int = 2000) -> None:
+    """Drain a live process's stderr (a chatty one never blocks on a full pipe), keeping its end."""
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := await stream.read(65536):
+            tail.extend(chunk)
+            del tail[:-keep]
 
 
 def _kill_group(pid: int) -> None:

@@ -215,7 +215,14 @@ class BwrapSandbox(LocalSandbox):
         env.update(secrets)  # injected for this run only; never stored
         return env
 
-    async def _launch(self, command: str, plan: RunPlan, env: Mapping[str, str], workspace: Path) -> Launched:
+    async def _launch(
+        self,
+        command: str,
+        plan: RunPlan,
+        env: Mapping[str, str],
+        workspace: Path,
+        stdio: tuple[int, int] | None = None,
+    ) -> Launched:
         """Fork the command in the thread's sandbox (made on its first command, kept while in use)."""
         try:
             session, box = await self.provider.pool.lease(self.paths)
@@ -228,6 +235,7 @@ class BwrapSandbox(LocalSandbox):
                 f"{VIRTUAL_ROOT}/workspace",
                 limits=self._rlimits(plan),
                 hold=plan.cgroup is not None,
+                stdio=stdio,
             )
         except RunnerFailed as exc:
             raise SandboxError(f"the sandbox could not run the command: {exc}") from None
@@ -261,6 +269,9 @@ class BwrapSandbox(LocalSandbox):
 
     def _to_virtual(self, text: str) -> str:
         return text
+
+    def agent_cwd(self) -> str:
+        return f"{VIRTUAL_ROOT}/workspace"
 
     def _adopt(self, written: Path) -> None:
         if self.provider.as_root:

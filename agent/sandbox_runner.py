@@ -18,6 +18,8 @@ the service sends ``run`` with the command line, its whole environment and worki
 descriptors: the pipe for its output and a socket of its own. The forked child says hello on that socket
 — the kernel attaches its pid as the service sees it (``SO_PASSCRED``), so the service can put it into
 the command's cgroup — waits for "go" when asked to, and ``exec`` s the command in a session of its own.
+A live process (``stdio``) comes with two more descriptors, its stdin and stdout; the output pipe is then
+its stderr.
 When the command's shell exits, everything else in the sandbox is killed (background jobs and anything
 that left the session: the same as when a sandbox per command ended), the exit is reported, and
 ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are emptied before the next command is read.
@@ -97,9 +99,14 @@ def start_child(request: dict, out_fd: int, hello_fd: int) -> None:
         for number in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_DFL)
         os.setsid()
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_fd, 1)
+        stdio = request.get("stdio_fds")
+        if stdio:  # a live process: its stdin and stdout are the service's pipes, the output pipe stderr
+            os.dup2(stdio[0], 0)
+            os.dup2(stdio[1], 1)
+        else:
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         hello = socket.socket(fileno=hello_fd)
         hello.send(b"r")
@@ -176,18 +183,21 @@ class Runner:
 
     def handle(self, frame: dict) -> None:
         if frame["op"] == "run":
-            out_fd, hello_fd = self.fds[0], self.fds[1]
-            del self.fds[:2]
+            count = 4 if frame.get("stdio") else 2
+            fds = self.fds[:count]
+            del self.fds[:count]
+            out_fd, hello_fd = fds[0], fds[1]
+            frame["stdio_fds"] = fds[2:]
             if self.child:
-                os.close(out_fd)
-                os.close(hello_fd)
+                for fd in fds:
+                    os.close(fd)
                 self.send({"op": "error", "message": "a command is already running"})
                 return
             pid = os.fork()
             if pid == 0:
                 start_child(frame, out_fd, hello_fd)
-            os.close(out_fd)
-            os.close(hello_fd)
+            for fd in fds:
+                os.close(fd)
             self.child = pid
         elif frame["op"] == "kill" and self.child:
             for kill in (os.killpg, os.kill):

@@ -189,8 +189,13 @@ class RunnerSession:
         *,
         limits: Mapping[str, tuple[int, int]],
         hold: bool,
+        stdio: tuple[int, int] | None = None,
     ) -> RunnerCommand:
-        """Start one command; with ``hold`` it waits for :meth:`RunnerCommand.go` before it ``exec`` s."""
+        """Start one command; with ``hold`` it waits for :meth:`RunnerCommand.go` before it ``exec`` s.
+
+        ``stdio`` (a read end and a write end) become its stdin and stdout; its output pipe is then its
+        stderr alone (a live process, :meth:`agent.sandbox.Sandbox.start_process`).
+        """
         if not self.alive:
             raise RunnerFailed("the sandbox has ended")
         assert self.current is None, "one command at a time"
@@ -213,8 +218,9 @@ class RunnerSession:
                 "cwd": cwd,
                 "limits": {name: list(pair) for name, pair in limits.items()},
                 "hold": hold,
+                "stdio": stdio is not None,
             }
-            await self._send(request, fds=(out_write, child_hello.fileno()))
+            await self._send(request, fds=(out_write, child_hello.fileno(), *(stdio or ())))
         except BaseException:
             os.close(out_read)
             hello.close()

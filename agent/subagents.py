@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
+from agent.acp.client import Hooks, run_acp
 from agent.errors import describe_error
 from agent.events import (
     ApprovalDecision,
@@ -36,7 +37,7 @@ from agent.events import (
     ToolStarted,
     TrustLevel,
 )
-from agent.sandbox import SandboxError
+from agent.sandbox import Sandbox, SandboxError
 from agent.task_store import TaskStore
 from agent.tools import short
 from config.schema import GENERAL_SUBAGENT, SubagentsConfig
@@ -70,6 +71,8 @@ class SubagentKind:
     system_prompt: str
     model: str | None = None
     tools: frozenset[str] | None = None
+    #: A coding-agent command line run over ACP (:mod:`agent.acp`) instead of our own loop.
+    acp: tuple[str, ...] | None = None
 
 
 def kinds_of(config: SubagentsConfig) -> dict[str, SubagentKind]:
@@ -85,6 +88,7 @@ def kinds_of(config: SubagentsConfig) -> dict[str, SubagentKind]:
             profile.system_prompt,
             profile.model,
             frozenset(profile.tools) if profile.tools is not None else None,
+            tuple(profile.acp.command) if profile.acp is not None else None,
         )
     return kinds
 
@@ -140,6 +144,10 @@ class Session:
     mask: Callable[[str], str]
     #: Ends the session: kills the sandbox processes it started.
     close: Callable[[], Awaitable[None]]
+    #: Its sandbox handle and the chat's approvals, for a coding agent over ACP (None: not lent).
+    sandbox: Sandbox | None = None
+    approvals: WatchedApprovals | None = None
+    trust: TrustLevel = "member"
 
 
 #: A line for the task's card and steps, with the status it puts the task in.
@@ -371,7 +379,8 @@ class Subagents:
         )
         stop = self.reporter.stop_requested(task_id) if self.reporter is not None else None
         counts = Outcome("running", "")
-        work = asyncio.create_task(self._converse(session, spec, prompt, trail, counts))
+        talk = self._converse if spec.acp is None else self._acp
+        work = asyncio.create_task(talk(session, spec, prompt, trail, counts))
         stopper = asyncio.create_task(stop.wait()) if stop is not None else None
         watched = [t for t in (work, stopper) if t is not None]
         try:
@@ -450,6 +459,26 @@ class Subagents:
                 )
                 for bad in invalid
             )
+
+    async def _acp(
+        self, session: Session, spec: SubagentKind, prompt: str, trail: _Trail, counts: Outcome
+    ) -> Outcome:
+        """A coding agent over ACP does the job; its permission requests are the chat's approvals."""
+        if session.sandbox is None or spec.acp is None:
+            raise SandboxError("coding agents over ACP need a sandbox here, and none was lent")
+        approvals = session.approvals
+
+        async def approve(what: str, why: str) -> bool:
+            if approvals is None:  # nobody to ask (no chat): the agent's request is refused
+                trail.add("note", f"not approved (no chat to ask): {short(what, 120)}")
+                return False
+            decision = await approvals.approve(what, why, trust=session.trust)
+            return decision.approved
+
+        hooks = Hooks(step=lambda kind, text: trail.add(kind, text), approve=approve, mask=session.mask)
+        result = await run_acp(session.sandbox, spec.acp, prompt, hooks)
+        counts.tool_calls = result.tool_calls
+        return Outcome(result.status, result.text, tool_calls=result.tool_calls)
 
     async def _tool(self, session: Session, call: ToolCall, trail: _Trail, counts: Outcome) -> ToolMessage:
         counts.tool_calls += 1

@@ -287,18 +287,37 @@ GENERAL_SUBAGENT = "general"
 _SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
+class AcpAgentConfig(Section):
+    """A coding-agent CLI the ``task`` tool runs in the thread's sandbox over ACP (docs/subagents.md)."""
+
+    #: The agent's command line, run in the sandbox (e.g. ``[claude-code-acp]``); it gets no secrets.
+    command: list[str] = Field(min_length=1)
+
+
 class SubagentProfileConfig(Section):
     """One kind of subagent the ``task`` tool may start besides ``general`` (docs/subagents.md)."""
 
     name: str
     #: One line the model reads to choose this kind.
     description: str
-    #: The subagent's own system prompt (its whole brief comes from the ``task`` call).
-    system_prompt: str
+    #: The subagent's own system prompt (its whole brief comes from the ``task`` call); unused by ``acp``.
+    system_prompt: str = ""
     #: A name from ``models``; None: the model of the turn that started it.
     model: str | None = None
     #: Built-in or MCP tools it may use (never more than the starting turn may); None: the same as that turn.
     tools: list[str] | None = None
+    #: Run a coding-agent CLI over ACP instead of a model of ours (then model and tools do not apply).
+    acp: AcpAgentConfig | None = None
+
+    @model_validator(mode="after")
+    def _model_or_acp(self) -> SubagentProfileConfig:
+        if self.acp is None and not self.system_prompt.strip():
+            raise ValueError(f"subagent {self.name!r} needs a system_prompt (or an acp command)")
+        if self.acp is not None and (self.model is not None or self.tools is not None):
+            raise ValueError(
+                f"subagent {self.name!r} runs a coding agent over acp: model and tools do not apply to it"
+            )
+        return self
 
     @field_validator("name")
     @classmethod

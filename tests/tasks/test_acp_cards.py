@@ -1,0 +1,165 @@
+"""Issue 36: a coding agent over ACP as a ``task`` subagent, seen from the chat.
+
+The turn's model delegates to a profile that runs a coding-agent CLI in the thread's sandbox (here the
+fake ACP agent, ``tests/fakes/acp_agent.py``, written from the protocol's description). What a person
+notices on Telegram: the agent's request to write a file arrives as the usual approval request; Approve
+lets it write into the thread's workspace and its answer reaches the turn; Deny leaves the workspace as
+it was; ⏹ Stop on the task's card ends the agent and everything it started in the sandbox. The real
+channel against the platform's fake, the real runtime and sandbox, the fake model.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channels.telegram.channel import TelegramChannel
+from tests.agent.helpers import agent_settings, all_tool_results, wait_until
+from tests.agent.test_sandbox import beat, beating
+from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
+from tests.fakes import acp_agent
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.telegram import FakeTelegram
+from tests.harness import Harness
+from tests.tasks.kit import card_body, card_status, is_card
+
+pytestmark = pytest.mark.slow  # platform fake, the fake model and a sandboxed agent process
+
+PARENT = "PARENT-PROMPT-7720"
+CHAT = 6262
+STOP = "⏹ Stop"
+MODES = pytest.mark.parametrize("mode", ["bwrap", "host"])
+#: The fake agent runs on the sandbox's own Python, from its source (the test tree is not mounted there).
+AGENT = ["/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable, "-I", "-c"]
+
+
+def settings_for(tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any) -> Any:
+    coder = {
+        "name": "coder",
+        "description": "a coding agent that edits files in the workspace",
+        "acp": {"command": [*AGENT, Path(acp_agent.__file__).read_text()]},
+    }
+    return agent_settings(
+        tmp_path,
+        llm,
+        agent={"system_prompt": PARENT, "subagents": {"enabled": True, "profiles": [coder], **limits}},
+        sandbox={"mode": mode},
+        memory={"enabled": False},
+    )
+
+
+def delegate(brief: str) -> Reply:
+    return Reply(tool_calls=[ToolCall("task", {"title": "ask the coder", "prompt": brief, "kind": "coder"})])
+
+
+@asynccontextmanager
+async def telegram_bot(
+    tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any
+) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        settings = settings_for(tmp_path, llm, mode, **limits)
+        channel = TelegramChannel(telegram_config(tg), settings=settings)
+        async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+            yield h, tg
+
+
+def workspace_of(h: Harness) -> Path:
+    [workspace] = Path(h.service.settings.data_dir).glob("users/*/threads/*/user-data/workspace")
+    return workspace
+
+
+@MODES
+async def test_approving_the_agents_request_writes_the_file_and_its_answer_reaches_the_turn(
+    tmp_path: Path, llm: FakeOpenAI, mode: str
+):
+    llm.script_for(
+        PARENT, delegate("WRITE notes.txt: written by the coding agent"), Reply(text="The coder is done.")
+    )
+    async with telegram_bot(tmp_path, llm, mode) as (h, tg):
+        tg.user_message(CHAT, "have the coder write the notes", user_id=CHAT)
+        request = await tg.wait_for_bot_text(CHAT, "🔐 Approval needed", timeout=60)
+        assert "Write notes.txt" in request.text, request.text
+        assert "/mnt/user-data/workspace/notes.txt" in request.text, (
+            "the request shows the path as the agent sees it"
+        )
+        workspace = workspace_of(h)
+        assert not (workspace / "notes.txt").exists(), "written before anyone approved"
+        await tg.wait_until(
+            lambda: any(
+                is_card(m.text) and "✋ Waiting for approval" in card_status(m.text)
+                for m in tg.bot_messages(CHAT)
+            ),
+            30,
+        )
+        tg.press(CHAT, request.message_id, "Approve", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The coder is done.", timeout=60)
+        await h.idle(timeout=30)
+        [card] = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+        written = (workspace / "notes.txt").read_text()
+    assert written == "written by the coding agent"
+    [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
+    assert result.split("\n", 1)[0].endswith("done: coder]"), result
+    assert result.split("\n", 1)[1] == "WROTE notes.txt"
+    assert card_status(card.text) == "✅ Done"
+    assert card_body(card.text) == "WROTE notes.txt"
+    assert any("Write notes.txt" in v for v in card.history), "the agent's tool call never showed on the card"
+
+
+async def test_denying_the_agents_request_writes_nothing_and_the_turn_hears_so(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(PARENT, delegate("WRITE notes.txt: must not appear"), Reply(text="The coder was refused."))
+    async with telegram_bot(tmp_path, llm, "host") as (h, tg):
+        tg.user_message(CHAT, "have the coder write the notes", user_id=CHAT)
+        request = await tg.wait_for_bot_text(CHAT, "🔐 Approval needed", timeout=60)
+        tg.press(CHAT, request.message_id, "Deny", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The coder was refused.", timeout=60)
+        await h.idle(timeout=30)
+        workspace = workspace_of(h)
+        assert list(workspace.iterdir()) == [], "the denied agent left files behind"
+    [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
+    assert result.split("\n", 1)[1] == "NOT WRITTEN: permission was refused."
+
+
+@MODES
+async def test_stop_on_the_card_kills_the_agent_and_what_it_started(
+    tmp_path: Path, llm: FakeOpenAI, mode: str
+):
+    llm.script_for(PARENT, delegate("HANG until told"), Reply(text="The coder was stopped."))
+    async with telegram_bot(tmp_path, llm, mode) as (h, tg):
+        tg.user_message(CHAT, "have the coder watch the disk", user_id=CHAT)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=60)
+        assert await beating(tmp_path)
+        live = await tg.wait_until(
+            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
+            30,
+        )
+        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The coder was stopped.", timeout=60)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the agent's child still runs after Stop"
+        assert (workspace_of(h) / "cancelled").read_text() == "sess-1", "the agent never got session/cancel"
+    assert card_status(live.text) == "⏹ Stopped"
+    [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
+    assert "stopped: a person stopped this task" in result
+
+
+async def test_an_agent_past_its_time_limit_is_cancelled_killed_and_the_task_fails(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(PARENT, delegate("HANG forever"), Reply(text="The coder ran out of time."))
+    async with telegram_bot(tmp_path, llm, "host", timeout_seconds=3) as (h, tg):
+        tg.user_message(CHAT, "have the coder watch the disk", user_id=CHAT)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=60)
+        await tg.wait_for_bot_text(CHAT, "The coder ran out of time.", timeout=60)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the agent's child still runs after its time limit"
+        assert (workspace_of(h) / "cancelled").exists(), "the agent never got session/cancel"
+    [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
+    assert result.split("\n", 1)[0].endswith("failed: coder]"), result
+    assert "ran longer than its time limit of 3 s" in result
