@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 #: The ``openai`` SDK's default: ten minutes for an answer, five seconds to connect.
 DEFAULT_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 5.0
+#: The ``openai`` SDK's pool: many turns stream at once (httpx's own default of 100 would queue them).
+POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 #: Request settings sent only when configured (the service's default otherwise).
 _OPTIONAL = ("temperature", "max_tokens", "top_p", "stop", "seed", "reasoning_effort")
 #: Keyword arguments LangChain passes along that are not request fields.
@@ -134,7 +136,9 @@ class ChatCompletions(BaseChatModel):
 
     def _new_client(self) -> httpx.AsyncClient:
         seconds = self.timeout if self.timeout is not None else DEFAULT_TIMEOUT
-        return httpx.AsyncClient(timeout=httpx.Timeout(seconds, connect=min(CONNECT_TIMEOUT, seconds)))
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(seconds, connect=min(CONNECT_TIMEOUT, seconds)), limits=POOL_LIMITS
+        )
 
     def _async_client(self) -> httpx.AsyncClient:
         """This event loop's client: a pooled connection belongs to the loop that opened it (a model

@@ -209,7 +209,15 @@ async def test_refusals_read_as_the_chat_sentences_and_a_400_is_not_retried(llm:
 
 
 async def test_an_unreachable_service_is_retried_then_explained() -> None:
-    cfg = ModelConfig(name="default", model="m", api_key=KEY, base_url="http://127.0.0.1:9/v1", max_retries=1)
+    cfg = ModelConfig.model_validate(
+        {
+            "name": "default",
+            "model": "m",
+            "api_key": KEY,
+            "base_url": "http://127.0.0.1:9/v1",
+            "max_retries": 1,
+        }
+    )
     with pytest.raises(APIConnectionError) as caught:
         await build_chat_model(cfg).ainvoke("hi")
     assert describe_error(caught.value) == "I couldn't reach the model service. Please try again shortly."
@@ -250,8 +258,14 @@ def test_the_default_class_does_not_import_the_openai_sdk(llm: FakeOpenAI) -> No
 
 def test_chatopenai_still_works_when_configured(llm: FakeOpenAI) -> None:
     pytest.importorskip("langchain_openai")
-    cfg = ModelConfig(
-        name="o", use="langchain_openai:ChatOpenAI", model="m", base_url=llm.base_url, max_retries=0
+    cfg = ModelConfig.model_validate(
+        {
+            "name": "o",
+            "use": "langchain_openai:ChatOpenAI",
+            "model": "m",
+            "base_url": llm.base_url,
+            "max_retries": 0,
+        }
     )
     model = build_chat_model(cfg)
     assert type(model).__name__ == "ChatOpenAI"
@@ -261,3 +275,16 @@ def test_chatopenai_still_works_when_configured(llm: FakeOpenAI) -> None:
     assert describe_error(caught.value).startswith(
         "The model rejected the request: Unsupported parameter: 'seed'."
     )
+
+
+async def test_a_named_tool_choice_is_sent_as_a_function_and_an_empty_tool_list_not_at_all(
+    llm: FakeOpenAI,
+) -> None:
+    model = model_for(llm, model_kwargs={"top_k": 20})
+    await model.bind_tools([BASH], tool_choice="bash").ainvoke("hi")
+    await model.bind_tools([]).ainvoke("hi")
+    forced, plain = llm.completions
+    assert (
+        forced["tool_choice"] == {"type": "function", "function": {"name": "bash"}} and forced["top_k"] == 20
+    )
+    assert "tools" not in plain and "tool_choice" not in plain
