@@ -32,6 +32,10 @@ CONTEXT_OVERFLOW_PHRASES = (
 )
 
 
+#: Modules whose exceptions are a model service's failures, read by class name below.
+_PROVIDER_MODULES = ("openai", "httpx", "anthropic", "langchain", "agent.chat_completions")
+
+
 class ContextOverflowError(Exception):
     """The thread does not fit the model even after compaction; the chat is told what to do."""
 
@@ -93,7 +97,8 @@ def describe_error(exc: BaseException) -> str:
         return "The model is not set up correctly, so I can't answer yet — an operator needs to check the config."
     if isinstance(exc, TimeoutError | asyncio.TimeoutError) or "Timeout" in name:
         return "The model took too long to answer. Please try again."
-    if module.startswith(("openai", "httpx", "anthropic", "langchain")) or name.startswith("API"):
+    # Our own chat model's errors carry the ``openai`` SDK's class names (agent/chat_completions).
+    if module.startswith(_PROVIDER_MODULES) or name.startswith("API"):
         if "Authentication" in name or "PermissionDenied" in name:
             return "The model service rejected our credentials — an operator needs to check the API key."
         if "RateLimit" in name:

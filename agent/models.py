@@ -25,7 +25,11 @@ _PACKAGE_HINTS = {
 }
 
 
-#: Sent as the API key to a ``base_url`` server configured without one.
+#: Classes that talk to OpenAI's API (or a compatible server) and need a key unless ``base_url`` is set.
+#: ``ChatCompletions`` sends no key at all to a keyless server and never reads ``$OPENAI_API_KEY``.
+_OPENAI_STYLE = ("langchain_openai:", "agent.chat_completions:")
+
+#: Sent as the API key to a ``base_url`` server configured without one (``ChatOpenAI`` insists on a key).
 NO_KEY_PLACEHOLDER = "no-key-configured"
 
 
@@ -113,16 +117,17 @@ def build_chat_model(cfg: ModelConfig) -> Any:
     if unknown:
         raise ModelLoadError("; ".join(unknown))
     kwargs = model_kwargs(cfg)
-    if cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key") and kwargs.get("base_url"):
-        # A local OpenAI-compatible server (Ollama, vLLM, llama.cpp) takes no key, but the client insists
-        # on one; an explicit placeholder also keeps $OPENAI_API_KEY from being sent to that server.
-        kwargs["api_key"] = NO_KEY_PLACEHOLDER
-    elif cfg.use.startswith("langchain_openai:") and not kwargs.get("api_key"):
+    openai_style = cfg.use.startswith(_OPENAI_STYLE)
+    if openai_style and not kwargs.get("api_key") and not kwargs.get("base_url"):
         raise ModelLoadError(
             f"model {cfg.name!r} has no api_key; set it in config (e.g. api_key: $OPENAI_API_KEY) "
             "and make sure the variable is set"
         )
     if cfg.use.startswith("langchain_openai:"):
+        if not kwargs.get("api_key"):
+            # A local OpenAI-compatible server (Ollama, vLLM, llama.cpp) takes no key, but the client
+            # insists on one; an explicit placeholder also keeps $OPENAI_API_KEY from being sent there.
+            kwargs["api_key"] = NO_KEY_PLACEHOLDER
         # Token usage arrives in the last chunk of a streamed answer only when asked for; /status and
         # TurnFinished need it, and the library leaves it off for custom base URLs.
         kwargs.setdefault("stream_usage", True)

@@ -10,9 +10,12 @@ that a provider or proxy echoes back reaches the chat.
 from __future__ import annotations
 
 import re
+import sys
+from typing import Any
 
-import openai
 from langchain_core.exceptions import ModelInvalidRequestError, ModelNotFoundError
+
+from agent import chat_completions as cc
 
 #: Longest provider reason quoted in the chat.
 MAX_REASON_CHARS = 160
@@ -35,24 +38,35 @@ _UNKNOWN_MODEL_CODES = frozenset({"model_not_found", "invalid_model"})
 _CONTENT_CODES = frozenset({"content_filter", "content_policy_violation", "invalid_prompt"})
 #: Error codes of a parameter the model does not take (the configuration's to fix).
 _SETTING_CODES = frozenset({"unsupported_parameter", "unsupported_value"})
-#: What a refusal is: the ``openai`` SDK's 400/404/422 classes, and LangChain's provider-neutral ones
-#: (which other LangChain providers raise).
-_REFUSALS = (
-    openai.BadRequestError,
-    openai.NotFoundError,
-    openai.UnprocessableEntityError,
+#: What a refusal is: our chat model's 400/404/422 classes, and LangChain's provider-neutral ones (which
+#: other LangChain providers raise); the ``openai`` SDK's are added by :func:`_sdk_classes`.
+_REFUSALS: tuple[type[BaseException], ...] = (
+    cc.BadRequestError,
+    cc.NotFoundError,
+    cc.UnprocessableEntityError,
     ModelInvalidRequestError,
     ModelNotFoundError,
 )
+_NOT_FOUND: tuple[type[BaseException], ...] = (cc.NotFoundError, ModelNotFoundError)
+
+
+def _sdk_classes(*names: str) -> tuple[type[BaseException], ...]:
+    """The ``openai`` SDK's classes of those names, when something (``ChatOpenAI``) imported it: an
+    error of that SDK cannot exist otherwise, and importing it here would cost ~20 MiB for nothing."""
+    openai: Any = sys.modules.get("openai")
+    if openai is None:
+        return ()
+    return tuple(getattr(openai, name) for name in names if isinstance(getattr(openai, name, None), type))
 
 
 def _refusal(exc: BaseException) -> BaseException | None:
     """The refusal in ``exc`` or its causes (a library may wrap the SDK's error in its own)."""
+    refusals = _REFUSALS + _sdk_classes("BadRequestError", "NotFoundError", "UnprocessableEntityError")
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return None
-        if isinstance(seen, _REFUSALS):
+        if isinstance(seen, refusals):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
@@ -60,13 +74,15 @@ def _refusal(exc: BaseException) -> BaseException | None:
 
 def _provider_message(exc: BaseException) -> tuple[str, str | None]:
     """The provider's own message and error code (OpenAI's ``{"error": {"message", "code"}}`` body)."""
-    if isinstance(exc, openai.APIStatusError) and isinstance(exc.body, dict):
-        inner = exc.body.get("error", exc.body)
+    api_errors: tuple[type[BaseException], ...] = (cc.APIError, *_sdk_classes("APIError"))
+    body = getattr(exc, "body", None)
+    if isinstance(exc, api_errors) and isinstance(body, dict):
+        inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             code = inner.get("code")
             return str(inner["message"]), code if isinstance(code, str) else None
-    code = exc.code if isinstance(exc, openai.APIError) else None
-    return _SDK_PREFIX.sub("", str(exc)), code
+    code = getattr(exc, "code", None) if isinstance(exc, api_errors) else None
+    return _SDK_PREFIX.sub("", str(exc)), code if isinstance(code, str) else None
 
 
 def safe_reason(text: str) -> str:
@@ -90,7 +106,7 @@ def describe_refusal(exc: BaseException) -> str | None:
         return None
     message, code = _provider_message(refusal)
     reason = safe_reason(message)
-    if code in _UNKNOWN_MODEL_CODES or isinstance(refusal, openai.NotFoundError | ModelNotFoundError):
+    if code in _UNKNOWN_MODEL_CODES or isinstance(refusal, _NOT_FOUND + _sdk_classes("NotFoundError")):
         return (
             f"The model service does not know the configured model ({reason}) — ask an admin to check the"
             " model settings."

@@ -116,7 +116,7 @@ class ModelConfig(Section):
     model_config = Section.model_config | {"extra": "allow"}
 
     name: str
-    use: str = "langchain_openai:ChatOpenAI"
+    use: str = "agent.chat_completions:ChatCompletions"
     model: str = "gpt-4o-mini"
     api_key: str | None = None
     base_url: str | None = None

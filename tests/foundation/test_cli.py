@@ -153,7 +153,7 @@ def test_doctor_says_what_is_fine_and_what_to_fix(tmp_path, llm):
     )
     assert good.returncode == 0, good.stdout + good.stderr
     assert "✓ database: reachable" in good.stdout
-    assert "✓ model default: langchain_openai:ChatOpenAI (fake-model) configured" in good.stdout
+    assert "✓ model default: agent.chat_completions:ChatCompletions (fake-model) configured" in good.stdout
 
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -50,7 +50,7 @@ def test_config_check_reports_all_three_mistakes_at_once_one_line_each(tmp_path)
         "database.url: postgresql:// is not the asyncpg driver the service uses; "
         "write postgresql+asyncpg://sb:***@db.internal/sb",
         "channels.slack.bot_tokn: unknown key",
-        "models.0.temprature: not a setting of langchain_openai:ChatOpenAI (did you mean temperature?)",
+        "models.0.temprature: not a setting of agent.chat_completions:ChatCompletions (did you mean temperature?)",
     ]
     assert "config.yaml: 3 problems" in result.stderr
     assert "hunter22" not in result.stdout + result.stderr

@@ -70,7 +70,10 @@ def test_idle_service_has_the_agent_but_not_disabled_channels_or_token_checks(tm
         tmp_path, {"channels": {"telegram": {"enabled": False, "bot_token": "123:abc"}}}
     )
     # Ready means a turn can run: the model's class is loaded, the first message does not import it.
-    assert "langchain_openai" in modules
+    assert "agent.chat_completions" in modules
+    # The default model class talks HTTP itself: the openai SDK (~20 MiB, 600 modules) stays out.
+    assert "openai" not in modules
+    assert "langchain_openai" not in modules
     assert "langgraph.graph" in modules
     # A disabled channel's SDK is not imported.
     assert "telegram" not in modules
