@@ -282,7 +282,8 @@ class AgentRuntime(ContextFitting, TurnInput):
         write(ToolStarted(name, summary))
         ctx = replace(run.tools, call_id=call_id or "")
         # A call still running after agent.long_tool_seconds gets a task card (a subagent has its own).
-        watch = run.tools.long_calls.watch(name, ctx.call_id, summary) if run.tools.long_calls else None
+        calls = run.tools.long_calls if name != "task" else None
+        watch = calls.watch(name, ctx.call_id, summary) if calls is not None else None
         if watch is not None and ctx.approvals is not None:
             ctx.approvals = WatchedApprovals(ctx.approvals, watch.note)  # waiting for a yes is not running
         ok = True

@@ -40,6 +40,10 @@ def settings_for(tmp_path: Path, llm: FakeOpenAI, **extra: Any) -> Any:
     return agent_settings(tmp_path, llm, agent={"long_tool_seconds": 0.5}, memory={"enabled": False}, **extra)
 
 
+def delegate(title: str, prompt: str) -> Reply:
+    return Reply(tool_calls=[ToolCall("task", {"title": title, "prompt": prompt, "kind": "general"})])
+
+
 def bash(command: str) -> Reply:
     return Reply(tool_calls=[ToolCall("bash", {"command": command})])
 
@@ -125,3 +129,33 @@ async def test_a_long_commands_card_on_slack_is_one_message_posted_once_then_upd
     assert "BUILD-RESULT-5521" in card_body(card.text)
     assert card.labels == []
     assert len(answers) == 1
+
+
+async def test_a_long_subagent_shows_its_own_card_only_not_a_second_one_for_its_task_call(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script_for(
+        "PARENT-PROMPT-3030",
+        delegate("tally the files", "JOB-TALLY: count them"),
+        Reply(text="There are 9 files."),
+    )
+    llm.script_for("JOB-TALLY", Reply(text="RESULT: 9 files", chunk_size=2, delay=0.2))  # about 2 s
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        settings = agent_settings(
+            tmp_path,
+            llm,
+            agent={
+                "system_prompt": "PARENT-PROMPT-3030",
+                "long_tool_seconds": 0.5,
+                "subagents": {"enabled": True},
+            },
+            memory={"enabled": False},
+        )
+        channel = TelegramChannel(telegram_config(tg), settings=settings)
+        async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+            tg.user_message(CHAT, "how many files?", user_id=CHAT)
+            await tg.wait_for_bot_text(CHAT, "There are 9 files.", timeout=30)
+            await h.idle(timeout=30)
+            cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    [card] = cards
+    assert "tally the files" in card.text and card_body(card.text) == "RESULT: 9 files"
