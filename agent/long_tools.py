@@ -42,6 +42,12 @@ _BASH_STATUS = re.compile(r"^\[(?:exit code (-?\d+)|(timed out))\]")
 TURN_STOPPED = "(not finished: the user stopped this turn before the tool completed)"
 
 
+def long_call_id(thread_id: str, call_id: str) -> str:
+    """A subagent's id derivation (stable across a redelivered turn) under a prefix of its own, so a
+    call's card can never be taken for the card of a subagent started by the same call id."""
+    return "tool-" + task_id_for(thread_id, call_id).removeprefix("task-")
+
+
 def elapsed(seconds: float) -> str:
     """``12 s``, ``3 min 5 s``, ``1 h 2 min``: how long a call has run, as a person reads it."""
     total = int(seconds)
@@ -93,7 +99,7 @@ class LongCalls:
         ``rerun`` runs it again under the same id, its card continued from the start."""
         if self.store is None or not call_id:
             return None
-        task_id = task_id_for(self.thread_id, call_id)
+        task_id = long_call_id(self.thread_id, call_id)
         try:
             earlier = await self.store.task(task_id)
         except Exception as exc:
@@ -121,7 +127,7 @@ class LongCall:
         self.name = name
         self.call_id = call_id
         self.title = title
-        self.task_id = task_id_for(calls.thread_id, call_id)
+        self.task_id = long_call_id(calls.thread_id, call_id)
         self.owner = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
         self.began = self._loop.time()
