@@ -9,6 +9,7 @@ answers. Real channels against the platforms' fakes, the real runtime and sandbo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agent.long_tools import TURN_STOPPED
 from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
 from tests.agent.helpers import agent_settings, all_tool_results, wait_until
@@ -159,3 +161,29 @@ async def test_a_long_subagent_shows_its_own_card_only_not_a_second_one_for_its_
             cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
     [card] = cards
     assert "tally the files" in card.text and card_body(card.text) == "RESULT: 9 files"
+
+
+async def test_stop_of_the_whole_turn_still_stops_it_ends_the_card_and_the_next_turn_does_not_run_it_again(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    llm.script(bash(f"echo run >> runs.txt; {HEARTBEAT}"), Reply(text="Hello again."))
+    async with telegram_bot(tmp_path, llm) as (h, tg):
+        tg.user_message(CHAT, "keep a heartbeat going", user_id=CHAT)
+        live = await tg.wait_until(
+            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
+            30,
+        )
+        assert await beating(tmp_path)
+        tg.user_message(CHAT, "/stop", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "⏹ Stopped.", timeout=30)
+        await h.idle(timeout=30)
+        await asyncio.sleep(0.3)  # a write already under way may still land
+        assert not await beating(tmp_path), "/stop left the command running"
+        tg.user_message(CHAT, "hello?", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "Hello again.", timeout=30)
+        await h.idle(timeout=30)
+        cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    assert [m.message_id for m in cards] == [live.message_id]
+    assert card_status(live.text) == "⏹ Stopped" and live.buttons == []
+    assert sum(p.read_text().count("run") for p in tmp_path.rglob("runs.txt")) == 1, "it ran again"
+    assert all_tool_results(llm) == [TURN_STOPPED]
