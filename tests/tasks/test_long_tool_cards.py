@@ -187,3 +187,17 @@ async def test_stop_of_the_whole_turn_still_stops_it_ends_the_card_and_the_next_
     assert card_status(live.text) == "⏹ Stopped" and live.buttons == []
     assert sum(p.read_text().count("run") for p in tmp_path.rglob("runs.txt")) == 1, "it ran again"
     assert all_tool_results(llm) == [TURN_STOPPED]
+
+
+async def test_waiting_for_approval_does_not_make_a_command_long(tmp_path: Path, llm: FakeOpenAI):
+    llm.script(bash("rm -rf /mnt/user-data/workspace/old-build"), Reply(text="Cleaned up."))
+    async with telegram_bot(tmp_path, llm) as (h, tg):
+        tg.user_message(CHAT, "clean up the old build", user_id=CHAT)
+        request = await tg.wait_for_bot_text(CHAT, "🔐 Approval needed", timeout=30)
+        await asyncio.sleep(2)  # four times the threshold, waiting for a person's yes
+        assert not any(is_card(m.text) for m in tg.bot_messages(CHAT)), "a card for a command not yet run"
+        tg.press(CHAT, request.message_id, "Approve", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "Cleaned up.", timeout=30)
+        await h.idle(timeout=30)
+        texts = [v for m in tg.bot_messages(CHAT) for v in m.history]
+    assert not any(is_card(t) for t in texts), texts
