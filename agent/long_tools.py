@@ -128,6 +128,7 @@ class LongCall:
         self.call_id = call_id
         self.title = title
         self.task_id = long_call_id(calls.thread_id, call_id)
+        self.resumed = at_once
         self.owner = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
         self.began = self._loop.time()
@@ -180,16 +181,21 @@ class LongCall:
         await self._record("begin")
         await _quietly(reporter.started(task_id=self.task_id, title=self.title, kind="tool"))
         stop = reporter.stop_requested(self.task_id)
+        if self.resumed:  # its card says where it was when the service stopped: say why it starts over
+            await _quietly(reporter.step(task_id=self.task_id, text="started again after a restart"))
         while self.running:
-            await _quietly(reporter.step(task_id=self.task_id, text=f"for {self._ran()}"))
             self._waiting = True
             try:
                 async with asyncio.timeout(self.calls.every):
                     await stop.wait()
             except TimeoutError:
-                continue
+                pass
             finally:
                 self._waiting = False
+            if not stop.is_set():
+                if self.running:  # one edit per interval at most, and the card's own pacing on top
+                    await _quietly(reporter.step(task_id=self.task_id, text=f"for {self._ran()}"))
+                continue
             if self.running and self.owner is not None:
                 self.stopped = self._cancelled = True
                 self.owner.cancel("stopped with ⏹ Stop on its task card")

@@ -78,6 +78,7 @@ def test_a_long_tool_call_killed_mid_run_finishes_in_the_same_card_and_its_resul
     assert runs(tmp_path) == 2, "the redelivered turn ran the cut-off command again"
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
     assert len(card_posts) == 1, "no second card was ever posted"
+    assert any("started again after a restart" in v for v in after[0].history), after[0].history
     assert card_status(after[0].text) == "✅ Done"
     assert MARK in card_body(after[0].text)
     assert everything.count(MARK) == 1, "the command's result arrived once"
