@@ -9,6 +9,7 @@ once a tool result is in the conversation, it answers.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,19 @@ def cards(tg: FakeTelegram) -> list[FakeMessage]:
     return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
 
 
+def card_kept(tmp_path: Path) -> bool:
+    """The card's message is recorded with its row (a kill before that would post it again: the platform
+    and the database cannot be written at once, docs/tasks.md)."""
+    for db in tmp_path.rglob("sb.db"):
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+                rows = conn.execute("SELECT reply_state FROM task_cards WHERE kind = 'tool'").fetchall()
+        except sqlite3.Error:
+            return False
+        return any(state for (state,) in rows)
+    return False
+
+
 def runs(tmp_path: Path) -> int:
     return sum(p.read_text().count("run") for p in tmp_path.rglob("runs.txt"))
 
@@ -57,7 +71,11 @@ def test_a_long_tool_call_killed_mid_run_finishes_in_the_same_card_and_its_resul
         try:
             tg.user_message(CHAT, "please run the port audit", user_id=CHAT)  # type: ignore[attr-defined]
             running = wait_for(
-                lambda: any(card_status(m.text).startswith("▶️ Running") for m in cards(tg)), timeout=120
+                lambda: (
+                    any(card_status(m.text).startswith("▶️ Running") for m in cards(tg))
+                    and card_kept(tmp_path)
+                ),
+                timeout=120,
             )
             assert running, log.read_text()[-3000:]
         finally:
