@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +51,7 @@ from agent.events import (
     TurnRequest,
 )
 from agent.goals import NOTHING_TO_ADD, GoalKeeper, GoalStore
+from agent.long_tools import LongCalls
 from agent.mcp_tools import McpHub
 from agent.memory import MemoryService, MemoryStore
 from agent.models import ModelLoadError
@@ -279,17 +280,28 @@ class AgentRuntime(ContextFitting, TurnInput):
             )
         summary = spec.summarize(args, mask)
         write(ToolStarted(name, summary))
+        ctx = replace(run.tools, call_id=call_id or "")
+        # A call still running after agent.long_tool_seconds gets a task card (a subagent has its own).
+        calls = run.tools.long_calls if name != "task" else None
+        watch = calls.watch(name, ctx.call_id, summary) if calls is not None else None
+        if watch is not None and ctx.approvals is not None:
+            ctx.approvals = WatchedApprovals(ctx.approvals, watch.note)  # waiting for a yes is not running
         ok = True
         try:
-            output = await spec.handler(replace(run.tools, call_id=call_id or ""), args)
+            work = spec.handler(ctx, args)
+            output = await (work if watch is None else watch.run(work))
         except SandboxError as exc:
             ok, output = False, f"Error: {exc}"
         except Exception as exc:
             log.exception("tool %s failed", name)
             ok, output = False, f"Error: {name} failed unexpectedly ({type(exc).__name__})."
+        output = mask(output)
+        if watch is not None:
+            await watch.end(ok, output)
+            ok = ok and not watch.stopped
         write(ToolFinished(name, ok, summary))
         return ToolMessage(
-            content=mask(output),
+            content=output,
             tool_call_id=call_id or "",
             name=name,
             status="success" if ok else "error",
@@ -297,12 +309,27 @@ class AgentRuntime(ContextFitting, TurnInput):
 
     # --- subagents (agent/subagents.py) ------------------------------------------------------------
     def _task_resumer(self, run: Run) -> ResumeTask:
-        """Runs a ``task`` call a killed turn left unanswered (see ``_dangling_tool_results``)."""
+        """Runs again a ``task`` call, or a long tool call that had a card, that a killed turn left
+        unanswered (see ``_dangling_tool_results``); None for any other call."""
 
-        async def resume(args: dict[str, Any], call_id: str) -> ToolMessage:
-            return await self._call_tool(run, "task", args, call_id, lambda _event: None)
+        async def resume(name: str, args: dict[str, Any], call_id: str) -> ToolMessage | None:
+            def rerun() -> Awaitable[ToolMessage]:
+                return self._call_tool(run, name, args, call_id, lambda _event: None)
+
+            if name == "task":
+                return None if run.tools.subagents is None else await rerun()
+            if run.tools.long_calls is None:
+                return None
+            return await run.tools.long_calls.resume(name, call_id, rerun)
 
         return resume
+
+    def _long_calls(self, request: TurnRequest) -> LongCalls | None:
+        """The turn's watcher of long tool calls; None when they get no card (off, or nowhere to show)."""
+        after = self.settings.agent.long_tool_seconds
+        if not after or request.tasks is None:
+            return None
+        return LongCalls(after=after, thread_id=request.thread_id, reporter=request.tasks, store=self.tasks)
 
     def _delegator(self, request: TurnRequest, run: Run, paths: ThreadPaths) -> Subagents | None:
         """The ``task`` tool's delegator for this turn; None when the tool is off for it."""
@@ -340,6 +367,7 @@ class AgentRuntime(ContextFitting, TurnInput):
                 sandbox=sandbox,
                 subagents=child,
                 call_id="",
+                long_calls=None,  # its calls show on its own card
                 approvals=WatchedApprovals(turn.tools.approvals, note) if turn.tools.approvals else None,
             ),
             model_name=cfg.name,
@@ -408,6 +436,7 @@ class AgentRuntime(ContextFitting, TurnInput):
             ),
         )
         run.tools.subagents = self._delegator(request, run, paths)
+        run.tools.long_calls = self._long_calls(request)
         key = uuid.uuid4().hex
         self._runs[key] = run
         config: RunnableConfig = {
@@ -427,7 +456,7 @@ class AgentRuntime(ContextFitting, TurnInput):
             user = await self._user_message(request, sandbox)
             if request.hidden:  # a goal continuation: transcripts must not present it as the user's words
                 user.id = f"{ctxfit.HIDDEN_ID_PREFIX}{uuid.uuid4().hex}"
-            resume = self._task_resumer(run) if run.tools.subagents is not None else None
+            resume = self._task_resumer(run)
             inputs = [*await self._dangling_tool_results(request.thread_id, resume), user]
             async for mode, payload in self._graph.astream(
                 {"messages": inputs}, config, stream_mode=["messages", "custom"]

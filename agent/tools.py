@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,9 @@ from agent.paths import VIRTUAL_ROOT
 from agent.sandbox import Sandbox, SandboxError, SecretMasker
 from agent.skills import Skill
 from agent.web import FetchRefused, WebFetcher, WebSearcher
+
+if TYPE_CHECKING:
+    from agent.long_tools import LongCalls
 
 SUMMARY_CHARS = 60
 MAX_LIST_ENTRIES = 500
@@ -56,6 +59,9 @@ class ToolContext:
     subagents: Delegator | None = None
     #: The id of the tool call being run (a copy of the context per call carries it).
     call_id: str = ""
+    #: Gives a call still running after ``agent.long_tool_seconds`` a task card (agent/long_tools.py);
+    #: None: no cards (turned off, no chat to show them in, or a subagent's calls).
+    long_calls: LongCalls | None = None
 
 
 class BashArgs(BaseModel):

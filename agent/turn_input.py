@@ -51,8 +51,9 @@ MAX_IMAGE_BYTES = 5 * 1024 * 1024
 #: A tool call the stopped turn left without a result gets this one (the model must see one for each).
 CANCELLED_TOOL_RESULT = "(not finished: the user stopped this turn before the tool completed)"
 
-#: Runs an unanswered ``task`` call again: (its arguments, its call id) → its tool result.
-ResumeTask = Callable[[dict[str, Any], str], Awaitable[ToolMessage]]
+#: Runs an unanswered call again when it may be (a ``task``, a long tool call that had a card): (its tool's
+#: name, its arguments, its call id) → its tool result, or None for the "not finished" one.
+ResumeTask = Callable[[str, dict[str, Any], str], Awaitable[ToolMessage | None]]
 
 
 def _not_finished(call_id: str, name: str) -> ToolMessage:
@@ -77,10 +78,11 @@ class TurnInput(ModelsAndTools):
         self, thread_id: str, resume_task: ResumeTask | None = None
     ) -> list[BaseMessage]:
         """Tool calls left unanswered by a cancelled or killed turn; the model API rejects history without
-        them. Each gets the "not finished" result, except a ``task`` (a subagent) when ``resume_task`` is
-        given: it is run again under its own call id, so its task id — and its card in the chat — are the
-        same, a task that had finished (or was stopped) answers with its stored result, and one a crash
-        cut off runs to its end and is delivered once (docs/subagents.md)."""
+        them. Each gets the "not finished" result, except a ``task`` (a subagent) or a long tool call whose
+        card was shown (agent/long_tools.py) when ``resume_task`` is given: it is run again under its own
+        call id, so its task id — and its card in the chat — are the same, one that had finished (or was
+        stopped) answers with its stored result, and one a crash cut off runs to its end and is delivered
+        once (docs/subagents.md, docs/tasks.md)."""
         messages = await self.thread_messages(thread_id)
         last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         if last_ai is None:
@@ -91,10 +93,8 @@ class TurnInput(ModelsAndTools):
             cid = call["id"]
             if not cid or cid in answered:
                 continue
-            if call["name"] == "task" and resume_task is not None:
-                results.append(await resume_task(call["args"], cid))
-            else:
-                results.append(_not_finished(cid, call["name"]))
+            resumed = await resume_task(call["name"], call["args"], cid) if resume_task is not None else None
+            results.append(resumed if resumed is not None else _not_finished(cid, call["name"]))
         results += [
             _not_finished(cid, c.get("name") or "unknown")
             for c in last_ai.invalid_tool_calls

@@ -372,6 +372,9 @@ class AgentConfig(Section):
     compact_history_tokens: int = Field(8_000, ge=0)
     #: IANA zone name for the date/time line in the system prompt (e.g. Europe/Berlin).
     timezone: str = "UTC"
+    #: A tool call (``bash``, an MCP tool, any tool) still running after this many seconds gets a task card
+    #: in its chat, with ⏹ Stop for that call alone (docs/tasks.md). 0: never.
+    long_tool_seconds: float = Field(10, ge=0)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
     @model_validator(mode="after")

@@ -47,6 +47,7 @@ HEAVY = (
     "tests/channels/telegram/test_resume_in_place.py",
     "tests/tasks/test_task_card_restart.py",
     "tests/tasks/test_subagent_restart.py",
+    "tests/tasks/test_long_tool_restart.py",
     "tests/tasks/test_goal_card_restart.py",
     "tests/operations/test_startup.py",
     "tests/operations/test_idle_imports.py",
