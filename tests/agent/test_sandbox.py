@@ -33,10 +33,14 @@ def beat(tmp_path: Path) -> str:
     return path.read_text() if path else ""
 
 
-async def beating(tmp_path: Path) -> bool:
-    """True when the heartbeat file changes within a second."""
+async def beating(tmp_path: Path, within: float = 1.0) -> bool:
+    """True when the heartbeat file changes within ``within`` seconds.
+
+    "Still beating" checks pass a long window: on a loaded machine a live heartbeat can miss a second,
+    and the answer comes as soon as it beats. "Stopped" checks keep the short one (a slow machine can
+    only make those pass later, never wrongly fail)."""
     before = beat(tmp_path)
-    for _ in range(20):
+    for _ in range(round(within / 0.05)):
         await asyncio.sleep(0.05)
         if beat(tmp_path) != before:
             return True
@@ -51,7 +55,7 @@ async def test_stop_during_a_long_command_kills_it_and_the_thread_answers_the_ne
     async with Harness.running(agent_settings(tmp_path, llm, sandbox={"mode": mode})) as h:
         await h.chat.say("run the long job")
         await wait_until(lambda: beat(tmp_path) != "")
-        assert await beating(tmp_path)
+        assert await beating(tmp_path, within=10)
         await h.chat.say("/stop")
         await h.chat.wait_for_text("⏹ Stopped.")
         await asyncio.sleep(0.3)  # a write already under way may still land

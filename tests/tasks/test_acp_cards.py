@@ -134,7 +134,7 @@ async def test_stop_on_the_card_kills_the_agent_and_what_it_started(
     async with telegram_bot(tmp_path, llm, mode) as (h, tg):
         tg.user_message(CHAT, "have the coder watch the disk", user_id=CHAT)
         await wait_until(lambda: beat(tmp_path) != "", timeout=60)
-        assert await beating(tmp_path)
+        assert await beating(tmp_path, within=10)
         live = await tg.wait_until(
             lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
             30,

@@ -100,7 +100,7 @@ async def test_stop_on_a_long_commands_card_kills_the_command_and_the_turn_still
     async with telegram_bot(tmp_path, llm) as (h, tg):
         tg.user_message(CHAT, "keep a heartbeat going", user_id=CHAT)
         await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path)
+        assert await beating(tmp_path, within=10)
         live = await tg.wait_until(
             lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
             30,
@@ -178,7 +178,7 @@ async def test_stop_of_the_whole_turn_still_stops_it_ends_the_card_and_the_next_
             lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
             30,
         )
-        assert await beating(tmp_path)
+        assert await beating(tmp_path, within=10)
         tg.user_message(CHAT, "/stop", user_id=CHAT)
         await tg.wait_for_bot_text(CHAT, "⏹ Stopped.", timeout=30)
         await h.idle(timeout=30)

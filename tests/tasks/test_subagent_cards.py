@@ -90,7 +90,7 @@ async def test_stop_on_a_subagents_card_stops_its_sandbox_commands_and_the_turn_
     async with telegram_bot(tmp_path, llm) as (h, tg):
         tg.user_message(CHAT, "watch the disk for me", user_id=CHAT)
         await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path)
+        assert await beating(tmp_path, within=10)
         live = await tg.wait_until(
             lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
             30,
