@@ -23,6 +23,7 @@ import pytest
 from agent.task_store import TaskStore
 from channels.telegram.channel import TelegramChannel
 from tests.agent.helpers import agent_settings, all_tool_results, wait_until
+from tests.agent.test_acp import placed_outside_usr
 from tests.agent.test_sandbox import beat, beating
 from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes import acp_agent
@@ -44,10 +45,11 @@ AGENT = ["/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.execut
 def settings_for(
     tmp_path: Path, llm: FakeOpenAI, mode: str, env: dict[str, str] | None = None, **limits: Any
 ) -> Any:
+    acp = limits.pop("acp", None) or {"command": [*AGENT, Path(acp_agent.__file__).read_text()]}
     coder = {
         "name": "coder",
         "description": "a coding agent that edits files in the workspace",
-        "acp": {"command": [*AGENT, Path(acp_agent.__file__).read_text()], "env": env or {}},
+        "acp": {**acp, "env": env or {}},
     }
     return agent_settings(
         tmp_path,
@@ -208,3 +210,15 @@ async def test_the_agent_gets_its_key_bash_does_not_and_the_key_never_reaches_ca
     assert LOGIN not in json.dumps(llm.completions), "the key reached the model"
     assert not [v for v in shown if LOGIN in v], "the key reached the chat"
     assert LOGIN not in caplog.text, "the key reached the logs"
+
+
+async def test_a_profiles_mounts_let_its_agent_run_from_outside_usr(tmp_path: Path, llm: FakeOpenAI):
+    script = placed_outside_usr(tmp_path)
+    acp = {"command": [AGENT[0], "-I", str(script)], "mounts": [str(script.parent)]}
+    llm.script_for(PARENT, delegate("WHERE"), Reply(text="The coder said where."))
+    async with telegram_bot(tmp_path, llm, "bwrap", acp=acp) as (h, tg):
+        tg.user_message(CHAT, "where does the coder run?", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The coder said where.", timeout=60)
+        await h.idle(timeout=30)
+    [result] = all_tool_results(llm)
+    assert result.split("\n", 1)[1] == f"RUNNING FROM {script}; beside it: read-only", result
