@@ -264,8 +264,14 @@ class Sandbox(ABC):
         """The turn is over: end anything still running for it (a safety net behind ``run``)."""
         return None
 
-    async def start_process(self, argv: Sequence[str]) -> LiveProcess:
-        """Start ``argv`` in the workspace with live stdin/stdout (a coding agent spoken to over ACP)."""
+    async def start_process(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, mounts: Sequence[str] = ()
+    ) -> LiveProcess:
+        """Start ``argv`` in the workspace with live stdin/stdout (a coding agent spoken to over ACP).
+
+        ``env`` is added to this process's environment alone (its API key); ``mounts`` are host paths it
+        may read, bound read-only in a sandbox of its own (bwrap mode; host mode sees them anyway).
+        """
         raise SandboxError("this sandbox cannot run a process with live input")
 
     def agent_cwd(self) -> str:
@@ -506,6 +512,7 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str],
         workspace: Path,
         stdio: tuple[int, int] | None = None,
+        mounts: Sequence[str] = (),
     ) -> Launched:
         """Start the command (host mode: a process of the service's own, in a session of its own).
 
@@ -525,7 +532,9 @@ class LocalSandbox(Sandbox):
     def from_agent_path(self, path: str) -> str:
         return self._to_virtual(path)
 
-    async def start_process(self, argv: Sequence[str]) -> LiveProcess:
+    async def start_process(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, mounts: Sequence[str] = ()
+    ) -> LiveProcess:
         workspace = self.paths.workspace
         workspace.mkdir(parents=True, exist_ok=True)
         guard = CommandGuard(self.limits, self.quota, self.cgroups)
@@ -534,7 +543,12 @@ class LocalSandbox(Sandbox):
         out_read, out_write = os.pipe2(os.O_CLOEXEC)
         try:
             launched = await self._launch(
-                "exec " + shlex.join(argv), plan, self._environment({}), workspace, (in_read, out_write)
+                "exec " + shlex.join(argv),
+                plan,
+                self._environment(env or {}),
+                workspace,
+                (in_read, out_write),
+                mounts,
             )
         except BaseException:
             for fd in (in_write, out_read):

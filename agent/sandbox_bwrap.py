@@ -37,8 +37,8 @@ import shutil
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from secrets import token_hex
 
 from agent.cgroups import Cgroups
@@ -119,6 +119,27 @@ def system_mounts() -> list[str]:
             args += ["--ro-bind", str(path), f"/{name}"]
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+#: Top directories every thread sandbox has already (a mount's missing parents are made only below them).
+_PRESENT_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev"})
+_PRESENT = frozenset({"/tmp", "/var", "/var/tmp", "/mnt"})
+
+
+def mount_parents(path: str, made: set[str]) -> list[str]:
+    """``--dir`` for each missing ancestor of a mount point, world-traversable.
+
+    bubblewrap creates missing parents as 0700 root; the sandbox user could not walk through them.
+    """
+    args: list[str] = []
+    parts = PurePosixPath(path).parts[1:-1]
+    for depth in range(1, len(parts) + 1):
+        ancestor = "/" + "/".join(parts[:depth])
+        if ancestor in made or ancestor in _PRESENT or parts[0] in _PRESENT_TOP:
+            continue
+        made.add(ancestor)
+        args += ["--perms", "0755", "--dir", ancestor]
     return args
 
 
@@ -222,10 +243,14 @@ class BwrapSandbox(LocalSandbox):
         env: Mapping[str, str],
         workspace: Path,
         stdio: tuple[int, int] | None = None,
+        mounts: Sequence[str] = (),
     ) -> Launched:
-        """Fork the command in the thread's sandbox (made on its first command, kept while in use)."""
+        """Fork the command in the thread's sandbox (made on its first command, kept while in use).
+
+        With ``mounts`` it runs in a sandbox of the thread's that binds them too (never one for ``bash``).
+        """
         try:
-            session, box = await self.provider.pool.lease(self.paths)
+            session, box = await self.provider.pool.lease(self.paths, tuple(mounts))
         except RunnerFailed as exc:
             raise SandboxError(f"the sandbox could not be started: {exc}") from None
         try:
@@ -563,7 +588,7 @@ class BwrapSandboxProvider(SandboxProvider):
         )
 
     async def open_session(
-        self, paths: ThreadPaths, holder: NetworkHolder | None, box: ThreadBox
+        self, paths: ThreadPaths, holder: NetworkHolder | None, box: ThreadBox, mounts: tuple[str, ...] = ()
     ) -> RunnerSession:
         """Start one long-lived sandbox over the thread's tree, with the runner as its pid 1."""
         root, uid = paths.root.resolve(), self.identity(paths)
@@ -574,7 +599,7 @@ class BwrapSandboxProvider(SandboxProvider):
         )
 
         def build(info_fd: int, control_fd: int) -> list[str]:
-            return self.runner_args(root, uid, holder, info_fd, control_fd, seccomp_fd)
+            return self.runner_args(root, uid, holder, info_fd, control_fd, seccomp_fd, mounts)
 
         try:
             return await RunnerSession.start(
@@ -595,13 +620,20 @@ class BwrapSandboxProvider(SandboxProvider):
         info_fd: int,
         control_fd: int,
         seccomp_fd: int | None,
+        mounts: tuple[str, ...] = (),
     ) -> list[str]:
-        """The command line of a thread's sandbox: bubblewrap, then the runner as pid 1."""
+        """The command line of a thread's sandbox: bubblewrap, then the runner as pid 1.
+
+        ``mounts``: host paths bound read-only where they are (a coding agent's install, ``acp.mounts``).
+        """
         own = self.bwrap_args(root, uid, seccomp_fd=seccomp_fd, own_net=holder is None)
         args = [*(holder.prefix if holder is not None else []), *own]
         args += ["--as-pid-1", "--info-fd", str(info_fd), *runner_mounts(), *self.runner_python[1]]
         if self.skills_dir is not None and self.skills_dir.is_dir():
             args += ["--ro-bind", str(self.skills_dir.resolve()), SKILLS_ROOT]
+        made: set[str] = set()
+        for path in mounts:
+            args += [*mount_parents(path, made), "--ro-bind", path, path]
         if self.as_root:
             args += drop_privileges(uid)
         return [*args, self.runner_python[0], "-I", "-S", "-B", RUNNER_IN_SANDBOX, str(control_fd)]

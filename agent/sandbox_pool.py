@@ -38,7 +38,7 @@ class SessionFactory(Protocol):
     async def open_network(self, paths: ThreadPaths) -> tuple[EgressProxy, NetworkHolder] | None: ...
 
     async def open_session(
-        self, paths: ThreadPaths, holder: NetworkHolder | None, box: ThreadBox
+        self, paths: ThreadPaths, holder: NetworkHolder | None, box: ThreadBox, mounts: tuple[str, ...] = ()
     ) -> RunnerSession: ...
 
 
@@ -63,6 +63,8 @@ class ThreadBox:
     idle: list[RunnerSession] = field(default_factory=list)
     #: Every open sandbox of the thread, idle or running a command.
     sessions: set[RunnerSession] = field(default_factory=set)
+    #: The extra read-only mounts each sandbox was made with (a coding agent's; none for ``bash``).
+    mounts: dict[RunnerSession, tuple[str, ...]] = field(default_factory=dict)
     busy: int = 0
     egress: EgressProxy | None = None
     holder: NetworkHolder | None = None
@@ -81,8 +83,14 @@ class SandboxPool:
         self._closing: set[asyncio.Task[None]] = set()
         self.closed = False
 
-    async def lease(self, paths: ThreadPaths) -> tuple[RunnerSession, ThreadBox]:
-        """A sandbox of this thread's for one command; it comes back through the box's ``idle`` hook."""
+    async def lease(
+        self, paths: ThreadPaths, mounts: tuple[str, ...] = ()
+    ) -> tuple[RunnerSession, ThreadBox]:
+        """A sandbox of this thread's for one command; it comes back through the box's ``idle`` hook.
+
+        Only a sandbox made with exactly ``mounts`` is reused: a coding agent's extra mounts are never
+        seen by a ``bash`` command, nor an agent's sandbox without them.
+        """
         if self.closed:
             raise RuntimeError("the sandbox pool is closed")
         key = str(paths.root.resolve())
@@ -93,8 +101,7 @@ class SandboxPool:
             box = None
         if box is None:
             box = self.boxes[key] = ThreadBox(key, stamp)
-        while box.idle:
-            session = box.idle.pop()
+        while (session := _idle_with(box, mounts)) is not None:
             _, timer = self._idle.pop(session)
             timer.cancel()
             if session.alive:
@@ -108,8 +115,9 @@ class SandboxPool:
                     network = await self.factory.open_network(paths)
                     if network is not None:
                         box.egress, box.holder = network
-            session = await self.factory.open_session(paths, box.holder, box)
+            session = await self.factory.open_session(paths, box.holder, box, mounts)
             box.sessions.add(session)
+            box.mounts[session] = mounts
         except BaseException:
             box.busy -= 1
             self._drop_if_empty(box)
@@ -150,6 +158,7 @@ class SandboxPool:
         except Exception:
             log.exception("closing a sandbox failed")
         box.sessions.discard(session)
+        box.mounts.pop(session, None)
         self._drop_if_empty(box)
 
     def _drop_if_empty(self, box: ThreadBox) -> None:
@@ -195,6 +204,14 @@ class SandboxPool:
     def count(self) -> int:
         """Sandboxes open now (idle ones and those running a command)."""
         return sum(len(box.sessions) for box in self.boxes.values())
+
+
+def _idle_with(box: ThreadBox, mounts: tuple[str, ...]) -> RunnerSession | None:
+    """Take the most recently idle sandbox made with ``mounts`` out of the box's idle list."""
+    for index in range(len(box.idle) - 1, -1, -1):
+        if box.mounts.get(box.idle[index], ()) == mounts:
+            return box.idle.pop(index)
+    return None
 
 
 def _holder_alive(box: ThreadBox) -> bool:

@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from agent.sandbox import Sandbox, SandboxError
 from agent.task_store import TaskStore
 from agent.tools import short
 from config.schema import GENERAL_SUBAGENT, SubagentsConfig
+from config.secrets import SecretMasker
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class SubagentKind:
     tools: frozenset[str] | None = None
     #: A coding-agent command line run over ACP (:mod:`agent.acp`) instead of our own loop.
     acp: tuple[str, ...] | None = None
+    #: Its process's own environment (``acp.env``: secrets) and read-only host paths (``acp.mounts``).
+    acp_env: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    acp_mounts: tuple[str, ...] = ()
 
 
 def kinds_of(config: SubagentsConfig) -> dict[str, SubagentKind]:
@@ -89,6 +93,8 @@ def kinds_of(config: SubagentsConfig) -> dict[str, SubagentKind]:
             profile.model,
             frozenset(profile.tools) if profile.tools is not None else None,
             tuple(profile.acp.command) if profile.acp is not None else None,
+            dict(profile.acp.env) if profile.acp is not None else {},
+            tuple(profile.acp.mounts) if profile.acp is not None else (),
         )
     return kinds
 
@@ -475,8 +481,17 @@ class Subagents:
             decision = await approvals.approve(what, why, trust=session.trust)
             return decision.approved
 
-        hooks = Hooks(step=lambda kind, text: trail.add(kind, text), approve=approve, mask=session.mask)
-        result = await run_acp(session.sandbox, spec.acp, prompt, hooks)
+        # Its env values are secrets whatever their names: masked on the card, in the result and in logs,
+        # even where the service's own list of known secrets did not include them.
+        own = SecretMasker.of(spec.acp_env)
+
+        def mask(text: str) -> str:
+            return own(session.mask(text))
+
+        hooks = Hooks(step=lambda kind, text: trail.add(kind, text), approve=approve, mask=mask)
+        result = await run_acp(
+            session.sandbox, spec.acp, prompt, hooks, env=spec.acp_env, mounts=spec.acp_mounts
+        )
         counts.tool_calls = result.tool_calls
         return Outcome(result.status, result.text, tool_calls=result.tool_calls)
 

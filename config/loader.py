@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from config.base import ChannelSection
-from config.schema import ChannelsConfig, Settings
+from config.schema import ChannelsConfig, Settings, overlaps
 
 CONFIG_ENV_VAR = "SWITCHBOARD_CONFIG"
 DEFAULT_CONFIG_FILE = "config.yaml"
@@ -390,9 +390,21 @@ def load_settings(
         ]
     channels = settings.channels.items() if settings is not None else _channels_alone(resolved)
     problems += _missing_secrets(channels, res)
+    if settings is not None and where is not None:
+        problems += _acp_mounts_over(Path(where), settings)
     if problems or settings is None:
         raise ConfigError(problems, where)
     return settings
+
+
+def _acp_mounts_over(config_file: Path, settings: Settings) -> list[str]:
+    """A coding agent's mounts never show it this config file (its tokens and keys)."""
+    return [
+        f"agent.subagents.profiles: {profile.name}: acp.mounts: {mount} {problem}"
+        for profile in settings.agent.subagents.profiles
+        for mount in (profile.acp.mounts if profile.acp is not None else [])
+        if (problem := overlaps(Path(mount), [("config file", config_file)]))
+    ]
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -285,13 +286,39 @@ class ConnectionsConfig(Section):
 #: The subagent kind every configuration has (docs/subagents.md).
 GENERAL_SUBAGENT = "general"
 _SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Where a sandbox has its own files: a mount there would hide or replace them.
+_SANDBOX_OWN = ("/mnt/user-data", "/mnt/skills", "/proc", "/dev", "/etc")
 
 
 class AcpAgentConfig(Section):
     """A coding-agent CLI the ``task`` tool runs in the thread's sandbox over ACP (docs/subagents.md)."""
 
-    #: The agent's command line, run in the sandbox (e.g. ``[claude-code-acp]``); it gets no secrets.
+    #: The agent's command line, run in the sandbox (e.g. ``[claude-code-acp]``).
     command: list[str] = Field(min_length=1)
+    #: Environment for the agent process alone (never the thread's ``bash``), e.g. its API key as
+    #: ``${ANTHROPIC_API_KEY}``; every value is treated as a secret and masked wherever it would show.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Host paths bound read-only into the agent's sandbox (bwrap mode), e.g. a Node install under /opt.
+    mounts: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in value if not _ENV_NAME.match(name))
+        if bad:
+            raise ValueError(f"acp.env names must be environment variable names: {', '.join(bad)}")
+        return value
+
+    @field_validator("mounts")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/") or ".." in path.split("/") or path.rstrip("/") == "":
+                raise ValueError(f"acp.mounts: {path!r} must be an absolute path (not /, no ..)")
+            if any(path == top or path.startswith(top + "/") for top in _SANDBOX_OWN):
+                raise ValueError(f"acp.mounts: {path!r} is the sandbox's own ({', '.join(_SANDBOX_OWN)})")
+        return [path.rstrip("/") for path in value]
 
 
 class SubagentProfileConfig(Section):
@@ -464,6 +491,24 @@ class BudgetsConfig(Section):
     on_limit: Literal["stop", "ask_admin"] = "ask_admin"
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite ``database.url`` (None: another database, or in memory)."""
+    _, sep, rest = url.partition(":///")
+    if not url.startswith("sqlite") or not sep or not rest or rest.startswith(":memory:"):
+        return None
+    return Path(rest.split("?", 1)[0])
+
+
+def overlaps(mount: Path, private: list[tuple[str, Path]]) -> str | None:
+    """Why binding ``mount`` would show one of the ``private`` paths (inside it, or it inside them)."""
+    real = mount.resolve()
+    for name, path in private:
+        other = path.resolve()
+        if real == other or other.is_relative_to(real) or real.is_relative_to(other):
+            return f"would show the service's {name} ({path}) to the agent"
+    return None
+
+
 def _default_models() -> list[ModelConfig]:
     return [ModelConfig(name="default", api_key="$OPENAI_API_KEY")]
 
@@ -527,6 +572,22 @@ class Settings(Section):
                     f"agent.subagents.profiles: {profile.name} names the model {profile.model!r}, which is not"
                     f" in models ({', '.join(names)})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _acp_mounts_are_safe(self) -> Settings:
+        """An agent's mounts exist and never show it the service's own data, database or skills."""
+        private = [("data_dir", Path(self.data_dir))]
+        sqlite = sqlite_file(self.database.url)
+        if sqlite is not None:
+            private.append(("database", sqlite))
+        for profile in self.agent.subagents.profiles:
+            for mount in profile.acp.mounts if profile.acp is not None else []:
+                where = f"agent.subagents.profiles: {profile.name}: acp.mounts: {mount}"
+                if not Path(mount).exists():
+                    raise ValueError(f"{where} does not exist")
+                if problem := overlaps(Path(mount), private):
+                    raise ValueError(f"{where} {problem}")
         return self
 
     def model_named(self, name: str | None) -> ModelConfig:

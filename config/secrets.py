@@ -101,6 +101,7 @@ def known_secrets(settings: BaseModel, environ: Mapping[str, str] | None = None)
     """Secret values from the settings and the environment, longest first, each long enough to mask."""
     found: set[str] = set()
     _walk(settings, "", found)
+    found.update(acp_env_values(settings))
     for name, value in (environ or {}).items():
         if is_secret_name(name):
             found.add(value)
@@ -110,6 +111,18 @@ def known_secrets(settings: BaseModel, environ: Mapping[str, str] | None = None)
         if password:
             found.add(password)
     return strong(found)
+
+
+def acp_env_values(settings: BaseModel) -> list[str]:
+    """Every value of a coding agent's ``acp.env``: secrets whatever their names (docs/subagents.md)."""
+    agent = getattr(settings, "agent", None)
+    profiles = getattr(getattr(agent, "subagents", None), "profiles", None) or []
+    return [
+        value
+        for profile in profiles
+        if getattr(profile, "acp", None) is not None
+        for value in profile.acp.env.values()
+    ]
 
 
 def strong(values: Iterable[str]) -> list[str]:

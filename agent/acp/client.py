@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +32,8 @@ CANCEL_GRACE_SECONDS = 2.0
 MAX_READ_CHARS = 1_000_000
 #: A refusal of a file request outside the thread's files (JSON-RPC's "server error" range).
 REFUSED = -32000
+#: ``session/new`` (or a prompt) refused until the client runs one of the agent's ``authMethods``.
+AUTH_REQUIRED = -32000
 
 Ending = Literal["done", "failed", "stopped"]
 
@@ -69,8 +71,14 @@ class _Turn:
 class AcpTask:
     """The client's side of one ACP session with one agent process."""
 
-    def __init__(self, sandbox: Sandbox, process: LiveProcess, hooks: Hooks) -> None:
+    def __init__(
+        self, sandbox: Sandbox, process: LiveProcess, hooks: Hooks, env_names: Sequence[str] = ()
+    ) -> None:
         self.sandbox = sandbox
+        #: The names of what ``acp.env`` gave it, for telling a person what to configure.
+        self.env_names = list(env_names)
+        #: The ``authMethods`` its ``initialize`` answer offered.
+        self.auth_methods: list[str] = []
         self.process = process
         self.hooks = hooks
         self.turn = _Turn()
@@ -94,6 +102,8 @@ class AcpTask:
             await asyncio.shield(self._cancel(prompt))
             raise
         except RpcError as exc:
+            if self.session_id is None and self.auth_methods and exc.code == AUTH_REQUIRED:
+                return self._failed(self._sign_in_needed(exc))
             return self._failed(f"the coding agent answered with an error: {exc.message} ({exc.code})")
         except ConnectionLost:
             await _settle(self.process)
@@ -122,6 +132,10 @@ class AcpTask:
             },
         )
         version = hello.get("protocolVersion") if isinstance(hello, dict) else None
+        methods = hello.get("authMethods") if isinstance(hello, dict) else None
+        self.auth_methods = [
+            str(m.get("name") or m.get("id")) for m in methods or [] if isinstance(m, dict) and m.get("id")
+        ]
         if version != PROTOCOL_VERSION:
             raise RpcError(
                 0, f"it speaks ACP protocol version {version!r}; this service speaks {PROTOCOL_VERSION}"
@@ -131,6 +145,19 @@ class AcpTask:
         if not isinstance(session_id, str) or not session_id:
             raise RpcError(0, "session/new gave no sessionId")
         self.session_id = session_id
+
+    def _sign_in_needed(self, exc: RpcError) -> str:
+        """``session/new`` wants a sign-in: say which of its methods, and what ``acp.env`` passed."""
+        given = (
+            f"acp.env gives it {', '.join(self.env_names)}; check those values"
+            if self.env_names
+            else "acp.env gives it nothing"
+        )
+        return (
+            f"the coding agent needs to be signed in ({self.hooks.mask(exc.message)}; it offers: "
+            f"{', '.join(self.auth_methods)}). A chat cannot sign it in: give it its API key in the "
+            f"profile's acp.env (e.g. ANTHROPIC_API_KEY: ${{ANTHROPIC_API_KEY}}); {given}"
+        )
 
     async def _cancel(self, prompt: asyncio.Task[Any] | None) -> None:
         """``session/cancel``, then a moment for the agent to answer its prompt with ``cancelled``."""
@@ -155,7 +182,9 @@ class AcpTask:
 
     def _failed(self, why: str) -> AcpResult:
         return AcpResult(
-            "failed", _with_last(why, self.hooks.mask(self.turn.last_message())), self.turn.tool_calls
+            "failed",
+            self.hooks.mask(_with_last(why, self.turn.last_message())),
+            self.turn.tool_calls,
         )
 
     # --- what the agent tells us -----------------------------------------------------------------------
@@ -258,11 +287,22 @@ class AcpTask:
         return {}
 
 
-async def run_acp(sandbox: Sandbox, command: Sequence[str], brief: str, hooks: Hooks) -> AcpResult:
-    """Run ``command`` in ``sandbox`` as an ACP agent on ``brief``; its process never outlives this call."""
-    process = await sandbox.start_process(command)
+async def run_acp(
+    sandbox: Sandbox,
+    command: Sequence[str],
+    brief: str,
+    hooks: Hooks,
+    *,
+    env: Mapping[str, str] | None = None,
+    mounts: Sequence[str] = (),
+) -> AcpResult:
+    """Run ``command`` in ``sandbox`` as an ACP agent on ``brief``; its process never outlives this call.
+
+    ``env`` (its API key) goes to the agent's process alone; ``mounts`` are host paths it may read.
+    """
+    process = await sandbox.start_process(command, env=env, mounts=mounts)
     try:
-        return await AcpTask(sandbox, process, hooks).run(brief)
+        return await AcpTask(sandbox, process, hooks, sorted(env or {})).run(brief)
     finally:
         await asyncio.shield(process.close())
 

@@ -161,3 +161,96 @@ def test_an_acp_profile_takes_a_command_and_no_model_or_tools():
         SubagentProfileConfig(name="plain", description="d")
     with pytest.raises(ValueError):
         SubagentProfileConfig(name="coder", description="d", acp={"command": []})  # type: ignore[arg-type]
+
+
+KEY = "fk-" + "7" * 21  # a made-up API key
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "host"])
+async def test_the_agent_gets_its_acp_env_and_bash_in_the_same_thread_does_not(tmp_path: Path, mode: str):
+    async with sandbox_of(tmp_path, mode) as (sandbox, _):
+        result = await run_acp(sandbox, AGENT, "ENV FAKE_KEY", Calls().hooks(), env={"FAKE_KEY": KEY})
+        bash = await sandbox.run('echo "[${FAKE_KEY:-unset}]"', secrets={}, time_limit=30, max_output=2000)
+    assert (result.status, result.text) == ("done", f"ENV FAKE_KEY set=yes length={len(KEY)}")
+    assert bash.output.strip() == "[unset]", bash.output
+
+
+def placed_outside_usr(tmp_path: Path) -> Path:
+    """The fake agent as a file in a directory of its own outside /usr (as under /opt), readable by all."""
+    folder = tmp_path / "opt" / "fake-agent"
+    folder.mkdir(parents=True)
+    script = folder / "acp_agent.py"
+    script.write_text(SOURCE)
+    for path in (tmp_path, tmp_path / "opt", folder):
+        path.chmod(0o755)
+    script.chmod(0o644)
+    return script
+
+
+async def test_a_mount_lets_the_agent_run_from_outside_usr_read_only_and_bash_never_sees_it(tmp_path: Path):
+    script = placed_outside_usr(tmp_path)
+    command = [PYTHON, "-I", str(script)]
+    async with sandbox_of(tmp_path, "bwrap") as (sandbox, _):
+        unmounted = await run_acp(sandbox, command, "WHERE", Calls().hooks())
+        mounted = await run_acp(sandbox, command, "WHERE", Calls().hooks(), mounts=[str(script.parent)])
+        bash = await sandbox.run(f"cat {script} | wc -c", secrets={}, time_limit=30, max_output=2000)
+    assert unmounted.status == "failed"
+    assert unmounted.text.startswith("the coding agent ended before it finished (exit code 2)"), (
+        unmounted.text
+    )
+    assert (mounted.status, mounted.text) == ("done", f"RUNNING FROM {script}; beside it: read-only")
+    assert not (script.parent / "planted").exists()
+    assert "No such file or directory" in bash.output, bash.output
+
+
+async def test_an_agent_that_wants_a_sign_in_fails_naming_acp_env(tmp_path: Path):
+    command = [*AGENT, "--require", "FAKE_KEY"]
+    async with sandbox_of(tmp_path, "host") as (sandbox, _):
+        bare = await run_acp(sandbox, command, "hi", Calls().hooks())
+        wrong = await run_acp(sandbox, command, "hi", Calls().hooks(), env={"OTHER_KEY": KEY})
+        keyed = await run_acp(sandbox, command, "hi", Calls().hooks(), env={"FAKE_KEY": KEY})
+    assert bare.status == wrong.status == "failed"
+    assert bare.text == (
+        "the coding agent needs to be signed in (Authentication required; it offers: API key). A chat"
+        " cannot sign it in: give it its API key in the profile's acp.env (e.g. ANTHROPIC_API_KEY:"
+        " ${ANTHROPIC_API_KEY}); acp.env gives it nothing"
+    )
+    assert wrong.text.endswith("acp.env gives it OTHER_KEY; check those values"), wrong.text
+    assert (keyed.status, keyed.text) == ("done", "Nothing to do.")
+
+
+def test_acp_env_and_mounts_are_checked_when_the_config_loads(tmp_path: Path):
+    from config.loader import ConfigError, load_settings
+    from config.secrets import known_secrets
+
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+
+    def load(acp: dict[str, Any], **top: Any) -> Any:
+        profile = {"name": "coder", "description": "d", "acp": {"command": ["x"], **acp}}
+        overrides = {"agent": {"subagents": {"profiles": [profile]}}, **top}
+        return load_settings(config, env={"LOGIN_VALUE": "abcdefgh-login"}, overrides=overrides)
+
+    settings = load(
+        {"env": {"AGENT_LOGIN": "${LOGIN_VALUE}"}, "mounts": [f"{agent_dir}/"]}, data_dir=str(tmp_path / "d")
+    )
+    assert settings.agent.subagents.profiles[0].acp.env == {"AGENT_LOGIN": "abcdefgh-login"}
+    assert settings.agent.subagents.profiles[0].acp.mounts == [str(agent_dir)]
+    assert "abcdefgh-login" in known_secrets(settings, {}), "an acp.env value is a secret whatever its name"
+    bad = {
+        "must be an absolute path": {"mounts": ["opt/node"]},
+        "does not exist": {"mounts": [str(tmp_path / "missing")]},
+        "is the sandbox's own": {"mounts": ["/mnt/user-data/workspace"]},
+        "environment variable names": {"env": {"BAD NAME": "x"}},
+    }
+    for problem, acp in bad.items():
+        with pytest.raises(ConfigError, match=problem):
+            load(acp)
+    with pytest.raises(ConfigError, match="would show the service's data_dir"):
+        load({"mounts": [str(tmp_path)]}, data_dir=str(tmp_path / "data"))
+    with pytest.raises(ConfigError, match="would show the service's database"):
+        load({"mounts": [str(agent_dir)]}, database={"url": f"sqlite+aiosqlite:///{agent_dir}/s.db"})
+    with pytest.raises(ConfigError, match="would show the service's config file"):
+        load({"mounts": [str(tmp_path)]}, data_dir="/var/lib/elsewhere")

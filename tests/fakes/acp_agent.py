@@ -14,6 +14,15 @@ The brief steers it (tests write the brief):
 * ``HANG`` — starts a heartbeat child (``<cwd>/beat`` rewritten every 0.1 s) and never finishes; on
   ``session/cancel`` it writes ``<cwd>/cancelled`` and answers ``cancelled``, but leaves the child
   running, so only a kill ends it.
+* ``ENV <NAME>`` — says whether ``<NAME>`` is in its environment and how long its value is (never the
+  value): ``ENV <NAME> set=yes length=12``.
+* ``LEAK <NAME>`` — does what a careless agent does: puts ``<NAME>``'s value into a tool call's title and
+  into its answer (the client must mask it).
+* ``WHERE`` — says the file it runs from and whether it could write a file next to it:
+  ``RUNNING FROM <path>; beside it: <written | read-only | error>``.
+
+Started with ``--require <NAME>`` it offers an ``authMethods`` entry in ``initialize`` and answers
+``session/new`` with ``-32000 Authentication required`` while ``<NAME>`` is not in its environment.
 
 Standard library only: it runs on the sandbox's own Python (``python3 -I -c SOURCE``).
 """
@@ -84,6 +93,16 @@ def call(method, params):
             pending.append(message)
 
 
+def required():
+    """The environment variable named after ``--require``, or None."""
+    args = sys.argv[1:]
+    return args[args.index("--require") + 1] if "--require" in args else None
+
+
+class AuthRequired(Exception):
+    pass
+
+
 def on_initialize(params):
     if not isinstance(params.get("protocolVersion"), int):
         raise ValueError("protocolVersion must be an integer")
@@ -96,7 +115,9 @@ def on_initialize(params):
             "loadSession": False,
             "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
         },
-        "authMethods": [],
+        "authMethods": (
+            [{"id": "api-key", "name": "API key", "description": f"set {required()}"}] if required() else []
+        ),
     }
 
 
@@ -106,6 +127,8 @@ def on_new(params):
         raise ValueError("cwd must be an absolute path")
     if not isinstance(params.get("mcpServers"), list):
         raise ValueError("mcpServers must be a list")
+    if required() and not os.environ.get(required()):
+        raise AuthRequired()
     session_id = f"sess-{len(state['sessions']) + 1}"
     state["sessions"][session_id] = cwd
     return {"sessionId": session_id}
@@ -122,6 +145,21 @@ def on_prompt(params):
     cwd = state["sessions"][session_id]
     if "HANG" in brief:
         return hang(session_id, cwd)
+    told = re.search(r"(ENV|LEAK) (\w+)", brief)
+    if told and told.group(1) == "ENV":
+        value = os.environ.get(told.group(2))
+        say(
+            session_id,
+            f"ENV {told.group(2)} set={'no' if value is None else 'yes'} length={len(value or '')}",
+        )
+        return {"stopReason": "end_turn"}
+    if told:
+        value = os.environ.get(told.group(2), "")
+        update(session_id, {"sessionUpdate": "tool_call", "toolCallId": "c-2", "title": f"login {value}"})
+        say(session_id, f"My key is {value}, do not tell anyone.")
+        return {"stopReason": "end_turn"}
+    if "WHERE" in brief:
+        return where(session_id)
     wanted = re.search(r"WRITE (\S+): (.*)", brief)
     if not wanted:
         say(session_id, "Nothing to do.")
@@ -160,6 +198,18 @@ def on_prompt(params):
         return {"stopReason": "end_turn"}
     update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed"})
     say(session_id, f"WROTE {name}")
+    return {"stopReason": "end_turn"}
+
+
+def where(session_id):
+    here = os.path.abspath(sys.argv[0])
+    try:
+        with open(os.path.join(os.path.dirname(here), "planted"), "w") as planted:
+            planted.write("x")
+        beside = "written"
+    except OSError as exc:
+        beside = "read-only" if exc.errno == 30 else f"error {exc.errno}"  # 30: EROFS
+    say(session_id, f"RUNNING FROM {here}; beside it: {beside}")
     return {"stopReason": "end_turn"}
 
 
@@ -214,6 +264,9 @@ def handle(message):
         result = handler(params)
     except ValueError as exc:
         error(ident, -32602, f"Invalid params: {exc}")
+        return
+    except AuthRequired:
+        error(ident, -32000, "Authentication required")
         return
     send({"jsonrpc": "2.0", "id": ident, "result": result})
 

@@ -10,6 +10,8 @@ channel against the platform's fake, the real runtime and sandbox, the fake mode
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from agent.task_store import TaskStore
 from channels.telegram.channel import TelegramChannel
 from tests.agent.helpers import agent_settings, all_tool_results, wait_until
+from tests.agent.test_acp import placed_outside_usr
 from tests.agent.test_sandbox import beat, beating
 from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes import acp_agent
@@ -38,11 +42,14 @@ MODES = pytest.mark.parametrize("mode", ["bwrap", "host"])
 AGENT = ["/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable, "-I", "-c"]
 
 
-def settings_for(tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any) -> Any:
+def settings_for(
+    tmp_path: Path, llm: FakeOpenAI, mode: str, env: dict[str, str] | None = None, **limits: Any
+) -> Any:
+    acp = limits.pop("acp", None) or {"command": [*AGENT, Path(acp_agent.__file__).read_text()]}
     coder = {
         "name": "coder",
         "description": "a coding agent that edits files in the workspace",
-        "acp": {"command": [*AGENT, Path(acp_agent.__file__).read_text()]},
+        "acp": {**acp, "env": env or {}},
     }
     return agent_settings(
         tmp_path,
@@ -59,10 +66,10 @@ def delegate(brief: str) -> Reply:
 
 @asynccontextmanager
 async def telegram_bot(
-    tmp_path: Path, llm: FakeOpenAI, mode: str, **limits: Any
+    tmp_path: Path, llm: FakeOpenAI, mode: str, env: dict[str, str] | None = None, **limits: Any
 ) -> AsyncIterator[tuple[Harness, FakeTelegram]]:
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
-        settings = settings_for(tmp_path, llm, mode, **limits)
+        settings = settings_for(tmp_path, llm, mode, env, **limits)
         channel = TelegramChannel(telegram_config(tg), settings=settings)
         async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
             yield h, tg
@@ -163,3 +170,55 @@ async def test_an_agent_past_its_time_limit_is_cancelled_killed_and_the_task_fai
     [result] = [r for r in all_tool_results(llm) if r.startswith("[task ")]
     assert result.split("\n", 1)[0].endswith("failed: coder]"), result
     assert "ran longer than its time limit of 3 s" in result
+
+
+#: A made-up key under a name that does not look secret: only acp.env makes it one.
+LOGIN = "lg-" + "5" * 21
+
+
+@MODES
+async def test_the_agent_gets_its_key_bash_does_not_and_the_key_never_reaches_card_turn_or_logs(
+    tmp_path: Path, llm: FakeOpenAI, mode: str, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.DEBUG)
+    llm.script_for(
+        PARENT,
+        delegate("ENV FAKE_LOGIN"),
+        delegate("LEAK FAKE_LOGIN"),
+        Reply(tool_calls=[ToolCall("bash", {"command": 'echo "bash sees [${FAKE_LOGIN:-nothing}]"'})]),
+        Reply(text="Checked the coder."),
+    )
+    async with telegram_bot(tmp_path, llm, mode, env={"FAKE_LOGIN": LOGIN}) as (h, tg):
+        tg.user_message(CHAT, "check the coder's key", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "Checked the coder.", timeout=90)
+        await h.idle(timeout=30)
+        cards = [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+        shown = [v for m in tg.bot_messages(CHAT) for v in m.history]
+        store = TaskStore(h.service.db.engine)
+        steps = [
+            step.text
+            for task in await store.tasks_of_thread(workspace_of(h).parent.parent.name)
+            for step in await store.steps(task.task_id)
+        ]
+    seen, leaked, bash = all_tool_results(llm)
+    assert seen.split("\n", 1)[1] == f"ENV FAKE_LOGIN set=yes length={len(LOGIN)}"
+    assert leaked.split("\n", 1)[1] == "My key is ***, do not tell anyone."
+    assert bash == "[exit code 0]\nbash sees [nothing]", bash
+    assert card_body(cards[1].text) == "My key is ***, do not tell anyone."
+    assert "login ***" in steps, "the leaking tool call is not among the task's steps"
+    assert not [text for text in steps if LOGIN in text], "the key reached the task's steps"
+    assert LOGIN not in json.dumps(llm.completions), "the key reached the model"
+    assert not [v for v in shown if LOGIN in v], "the key reached the chat"
+    assert LOGIN not in caplog.text, "the key reached the logs"
+
+
+async def test_a_profiles_mounts_let_its_agent_run_from_outside_usr(tmp_path: Path, llm: FakeOpenAI):
+    script = placed_outside_usr(tmp_path)
+    acp = {"command": [AGENT[0], "-I", str(script)], "mounts": [str(script.parent)]}
+    llm.script_for(PARENT, delegate("WHERE"), Reply(text="The coder said where."))
+    async with telegram_bot(tmp_path, llm, "bwrap", acp=acp) as (h, tg):
+        tg.user_message(CHAT, "where does the coder run?", user_id=CHAT)
+        await tg.wait_for_bot_text(CHAT, "The coder said where.", timeout=60)
+        await h.idle(timeout=30)
+    [result] = all_tool_results(llm)
+    assert result.split("\n", 1)[1] == f"RUNNING FROM {script}; beside it: read-only", result
