@@ -13,6 +13,7 @@ import pytest
 from config.loader import load_settings
 from config.schema import Settings
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.transcription import FakeTranscriber
 from tests.harness import Harness
 
 # Tests talk to 127.0.0.1 only; proxies would intercept SDKs that ignore NO_PROXY.
@@ -81,6 +82,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture
+def stt() -> Iterator[FakeTranscriber]:
+    """The fake speech-to-text server (OpenAI's transcriptions API) the voice tests send audio to."""
+    with FakeTranscriber() as server:
         yield server  # type: ignore[misc]
 
 
