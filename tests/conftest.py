@@ -13,6 +13,7 @@ import pytest
 from config.loader import load_settings
 from config.schema import Settings
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.transcription import FakeTranscriber
 from tests.harness import Harness
 
 # Tests talk to 127.0.0.1 only; proxies would intercept SDKs that ignore NO_PROXY.
@@ -25,7 +26,8 @@ for _var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_prox
 #: from ``pytest --durations``. They carry the ``heavy`` mark: ``pytest`` (the README's command) leaves them
 #: out so the suite stays under ten minutes on two cores; ``pytest -m heavy`` runs them, and CI runs both
 #: (docs/testing.md, "Suite time"). Within a run they go to the workers first: started last, one of them
-#: alone would keep a worker busy for minutes after the other finished.
+#: alone would keep a worker busy for minutes after the other finished. An entry is a file, or one test
+#: (``file::name``) where the rest of its file is quick.
 HEAVY = (
     "tests/agent/test_goal_durability.py",
     "tests/channels/feishu/test_feishu_resume_in_place.py",
@@ -53,6 +55,8 @@ HEAVY = (
     "tests/operations/test_idle_imports.py",
     "tests/channels/discord/test_backfill_kill.py",
     "tests/operations/test_packaging.py",
+    # Builds the wheel and installs it into a venv twice (pip, offline): test_packaging.py's kind of work.
+    "tests/operations/test_deploy_files.py::test_install_script_installs_the_wheel_into_a_venv_with_a_starter_config",
     "tests/operations/test_extras.py",
     "tests/operations/test_instances.py",
     "tests/schedules/test_schedule_restart.py",
@@ -66,12 +70,13 @@ HEAVY = (
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the :data:`HEAVY` files ``heavy`` and hand them out first, in that order."""
-    rank = {path: i for i, path in enumerate(HEAVY)}
+    """Mark the :data:`HEAVY` files and tests ``heavy`` and hand them out first, in that order."""
+    rank = {entry: i for i, entry in enumerate(HEAVY)}
     root = Path(str(config.rootpath))
 
     def key(item: pytest.Item) -> int:
-        return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        return rank.get(item.nodeid.split("[")[0], rank.get(path, len(rank)))
 
     for item in items:
         if key(item) < len(rank):
@@ -82,6 +87,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture
+def stt() -> Iterator[FakeTranscriber]:
+    """The fake speech-to-text server (OpenAI's transcriptions API) the voice tests send audio to."""
+    with FakeTranscriber() as server:
         yield server  # type: ignore[misc]
 
 

@@ -14,6 +14,15 @@ Lister = Callable[[Settings, bool, int], Coroutine[Any, Any, int]]
 Retrier = Callable[[Settings, str, float], Coroutine[Any, Any, int]]
 
 
+def age(seconds: float) -> str:
+    """The AGE column of both listings: seconds up to two minutes, minutes up to two hours, then hours."""
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    return f"{int(seconds // 3600)}h"
+
+
 def register_list_retry(
     subparsers: Any,
     load_or_exit: Callable[[str | None], Settings],

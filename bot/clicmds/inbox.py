@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bot.clicmds._list_retry import register_list_retry
+from bot.clicmds._list_retry import age, register_list_retry
 from config.schema import Settings
 
 if TYPE_CHECKING:
@@ -31,14 +31,6 @@ async def _open_inbox(settings: Settings) -> tuple[Database, Inbox]:
     async with db.engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     return db, Inbox(db, max_attempts=settings.bus.max_attempts)
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    return f"{int(seconds // 3600)}h"
 
 
 def _where(entry: InboxEntry) -> str:
@@ -64,7 +56,7 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
         trace = trace_id_of(e.message) or e.id  # an entry stored before trace ids: its id was the trace
         print(
             f"{e.id:32} {trace:32} {_where(e):28} {e.status:8} {e.attempts:>5} "
-            f"{_age(now - e.created_at):>5}  {detail}"
+            f"{age(now - e.created_at):>5}  {detail}"
         )
     return 0
 

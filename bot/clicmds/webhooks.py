@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.clicmds._list_retry import register_list_retry
+from bot.clicmds._list_retry import age, register_list_retry
 from config.schema import Settings
 
 EXIT_FAILED = 1
@@ -27,14 +27,6 @@ async def _open_store(settings: Settings) -> tuple[Any, Any]:
     async with db.engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     return db, DeliveryStore(db.engine, is_sqlite=db.is_sqlite)
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    return f"{int(seconds // 3600)}h"
 
 
 def _summary(delivery: Any) -> str:
@@ -68,7 +60,7 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
     for d in deliveries:
         event = f"{d.event}.{d.action}" if d.action else d.event
         status = "stuck" if d.stuck else d.status
-        print(f"{d.id:38} {event:28} {status:9} {d.attempts:>5} {_age(now - d.created_at):>5}  {_summary(d)}")
+        print(f"{d.id:38} {event:28} {status:9} {d.attempts:>5} {age(now - d.created_at):>5}  {_summary(d)}")
     return 0
 
 

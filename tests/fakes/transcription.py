@@ -52,6 +52,10 @@ class FakeTranscriber(ThreadedServer):
         """What ``speech.transcribe.base_url`` is set to (OpenAI's is ``https://api.openai.com/v1``)."""
         return f"{self.url}/v1"
 
+    def speech_settings(self, **transcribe: Any) -> dict[str, Any]:
+        """The ``speech`` settings section that sends voice to this server (``transcribe`` adds keys)."""
+        return {"transcribe": {"base_url": self.base_url, "api_key": self.api_key, **transcribe}}
+
     def say(self, audio: bytes, transcript: str) -> None:
         """Hearing ``audio`` yields ``transcript``."""
         with self._lock:

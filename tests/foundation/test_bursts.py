@@ -1,41 +1,23 @@
 """Issue 19: a burst of new chats is answered in full, and a failed message is retried in process.
 
-The agent here is a test implementation of the Agent protocol that answers at once, so the burst
-exercises the bot's own path (inbox, routing, conversation creation, lanes) and not a model.
+The agent (tests/foundation/instant_agent.py) is a test implementation of the Agent protocol that
+answers at once, so the burst exercises the bot's own path (inbox, routing, conversation creation,
+lanes) and not a model.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from sqlalchemy import event
 
-from agent.events import TextDelta, TurnFinished, TurnRequest
 from bot.inbox import DONE
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
 from tests.conftest import fresh_pg_database, make_settings
+from tests.foundation.instant_agent import InstantAgent
 from tests.harness import Harness
-
-
-class InstantAgent:
-    goals = None
-    memory = None
-
-    async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
-        yield TextDelta("ok")
-        yield TurnFinished(text=f"ok: {request.text}")
-
-    def model_names(self) -> list[str]:
-        return ["instant"]
-
-    async def storage_problem(self) -> str | None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 async def burst(settings: Any, chats: int) -> None:

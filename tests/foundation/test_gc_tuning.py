@@ -8,7 +8,7 @@ import gc
 from bot.app import create_app
 from bot.gc_tuning import THRESHOLDS, freeze_survivors, untune_gc
 from tests.conftest import make_settings
-from tests.foundation.test_bursts import InstantAgent
+from tests.foundation.instant_agent import InstantAgent
 
 
 async def test_serving_freezes_start_up_objects_and_raises_gc_thresholds(tmp_path):

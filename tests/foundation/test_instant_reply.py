@@ -1,44 +1,16 @@
 """Issue 32: an answer that is ready before its placeholder goes out reaches the chat as one message.
 
-The agents here are test implementations of the Agent protocol: one answers at once, one waits until
-the test lets it go, so what the chat sees depends only on the reply path, not on a model's timing.
+The agent (tests/foundation/instant_agent.py) is a test implementation of the Agent protocol that
+answers at once, or waits until the test lets it go, so what the chat sees depends only on the reply path, not on a model's timing.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
-
-from agent.events import TextDelta, TurnFinished, TurnRequest
 from bot.inbox import DONE
 from bot.turns import PLACEHOLDER, STOP_LABEL
 from tests.conftest import make_settings
+from tests.foundation.instant_agent import InstantAgent
 from tests.harness import Harness
-
-
-class InstantAgent:
-    goals = None
-    memory = None
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.wait = False
-
-    async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
-        if self.wait:
-            await self.release.wait()
-        yield TextDelta("ok")
-        yield TurnFinished(text=f"ok: {request.text}")
-
-    def model_names(self) -> list[str]:
-        return ["instant"]
-
-    async def storage_problem(self) -> str | None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 async def test_an_answer_ready_at_once_is_one_message_with_no_placeholder(tmp_path):
@@ -55,8 +27,7 @@ async def test_an_answer_ready_at_once_is_one_message_with_no_placeholder(tmp_pa
 
 
 async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first(tmp_path):
-    agent = InstantAgent()
-    agent.wait = True
+    agent = InstantAgent(wait=True)
     async with Harness.running(make_settings(tmp_path), agent=agent) as h:
         await h.chat.say("hi", message_id="m1")
         await h.chat.wait_for(lambda c: c.calls)
@@ -73,8 +44,7 @@ async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first
 
 
 async def test_a_message_behind_an_unsent_placeholder_queues_below_it(tmp_path):
-    agent = InstantAgent()
-    agent.wait = True
+    agent = InstantAgent(wait=True)
     async with Harness.running(make_settings(tmp_path), agent=agent) as h:
         await h.chat.say("first", message_id="m1")
         await h.chat.say("second", message_id="m2")

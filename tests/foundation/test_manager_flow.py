@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 from tests.conftest import make_settings
-from tests.fakes.openai_server import Reply, echo_reply, last_user_text
+from tests.fakes.openai_server import FakeOpenAI, Hold, Reply, echo_reply, last_user_text
 from tests.harness import Harness
 
 
@@ -25,19 +27,26 @@ async def test_a_second_message_waits_behind_the_running_one_shows_queued_and_is
 
 
 async def test_one_slow_model_call_does_not_hold_up_another_chat(harness, llm):
+    # Chat a's model call answers only once chat b has its answer (or the test gave up): no race with a
+    # loaded machine, where a 15 s stream was once the margin, and no 15 s wait on a quiet one.
+    hold = Hold()
+
     def reply(body):  # type: ignore[no-untyped-def]
         if last_user_text(body) == "slow":
-            # 15 s of streaming: room for chat b's whole turn even on a machine loaded by other suites.
-            return Reply(text="s" * 60, chunk_size=1, delay=0.25)
+            return Reply(text="s" * 60, chunk_size=4, hold=hold)
         return echo_reply(body)
 
     llm.default_reply = reply
     await harness.chat.say("slow", chat="a")
-    await harness.chat.wait_for(lambda ch: any(m.text.startswith("s") for m in ch.in_chat("a")), timeout=30)
+    await asyncio.to_thread(hold.wait_for_waiting, 1)  # chat a's model call is out, unanswered
     await harness.chat.say("fast", chat="b")
-    await harness.chat.wait_for_text("echo: fast", chat="b", timeout=30)
-    assert harness.chat.in_chat("a")[0].text != "s" * 60, "chat b was answered while chat a still streamed"
+    try:
+        await harness.chat.wait_for_text("echo: fast", chat="b", timeout=30)
+        assert not any(m.text == "s" * 60 for m in harness.chat.in_chat("a")), "chat a was still waiting"
+    finally:
+        hold.open()
     await harness.idle(timeout=30)
+    assert [m.text for m in harness.chat.in_chat("a")] == ["s" * 60]
 
 
 async def test_stop_cancels_the_running_turn_and_the_thread_keeps_working(harness, llm):
@@ -153,25 +162,33 @@ async def test_an_inbound_file_lands_in_the_owners_uploads_and_an_oversize_one_i
     )
 
 
-async def test_at_the_turn_limit_a_queued_notice_never_lands_above_the_answer_it_waits_for(tmp_path, llm):
-    """Every turn slot is busy, so a chat's first message waits for one without a placeholder yet; a
-    second message to that chat queues behind it. Its "⏳ Queued" notice must not appear above the
-    first message's answer: the chat reads in the order things were asked."""
+async def answers_behind_a_busy_slot(
+    tmp_path: Path, llm: FakeOpenAI, busy: Reply, texts: list[str]
+) -> list[str]:
+    """With one turn slot, held by chat "a" answering ``busy``, send ``texts`` to chat "b"; returns what
+    chat "b" shows once everything is answered, top to bottom."""
 
-    def reply(body):  # type: ignore[no-untyped-def]
-        if last_user_text(body) == "busy":
-            return Reply(text="b" * 12, chunk_size=1, delay=0.05)  # holds the only slot for ~0.6 s
-        return echo_reply(body)
+    def reply(body: dict[str, Any]) -> Reply:
+        return busy if last_user_text(body) == "busy" else echo_reply(body)
 
     llm.default_reply = reply
     settings = make_settings(tmp_path, llm, bus={"max_concurrent_turns": 1})
     async with Harness.running(settings) as harness:
         await harness.chat.say("busy", chat="a")
         await harness.chat.wait_for(lambda ch: any(m.text.startswith("b") for m in ch.in_chat("a")))
-        await harness.chat.say("one", chat="b")
-        await harness.chat.say("two", chat="b")
+        for text in texts:
+            await harness.chat.say(text, chat="b")
         await harness.idle(timeout=30)
-        assert [m.text for m in harness.chat.in_chat("b")] == ["echo: one", "echo: two"]
+        return [m.text for m in harness.chat.in_chat("b")]
+
+
+async def test_at_the_turn_limit_a_queued_notice_never_lands_above_the_answer_it_waits_for(tmp_path, llm):
+    """Every turn slot is busy, so a chat's first message waits for one without a placeholder yet; a
+    second message to that chat queues behind it. Its "⏳ Queued" notice must not appear above the
+    first message's answer: the chat reads in the order things were asked."""
+    busy = Reply(text="b" * 12, chunk_size=1, delay=0.05)  # holds the only slot for ~0.6 s
+    answers = await answers_behind_a_busy_slot(tmp_path, llm, busy, ["one", "two"])
+    assert answers == ["echo: one", "echo: two"]
 
 
 async def test_when_the_turn_ahead_waits_long_for_a_slot_the_message_behind_it_still_answers_below(
@@ -180,18 +197,6 @@ async def test_when_the_turn_ahead_waits_long_for_a_slot_the_message_behind_it_s
     """As above, but the only slot stays busy for longer than a queued notice waits for the message
     ahead of it (two instances of a 300-message burst found it: a later answer landed above an earlier
     one). The second message then shows no notice at all rather than one above the first answer."""
-
-    def reply(body):  # type: ignore[no-untyped-def]
-        if last_user_text(body) == "busy":
-            return Reply(text="b" * 30, chunk_size=1, delay=0.1)  # holds the only slot for ~3 s
-        return echo_reply(body)
-
-    llm.default_reply = reply
-    settings = make_settings(tmp_path, llm, bus={"max_concurrent_turns": 1})
-    async with Harness.running(settings) as harness:
-        await harness.chat.say("busy", chat="a")
-        await harness.chat.wait_for(lambda ch: any(m.text.startswith("b") for m in ch.in_chat("a")))
-        for text in ("one", "two", "three"):
-            await harness.chat.say(text, chat="b")
-        await harness.idle(timeout=30)
-        assert [m.text for m in harness.chat.in_chat("b")] == ["echo: one", "echo: two", "echo: three"]
+    busy = Reply(text="b" * 30, chunk_size=1, delay=0.1)  # holds the only slot for ~3 s
+    answers = await answers_behind_a_busy_slot(tmp_path, llm, busy, ["one", "two", "three"])
+    assert answers == ["echo: one", "echo: two", "echo: three"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from bot.identity import Identity
 from channels.errors import NetworkError, RetryAfter
 from channels.memory import MemoryChannel
 from channels.types import InboundMessage
-from tests.fakes.openai_server import Reply, last_user_text
+from config.schema import Settings
+from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.harness import Harness
 
 
@@ -21,17 +23,23 @@ async def test_the_same_message_twice_in_one_group_commit_runs_once(harness, llm
     assert [m.text for m in harness.chat.in_chat("chat-1")] == ["echo: only once please"]
 
 
-async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart(settings_on, llm):
-    settings = settings_on()
+async def stop_with_pending_then_restart(
+    settings: Settings,
+    llm: FakeOpenAI,
+    chat: MemoryChannel,
+    send: Callable[[], Awaitable[object]],
+    pending: int,
+) -> list[str]:
+    """Start, ``send`` while a slow first answer holds the chat (the rest queue behind it), stop at once
+    with ``pending`` messages left; start again until idle. Returns what the model was asked after the
+    restart, in order."""
     llm.script(Reply(text="a slow first answer", chunk_size=1, delay=0.2))
-    chat = MemoryChannel("memory")
     first = Harness(settings, channels={"memory": chat})
     await first.start()
-    for text in ("one", "two", "three"):  # separate commits: three distinct arrival times
-        await chat.say(text)
+    await send()
     await chat.wait_for_text("Queued")
     await first.stop(grace=0)
-    assert await first.service.inbox.counts() == {"pending": 3}
+    assert await first.service.inbox.counts() == {"pending": pending}
 
     before = len(llm.completions)
     second = Harness(settings, channels={"memory": chat})
@@ -40,31 +48,31 @@ async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_r
         await second.idle(timeout=30)
     finally:
         await second.stop()
-    assert [last_user_text(b) for b in llm.completions[before:]] == ["one", "two", "three"]
+    return [last_user_text(b) for b in llm.completions[before:]]
+
+
+async def test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart(settings_on, llm):
+    chat = MemoryChannel("memory")
+
+    async def send() -> None:
+        for text in ("one", "two", "three"):  # separate commits: three distinct arrival times
+            await chat.say(text)
+
+    asked = await stop_with_pending_then_restart(settings_on(), llm, chat, send, pending=3)
+    assert asked == ["one", "two", "three"]
 
 
 async def test_messages_of_one_chat_accepted_in_one_group_commit_resume_in_arrival_order(settings_on, llm):
     """A burst lands in one group commit, at one ``now``: the stored order must still be arrival order
     (entry ids are random, and a restart — or another instance — reads ``ORDER BY created_at, id``)."""
-    settings = settings_on()
-    llm.script(Reply(text="a slow first answer", chunk_size=1, delay=0.2))
     chat = MemoryChannel("memory")
-    first = Harness(settings, channels={"memory": chat})
-    await first.start()
     texts = [f"burst {n}" for n in range(20)]
-    await asyncio.gather(*(chat.say(text) for text in texts))  # accepted together
-    await chat.wait_for_text("Queued")
-    await first.stop(grace=0)
-    assert await first.service.inbox.counts() == {"pending": 20}
 
-    before = len(llm.completions)
-    second = Harness(settings, channels={"memory": chat})
-    await second.start()
-    try:
-        await second.idle(timeout=30)
-    finally:
-        await second.stop()
-    assert [last_user_text(b) for b in llm.completions[before:]] == texts
+    async def send() -> None:
+        await asyncio.gather(*(chat.say(text) for text in texts))  # accepted together
+
+    asked = await stop_with_pending_then_restart(settings_on(), llm, chat, send, pending=20)
+    assert asked == texts
     answers = [m.text for m in chat.in_chat("chat-1")]
     # The first answer is the scripted one (its first run was cut short); the rest answer in order.
     assert answers == ["a slow first answer"] + [f"echo: {text}" for text in texts[1:]]

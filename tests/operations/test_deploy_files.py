@@ -209,53 +209,13 @@ def test_install_script_installs_the_wheel_into_a_venv_with_a_starter_config(tmp
     wheel = build_wheel(tmp_path / "build")
     opt, etc, state = tmp_path / "opt", tmp_path / "etc", tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [
-            "bash",
-            str(INSTALL),
-            "--skip-system",
-            "--offline",
-            "--python",
-            sys.executable,
-            "--wheel",
-            str(wheel),
-            "--prefix",
-            str(opt),
-            "--etc",
-            str(etc),
-            "--state",
-            str(state),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    command = ["bash", str(INSTALL), "--skip-system", "--offline", "--python", sys.executable]
+    command += ["--wheel", str(wheel), "--prefix", str(opt), "--etc", str(etc), "--state", str(state)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"install.sh: installed switchboard {VERSION} in {opt}/venv" in result.stdout
     assert (etc / "config.yaml").read_bytes() == (ROOT / "config.example.yaml").read_bytes()
     assert (state / "data").is_dir()
-    again = subprocess.run(
-        [
-            "bash",
-            str(INSTALL),
-            "--skip-system",
-            "--offline",
-            "--python",
-            sys.executable,
-            "--wheel",
-            str(wheel),
-            "--prefix",
-            str(opt),
-            "--etc",
-            str(etc),
-            "--state",
-            str(state),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr
     assert f"= {etc}/config.yaml exists: kept" in again.stdout

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -15,12 +13,6 @@ from tests.fakes.transcription import MAX_FILE_BYTES, FakeTranscriber
 pytestmark = pytest.mark.slow
 
 AUDIO = b"OggS" + b"\x00" * 60
-
-
-@pytest.fixture
-def stt() -> Iterator[FakeTranscriber]:
-    with FakeTranscriber() as server:
-        yield server  # type: ignore[misc]
 
 
 def client(stt: FakeTranscriber, **overrides: object) -> Transcriber:

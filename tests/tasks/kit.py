@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.fakes.telegram import FakeMessage, FakeTelegram
+
 CARD_MARK = "🗂 "
 
 
@@ -21,3 +26,13 @@ def card_body(text: str) -> str:
         return text
     _head, _, body = text.partition("\n\n")
     return body
+
+
+def telegram_cards(tg: FakeTelegram, chat: int) -> list[FakeMessage]:
+    """The task cards the bot shows in a Telegram ``chat``."""
+    return [m for m in tg.bot_messages(chat) if is_card(m.text)]
+
+
+def telegram_card_posts(tg: FakeTelegram) -> int:
+    """How many times a card was posted (``sendMessage``): a card continued in place is posted once."""
+    return sum(is_card(str(c["params"].get("text", ""))) for c in tg.calls("sendMessage"))

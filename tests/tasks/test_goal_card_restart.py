@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from agent.goals import EVALUATOR_MARKER
-from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from bench.reliability_telegram import write_config
 from tests.agent.helpers import system_text
 from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
 from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import card_body, card_status, telegram_card_posts, telegram_cards
+from tests.tasks.restart_kit import kill_while, restart_until
 
 from ..channels.telegram.conftest import BOT_USERNAME
 
@@ -45,7 +46,7 @@ def model(request: dict[str, Any]) -> Reply:
 
 
 def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    return telegram_cards(tg, CHAT)
 
 
 @pytest.mark.timeout(300)
@@ -53,32 +54,23 @@ def test_a_goal_killed_mid_step_continues_in_the_same_card_and_ends_once(tmp_pat
     log = tmp_path / "serve.log"
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
         config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        service = ServeProcess(config, log)
-        try:
-            tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)  # type: ignore[attr-defined]
-            running = wait_for(
-                lambda: any(
-                    card_status(m.text) == "▶️ Running — step 2 of 8" and "part20" in m.text for m in cards(tg)
-                ),
-                timeout=120,
-            )
-            assert running, log.read_text()[-3000:]
-        finally:
-            service.kill()
+        kill_while(
+            config,
+            log,
+            start=lambda: tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT),  # type: ignore[attr-defined]
+            running=lambda: any(
+                card_status(m.text) == "▶️ Running — step 2 of 8" and "part20" in m.text for m in cards(tg)
+            ),
+        )
         [before] = cards(tg)
         assert "part119" not in before.text, "the kill came after step 2 had finished"
 
-        again = ServeProcess(config, log)
-        try:
-            done = wait_for(lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)), timeout=120)
-            assert done, log.read_text()[-3000:]
-        finally:
-            again.terminate()
+        restart_until(config, log, lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)))
         after = cards(tg)
-        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        card_posts = telegram_card_posts(tg)
         texts = [m.text for m in tg.bot_messages(CHAT)]
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
-    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_posts == 1, "no second card was ever posted"
     assert card_body(after[0].text) == f"{STEP_2}\n\n🎯 Goal reached: counted"
     assert sum("part119" in t for t in texts) == 1, "the goal's last answer arrived once"
     assert texts.count(FIRST) == 1, "the reply to /goal was not repeated"

@@ -19,7 +19,9 @@ from tests.agent.helpers import system_text
 from tests.agent.test_goals import continuations
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, last_user_text
 from tests.fakes.telegram import FakeMessage, FakeTelegram
+from tests.harness import Harness
 from tests.schedules.test_schedules import Clock
+from tests.tasks import kit
 from tests.tasks.kit import card_body, card_status, is_card
 from tests.tasks.test_task_cards import CHAT, START, STOP, slack_bot, statuses, telegram_bot
 
@@ -55,7 +57,18 @@ def two_step_goal(*, tool_first: bool = False, step_1: Reply | None = None):  # 
 
 
 def telegram_cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    return kit.telegram_cards(tg, CHAT)
+
+
+def goal_done(tg: FakeTelegram) -> bool:
+    return any("✅ Done" in card_status(m.text) for m in telegram_cards(tg))
+
+
+async def goal_to_its_end(h: Harness, tg: FakeTelegram) -> None:
+    """Set the goal and wait until its card says it is done and the service has nothing left to do."""
+    tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
+    await tg.wait_until(lambda: goal_done(tg), 60)
+    await h.idle(timeout=30)
 
 
 async def test_a_goal_runs_in_one_telegram_card_from_its_first_step_to_its_verdict(
@@ -63,12 +76,10 @@ async def test_a_goal_runs_in_one_telegram_card_from_its_first_step_to_its_verdi
 ) -> None:
     llm.default_reply = two_step_goal(tool_first=True)
     async with telegram_bot(tmp_path, llm, Clock(START)) as (h, tg):
-        tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
-        await tg.wait_until(lambda: any("✅ Done" in card_status(m.text) for m in telegram_cards(tg)), 60)
-        await h.idle(timeout=30)
+        await goal_to_its_end(h, tg)
         [card] = telegram_cards(tg)
         texts = [m.text for m in tg.bot_messages(CHAT)]
-        posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        posts = kit.telegram_card_posts(tg)
         with_stop = [
             c
             for c in tg.calls("editMessageText") + tg.calls("sendMessage")
@@ -78,7 +89,7 @@ async def test_a_goal_runs_in_one_telegram_card_from_its_first_step_to_its_verdi
         tg.user_message(CHAT, "/tasks", user_id=CHAT)
         listing = await tg.wait_for_bot_text(CHAT, "Tasks in this chat")
     assert texts.index(FIRST) < texts.index(card.text), "the reply to /goal comes first, then the card"
-    assert len(posts) == 1, "one card, posted once and then edited"
+    assert posts == 1, "one card, posted once and then edited"
     assert card.history[0].startswith(f"🗂 Goal {short}: {OBJECTIVE}")
     steps = [card_status(v) for v in card.history]
     assert "▶️ Running — step 1 of 8" in steps
@@ -190,7 +201,7 @@ async def test_a_question_asked_while_a_goal_runs_is_answered_apart_and_the_goal
         tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
         await tg.wait_until(lambda: any("Moved" in card_body(m.text) for m in telegram_cards(tg)), 60)
         tg.user_message(CHAT, question, user_id=CHAT)  # waits behind step 1, then is judged too
-        await tg.wait_until(lambda: any("✅ Done" in card_status(m.text) for m in telegram_cards(tg)), 60)
+        await tg.wait_until(lambda: goal_done(tg), 60)
         await h.idle(timeout=30)
         cards = telegram_cards(tg)
         texts = [m.text for m in tg.bot_messages(CHAT)]
@@ -207,9 +218,7 @@ async def test_a_step_answer_longer_than_a_message_leaves_no_stale_message_behin
     long_answer = " ".join(f"line{i}" for i in range(1200))  # about 11,000 characters
     llm.default_reply = two_step_goal(step_1=Reply(text=long_answer, chunk_size=600, delay=0.02))
     async with telegram_bot(tmp_path, llm, Clock(START)) as (h, tg):
-        tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT)
-        await tg.wait_until(lambda: any("✅ Done" in card_status(m.text) for m in telegram_cards(tg)), 60)
-        await h.idle(timeout=30)
+        await goal_to_its_end(h, tg)
         [card] = telegram_cards(tg)
         texts = [m.text for m in tg.bot_messages(CHAT)]
     assert any(card_body(v).startswith("line0 line1") and v.endswith("…") for v in card.history)

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from bench.reliability_telegram import write_config
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, prompt_text
 from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import card_body, card_status, telegram_card_posts, telegram_cards
+from tests.tasks.restart_kit import kill_while, restart_until
 
 from ..channels.telegram.conftest import BOT_USERNAME
 
@@ -41,7 +42,7 @@ def model(request: dict[str, Any]) -> Reply:
 
 
 def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    return telegram_cards(tg, CHAT)
 
 
 @pytest.mark.timeout(300)
@@ -51,33 +52,24 @@ def test_a_subagent_killed_mid_task_finishes_in_the_same_card_and_its_result_arr
         config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
         with config.open("a") as extra:
             extra.write(f"agent: {{system_prompt: '{PARENT}', subagents: {{enabled: true}}}}\n")
-        service = ServeProcess(config, log)
-        try:
-            tg.user_message(CHAT, "please audit the open ports", user_id=CHAT)  # type: ignore[attr-defined]
-            running = wait_for(
-                lambda: (
-                    any(card_status(m.text).startswith("▶️ Running") for m in cards(tg))
-                    and any("JOB-AUDIT" in prompt_text(b) for b in llm.completions)
-                ),
-                timeout=120,
-            )
-            assert running, log.read_text()[-3000:]
-        finally:
-            service.kill()
+        kill_while(
+            config,
+            log,
+            start=lambda: tg.user_message(CHAT, "please audit the open ports", user_id=CHAT),  # type: ignore[attr-defined]
+            running=lambda: (
+                any(card_status(m.text).startswith("▶️ Running") for m in cards(tg))
+                and any("JOB-AUDIT" in prompt_text(b) for b in llm.completions)
+            ),
+        )
         [before] = cards(tg)
         assert "✅ Done" not in before.text, "the kill came after the task had finished"
 
-        again = ServeProcess(config, log)
-        try:
-            answered = wait_for(lambda: any(ANSWER in m.text for m in tg.bot_messages(CHAT)), timeout=120)
-            assert answered, log.read_text()[-3000:]
-        finally:
-            again.terminate()
+        restart_until(config, log, lambda: any(ANSWER in m.text for m in tg.bot_messages(CHAT)))
         after = cards(tg)
-        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        card_posts = telegram_card_posts(tg)
         everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
-    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_posts == 1, "no second card was ever posted"
     assert card_status(after[0].text) == "✅ Done"
     assert card_body(after[0].text) == RESULT
     assert everything.count("port99") == 1, "the task's result arrived once"

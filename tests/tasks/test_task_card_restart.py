@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import ServeProcess, wait_for, write_config
+from bench.reliability_telegram import wait_for, write_config
 from tests.channels import resume_kit
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import card_body, card_status, is_card, telegram_card_posts, telegram_cards
+from tests.tasks.restart_kit import kill_while, restart_until
 
 from ..channels.telegram.conftest import BOT_USERNAME
 
@@ -37,7 +38,7 @@ def answering(request: dict[str, Any]) -> Reply:
 
 
 def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
+    return telegram_cards(tg, CHAT)
 
 
 @pytest.mark.timeout(300)
@@ -48,32 +49,23 @@ def test_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(
         FakeOpenAI(answering) as llm,
     ):
         config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        service = ServeProcess(config, log)
-        try:
-            tg.user_message(CHAT, f"/schedule in 3s {WHAT}", user_id=CHAT)  # type: ignore[attr-defined]
-            running = wait_for(
-                lambda: any(
-                    card_status(m.text).startswith("▶️ Running") and "alert20" in m.text for m in cards(tg)
-                ),
-                timeout=120,
-            )
-            assert running, log.read_text()[-3000:]
-        finally:
-            service.kill()
+        kill_while(
+            config,
+            log,
+            start=lambda: tg.user_message(CHAT, f"/schedule in 3s {WHAT}", user_id=CHAT),  # type: ignore[attr-defined]
+            running=lambda: any(
+                card_status(m.text).startswith("▶️ Running") and "alert20" in m.text for m in cards(tg)
+            ),
+        )
         [before] = cards(tg)
         assert "✅ Done" not in before.text, "the kill came after the run had finished"
 
-        again = ServeProcess(config, log)
-        try:
-            done = wait_for(lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)), timeout=120)
-            assert done, log.read_text()[-3000:]
-        finally:
-            again.terminate()
+        restart_until(config, log, lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)))
         after = cards(tg)
-        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
+        card_posts = telegram_card_posts(tg)
         everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
-    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_posts == 1, "no second card was ever posted"
     assert card_body(after[0].text) == ANSWER
     assert everything.count("alert119") == 1, "the result arrived once"
     assert after[0].buttons == [], "no Stop button left on the finished card"
@@ -93,27 +85,22 @@ def test_on_slack_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after
     log = tmp_path / "serve.log"
     with FakeSlack() as slack, FakeOpenAI(answering) as llm:
         config = resume_kit.write_config(tmp_path, llm, slack_yaml(slack))
-        service = ServeProcess(config, log)
-        try:
+
+        def start() -> None:
             assert wait_for(lambda: slack.connected > 0, timeout=60), log.read_text()[-3000:]
             slack.dm("U1", f"/schedule in 3s {WHAT}")
-            running = wait_for(
-                lambda: any(
-                    card_status(m.text).startswith("▶️ Running") and "alert20" in m.text
-                    for m in slack.channel_messages("DU1")
-                ),
-                timeout=120,
-            )
-            assert running, log.read_text()[-3000:]
-        finally:
-            service.kill()
+
+        kill_while(
+            config,
+            log,
+            start,
+            running=lambda: any(
+                card_status(m.text).startswith("▶️ Running") and "alert20" in m.text
+                for m in slack.channel_messages("DU1")
+            ),
+        )
         [before] = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
-        again = ServeProcess(config, log)
-        try:
-            done = wait_for(lambda: "✅ Done" in card_status(before.text), timeout=120)
-            assert done, log.read_text()[-3000:]
-        finally:
-            again.terminate()
+        restart_until(config, log, lambda: "✅ Done" in card_status(before.text))
         after = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
         posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
         everything = "\n".join(m.text for m in slack.channel_messages("DU1"))

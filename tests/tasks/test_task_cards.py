@@ -242,6 +242,19 @@ async def test_stop_on_a_slack_card_stops_the_job(tmp_path: Path, llm: FakeOpenA
     assert live.labels == []
 
 
+async def a_chat_with_an_answer(h: Harness, tg: FakeTelegram) -> tuple[InboundMessage, str, str]:
+    """A message answered in :data:`CHAT`, as stored, with its conversation's owner and thread: what the
+    agent holds when it reports a task there."""
+    tg.user_message(CHAT, "hello", user_id=CHAT)
+    await tg.wait_for_bot_text(CHAT, "echo: hello")
+    async with h.service.db.engine.connect() as conn:
+        payloads = (await conn.execute(select(inbox_table.c.payload))).scalars().all()
+    message = InboundMessage.from_json(json.loads(payloads[0]))
+    conversation = await h.manager.threads.get(message.conversation_key)
+    assert conversation is not None
+    return message, conversation.owner, conversation.thread_id
+
+
 async def test_a_reported_task_gets_its_own_card_that_a_restart_continues_and_delivers_once(
     tmp_path: Path, llm: FakeOpenAI
 ):
@@ -251,14 +264,7 @@ async def test_a_reported_task_gets_its_own_card_that_a_restart_continues_and_de
     clock = Clock(START)
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
         async with telegram_service(tmp_path, llm, clock, tg) as h:
-            tg.user_message(CHAT, "hello", user_id=CHAT)
-            await tg.wait_for_bot_text(CHAT, "echo: hello")
-            async with h.service.db.engine.connect() as conn:
-                payloads = (await conn.execute(select(inbox_table.c.payload))).scalars().all()
-            origin = InboundMessage.from_json(json.loads(payloads[0]))
-            conversation = await h.manager.threads.get(origin.conversation_key)
-            assert conversation is not None
-            owner, thread = conversation.owner, conversation.thread_id
+            origin, owner, thread = await a_chat_with_an_answer(h, tg)
             tasks = h.manager.tasks.reporter(origin, owner=owner, thread_id=thread)
             await tasks.started(task_id="call-1", title="research the outage", kind="subagent")
             await tasks.step(task_id="call-1", text="reading the incident log")
@@ -293,14 +299,7 @@ async def test_a_result_stored_but_not_shown_before_a_restart_is_shown_once_afte
     clock = Clock(START)
     with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
         async with telegram_service(tmp_path, llm, clock, tg) as h:
-            tg.user_message(CHAT, "hello", user_id=CHAT)
-            await tg.wait_for_bot_text(CHAT, "echo: hello")
-            async with h.service.db.engine.connect() as conn:
-                payloads = (await conn.execute(select(inbox_table.c.payload))).scalars().all()
-            message = InboundMessage.from_json(json.loads(payloads[0]))
-            conversation = await h.manager.threads.get(message.conversation_key)
-            assert conversation is not None
-            owner, thread = conversation.owner, conversation.thread_id
+            message, owner, thread = await a_chat_with_an_answer(h, tg)
             tasks = h.manager.tasks.reporter(message, owner=owner, thread_id=thread)
             await tasks.started(task_id="call-9", title="count the alerts", kind="subagent")
             live = await tg.wait_until(lambda: telegram_card(tg), 15)

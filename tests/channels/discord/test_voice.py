@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,6 @@ import pytest
 from channels.discord.channel import DiscordChannel
 from tests.channels.discord.conftest import USER_ID, discord_config, final_reply
 from tests.conftest import make_settings
-from tests.fakes.transcription import FakeTranscriber
 from tests.harness import Harness
 
 pytestmark = pytest.mark.slow
@@ -18,16 +16,9 @@ pytestmark = pytest.mark.slow
 OPUS = b"OggS\x00\x02" + b"\x00" * 20 + b"OpusHead" + b"\x00" * 40
 
 
-@pytest.fixture
-def stt() -> Iterator[FakeTranscriber]:
-    with FakeTranscriber() as server:
-        yield server  # type: ignore[misc]
-
-
 async def test_a_voice_message_is_transcribed_and_answered(tmp_path: Path, llm, discord_fake, stt) -> None:
     stt.say(OPUS, "Deploy the staging branch")
-    speech = {"transcribe": {"base_url": stt.base_url, "api_key": stt.api_key}}
-    settings = make_settings(tmp_path, llm, speech=speech)
+    settings = make_settings(tmp_path, llm, speech=stt.speech_settings())
     channel = DiscordChannel(discord_config(discord_fake), settings=settings)
     async with Harness.running(settings, channels={"discord": channel}) as harness:  # type: ignore[dict-item]
         dm = discord_fake.new_id()

@@ -3,12 +3,9 @@ spoken /new starts a new thread."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.channels.feishu.conftest import ALICE, running_bot
-from tests.fakes.transcription import FakeTranscriber
 
 pytestmark = pytest.mark.slow
 
@@ -16,19 +13,9 @@ P2P = "oc_p2p_alice"
 OPUS = b"OggS\x00\x02" + b"\x00" * 20 + b"OpusHead" + b"\x00" * 40
 
 
-@pytest.fixture
-def stt() -> Iterator[FakeTranscriber]:
-    with FakeTranscriber() as server:
-        yield server  # type: ignore[misc]
-
-
-def speech(stt: FakeTranscriber) -> dict[str, object]:
-    return {"speech": {"transcribe": {"base_url": stt.base_url, "api_key": stt.api_key}}}
-
-
 async def test_a_voice_message_is_transcribed_and_answered(tmp_path, llm, lark, stt):
     stt.say(OPUS + b"q", "Book the small meeting room")
-    async with running_bot(tmp_path, llm, lark, settings_overrides=speech(stt)) as bot:
+    async with running_bot(tmp_path, llm, lark, settings_overrides={"speech": stt.speech_settings()}) as bot:
         bot.lark.send_audio_event(P2P, "p2p", ALICE, OPUS + b"q", duration_ms=2500)
         await bot.lark.wait_for_text(P2P, "echo: 🎙️ Book the small meeting room")
         await bot.harness.idle()
@@ -39,7 +26,7 @@ async def test_a_voice_message_is_transcribed_and_answered(tmp_path, llm, lark, 
 
 async def test_a_spoken_new_starts_a_new_thread(tmp_path, llm, lark, stt):
     stt.say(OPUS + b"new", "/new")
-    async with running_bot(tmp_path, llm, lark, settings_overrides=speech(stt)) as bot:
+    async with running_bot(tmp_path, llm, lark, settings_overrides={"speech": stt.speech_settings()}) as bot:
         bot.lark.send_message_event(P2P, "p2p", ALICE, "remember the word banana")
         await bot.lark.wait_for_text(P2P, "echo: remember the word banana")
         await bot.harness.idle()

@@ -3,31 +3,18 @@ starts a new thread."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.channels.slack.conftest import running_bot
-from tests.fakes.transcription import FakeTranscriber
 
 pytestmark = pytest.mark.slow
 
 CLIP = b"\x1aE\xdf\xa3" + b"\x00" * 64  # the EBML header a WebM clip starts with
 
 
-@pytest.fixture
-def stt() -> Iterator[FakeTranscriber]:
-    with FakeTranscriber() as server:
-        yield server  # type: ignore[misc]
-
-
-def speech(stt: FakeTranscriber) -> dict[str, object]:
-    return {"speech": {"transcribe": {"base_url": stt.base_url, "api_key": stt.api_key}}}
-
-
 async def test_an_audio_clip_is_transcribed_and_answered(tmp_path, llm, slack, stt):
     stt.say(CLIP + b"q", "How many open tickets do we have?")
-    async with running_bot(tmp_path, llm, slack, settings_overrides=speech(stt)) as bot:
+    async with running_bot(tmp_path, llm, slack, settings_overrides={"speech": stt.speech_settings()}) as bot:
         bot.slack.dm("U1", "", files=[bot.slack.host_audio_clip(CLIP + b"q", seconds=3.5)])
         await bot.slack.wait_for_text("echo: 🎙️ How many open tickets do we have?", "DU1")
         await bot.harness.idle(timeout=30)
@@ -41,7 +28,7 @@ async def test_an_audio_clip_is_transcribed_and_answered(tmp_path, llm, slack, s
 
 async def test_a_spoken_new_starts_a_new_thread(tmp_path, llm, slack, stt):
     stt.say(CLIP + b"new", "/new")
-    async with running_bot(tmp_path, llm, slack, settings_overrides=speech(stt)) as bot:
+    async with running_bot(tmp_path, llm, slack, settings_overrides={"speech": stt.speech_settings()}) as bot:
         bot.slack.dm("U1", "remember the word banana")
         await bot.slack.wait_for_text("echo: remember the word banana", "DU1")
         await bot.harness.idle(timeout=30)

@@ -6,7 +6,7 @@ transcriber is the fake OpenAI-compatible ``/audio/transcriptions`` server (test
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -34,17 +34,11 @@ def voice(tag: str) -> bytes:
     return VOICE + tag.encode()
 
 
-@pytest.fixture
-def stt() -> Iterator[FakeTranscriber]:
-    with FakeTranscriber() as server:
-        yield server  # type: ignore[misc]
-
-
 @asynccontextmanager
 async def running(
     tmp_path: Path, llm: FakeOpenAI, tg: FakeTelegram, stt: FakeTranscriber | None, **transcribe: Any
 ) -> AsyncIterator[Harness]:
-    speech = {"transcribe": {"base_url": stt.base_url, "api_key": stt.api_key, **transcribe}} if stt else {}
+    speech = stt.speech_settings(**transcribe) if stt else {}
     settings = make_settings(tmp_path, llm, speech=speech)
     channel = TelegramChannel(telegram_config(tg), settings=settings)
     async with Harness.running(settings, channels={"telegram": channel}) as harness:  # type: ignore[dict-item]
