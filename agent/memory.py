@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import time
@@ -344,6 +345,26 @@ def render_memory(facts: Sequence[Fact], summary: str | None, query: str, token_
 
 
 ModelGetter = Callable[[str | None], Any]
+#: Slack when a timer fires: the loop runs a timer up to its clock's resolution early.
+CLOCK_SLACK = time.get_clock_info("monotonic").resolution
+
+
+class _Waiting:
+    """One owner's debounced extraction: the threads to read, the model, and when it is due (loop time).
+
+    Two tracked objects per owner (this and the set) instead of a sleeping task — a task, two
+    coroutines, a future, a timer handle and a contextvars context each — which in a burst of 10,000
+    new owners was the largest per-chat state the young collections walked (docs/PERFORMANCE.md)."""
+
+    __slots__ = ("due", "model", "queued", "threads")
+
+    def __init__(self, threads: set[str], model: str | None, due: float) -> None:
+        self.threads = threads
+        self.model = model
+        self.due = due  # moved by every new turn of the owner
+        self.queued = due  # the due time of this entry's item in the timer queue
+
+
 TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
 
 
@@ -371,14 +392,17 @@ class MemoryService:
         self.store = store
         self._chat_model = chat_model
         self._transcript = transcript
-        self._pending: dict[str, tuple[asyncio.Task[None], set[str], str | None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()  # every debounced task, including ones extracting now
+        self._pending: dict[str, _Waiting] = {}
+        #: (due, owner), earliest first; one timer for all owners fires at the head (:meth:`_fire`).
+        #: Items of an entry that was replaced or forgotten are stale and skipped.
+        self._queue: list[tuple[float, str]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # extractions running now
         #: Notes not yet written, by owner: threads added to a waiting entry, or None to rewrite the
         #: owner's rows (a new entry or model). Written in batches by :meth:`_write_notes`.
         self._notes: dict[str, set[str] | None] = {}
         self._batch: asyncio.Future[None] | None = None  # resolves when the queued notes are committed
         self._writer: asyncio.Task[None] | None = None
-        self._due: dict[str, float] = {}  # owner -> loop time its extraction is due (moved by new turns)
 
     async def start(self) -> None:
         """Reschedule the extractions a previous run left pending."""
@@ -410,20 +434,17 @@ class MemoryService:
             await self.extract(owner, {thread_id}, model)
             return
         entry = self._pending.get(owner)
-        due = asyncio.get_running_loop().time() + self.config.debounce_seconds
-        if entry is not None and entry[2] == model:
-            self._due[owner] = due
-            if thread_id in entry[1]:
+        if entry is not None and entry.model == model:
+            entry.due = asyncio.get_running_loop().time() + self.config.debounce_seconds
+            if thread_id in entry.threads:
                 return
-            entry[1].add(thread_id)  # in memory first, so a turn finishing meanwhile sees it
+            entry.threads.add(thread_id)  # in memory first, so a turn finishing meanwhile sees it
             added = self._notes.get(owner, set())
             if added is not None:  # None: the owner's rows are rewritten anyway, with this thread
                 added.add(thread_id)
                 self._notes[owner] = added
         else:
-            threads = {thread_id} | (entry[1] if entry is not None else set())
-            if entry is not None:
-                entry[0].cancel()
+            threads = {thread_id} | (entry.threads if entry is not None else set())
             self._schedule(owner, threads, model, self.config.debounce_seconds)
             self._notes[owner] = None  # a new entry (or model): rewrite the owner's rows
         await self._noted()
@@ -458,7 +479,7 @@ class MemoryService:
                     if added is None:
                         rewrite.append(owner)
                     rows.extend(
-                        (owner, t, current[2]) for t in sorted(current[1] if added is None else added)
+                        (owner, t, current.model) for t in sorted(current.threads if added is None else added)
                     )
                 try:
                     if rows:
@@ -481,25 +502,48 @@ class MemoryService:
             self._batch = None
 
     def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
-        task = asyncio.create_task(self._later(owner, delay), name=f"memory-{owner[:16]}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._pending[owner] = (task, threads, model)
-        self._due[owner] = asyncio.get_running_loop().time() + delay
-
-    async def _later(self, owner: str, delay: float) -> None:
+        """A new entry for ``owner`` (replacing any waiting one), due after ``delay`` seconds."""
         loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(delay)
-            entry = self._pending.get(owner)
-            if entry is None or entry[0] is not asyncio.current_task():
+        entry = _Waiting(threads, model, loop.time() + delay)
+        self._pending[owner] = entry
+        heapq.heappush(self._queue, (entry.queued, owner))
+        self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The one timer fires at the queue's head (or earlier: :meth:`_fire` then re-arms it)."""
+        if not self._queue:
+            return
+        head = self._queue[0][0]
+        if self._timer is not None:
+            if self._timer.when() <= head:
                 return
-            delay = self._due.get(owner, 0.0) - loop.time()
-            if delay <= 0:  # quiet for the whole debounce; otherwise a later turn moved the deadline
-                break
-        del self._pending[owner]  # from here on a new turn schedules a fresh run instead of cancelling
-        self._due.pop(owner, None)
-        await self._extract_pending(owner, entry[1], entry[2])
+            self._timer.cancel()
+        self._timer = loop.call_at(head, self._fire)
+
+    def _fire(self) -> None:
+        """Start the extraction of every owner quiet for the whole debounce; a later turn moved the
+        others' deadlines, so they go back in the queue."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time() + CLOCK_SLACK
+        try:
+            while self._queue and self._queue[0][0] <= now:
+                queued, owner = heapq.heappop(self._queue)
+                entry = self._pending.get(owner)
+                if entry is None or entry.queued != queued:
+                    continue  # forgotten, extracting, or replaced by a newer entry with its own item
+                if entry.due > now:
+                    entry.queued = entry.due
+                    heapq.heappush(self._queue, (entry.queued, owner))
+                    continue
+                del self._pending[owner]  # from here on a new turn schedules a fresh run
+                task = loop.create_task(
+                    self._extract_pending(owner, entry.threads, entry.model), name=f"memory-{owner[:16]}"
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            self._arm(loop)
 
     async def _extract_pending(self, owner: str, threads: set[str], model: str | None) -> None:
         await self.extract(owner, threads, model)
@@ -507,10 +551,7 @@ class MemoryService:
             await self.store.drop_pending(owner, threads)
 
     def forget_pending(self, owner: str) -> None:
-        entry = self._pending.pop(owner, None)
-        self._due.pop(owner, None)
-        if entry is not None:
-            entry[0].cancel()
+        self._pending.pop(owner, None)  # its queue item is stale now
 
     async def clear(self, owner: str, thread_ids: Iterable[str] = ()) -> int:
         """``/memory clear``: forget facts and pending work, and move every known thread's cursor to its
@@ -600,14 +641,16 @@ class MemoryService:
         recorded and runs after the next start."""
         pending = list(self._pending.items())
         self._pending.clear()
-        for _owner, (task, _threads, _model) in pending:
-            task.cancel()
+        self._queue.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._writer is not None:  # a batch being written commits before the flushes drop its rows
             await asyncio.wait({self._writer}, timeout=self.FLUSH_SECONDS)  # (later batches: nothing left)
         running = [t for t in self._tasks if not t.done()]
         flushes = [
-            asyncio.create_task(self._extract_pending(owner, threads, model))
-            for owner, (_task, threads, model) in pending
+            asyncio.create_task(self._extract_pending(owner, entry.threads, entry.model))
+            for owner, entry in pending
         ]
         work = [*running, *flushes]
         if work:

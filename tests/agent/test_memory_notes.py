@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -189,3 +190,63 @@ async def test_on_postgres_a_batch_rewrites_and_adds_many_owners_rows(pg_url: st
         await memory.close()
     finally:
         await engine.dispose()
+
+
+class Extractions:
+    """The extraction model: records which model read which transcript, and learns nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str | None, str]] = []
+        self._model: str | None = None
+
+    def __call__(self, name: str | None) -> Extractions:
+        self._model = name
+        return self
+
+    async def ainvoke(self, request: list[BaseMessage]) -> AIMessage:
+        self.calls.append((self._model, str(request[-1].content)))
+        return AIMessage('{"facts": [], "summary": ""}')
+
+
+async def _one_line(thread_id: str) -> list[BaseMessage]:
+    return [HumanMessage(f"hello from {thread_id}", id=f"{thread_id}-1")]
+
+
+async def test_each_owner_is_extracted_once_when_quiet_for_the_debounce_from_one_timer(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    model = Extractions()
+    memory = MemoryService(
+        MemoryConfig(debounce_seconds=1.0), MemoryStore(engine), chat_model=model, transcript=_one_line
+    )
+    await asyncio.gather(
+        memory.turn_finished("ann", "a1", "m"),
+        memory.turn_finished("ben", "b1", "m"),
+        memory.turn_finished("cat", "c1", "m"),
+    )
+    await asyncio.sleep(0.5)
+    await memory.turn_finished("ann", "a2", "m")  # ann's deadline moves to ~1.5 s
+    await memory.turn_finished("cat", "c2", "other")  # a new model: a new entry, both threads, ~1.5 s
+    await asyncio.sleep(0.7)  # ~1.2 s: only ben was quiet for the whole debounce
+    assert [m for m, _ in model.calls] == ["m"] and "hello from b1" in model.calls[0][1]
+    for _ in range(60):
+        if len(model.calls) == 3 and not memory._tasks:
+            break
+        await asyncio.sleep(0.05)
+    by_reader = {body.split("Latest conversation:")[1]: name for name, body in model.calls[1:]}
+    assert by_reader == {
+        "\nUser: hello from a1\nUser: hello from a2": "m",
+        "\nUser: hello from c1\nUser: hello from c2": "other",
+    }
+    assert committed(tmp_path / "m.db") == set()  # done: no pending note left
+    await asyncio.sleep(1.2)
+    assert len(model.calls) == 3  # once each
+    await memory.close()
+
+
+async def test_owners_waiting_for_extraction_hold_no_task_each(engine: AsyncEngine) -> None:
+    memory = service(engine)
+    before = len(asyncio.all_tasks())
+    await asyncio.gather(*(memory.turn_finished(f"owner-{i}", "t", None) for i in range(200)))
+    assert len(asyncio.all_tasks()) - before <= 2  # one timer for all of them, no sleeping task per owner
+    await memory.close()
