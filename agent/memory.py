@@ -345,6 +345,7 @@ def render_memory(facts: Sequence[Fact], summary: str | None, query: str, token_
 
 
 ModelGetter = Callable[[str | None], Any]
+TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
 #: Slack when a timer fires: the loop runs a timer up to its clock's resolution early.
 CLOCK_SLACK = time.get_clock_info("monotonic").resolution
 
@@ -363,9 +364,6 @@ class _Waiting:
         self.model = model
         self.due = due  # moved by every new turn of the owner
         self.queued = due  # the due time of this entry's item in the timer queue
-
-
-TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
 
 
 class MemoryService:
@@ -645,6 +643,7 @@ class MemoryService:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        deadline = time.monotonic() + self.FLUSH_SECONDS
         if self._writer is not None:  # a batch being written commits before the flushes drop its rows
             await asyncio.wait({self._writer}, timeout=self.FLUSH_SECONDS)  # (later batches: nothing left)
         running = [t for t in self._tasks if not t.done()]
@@ -654,7 +653,7 @@ class MemoryService:
         ]
         work = [*running, *flushes]
         if work:
-            _done, late = await asyncio.wait(work, timeout=self.FLUSH_SECONDS)
+            _done, late = await asyncio.wait(work, timeout=max(0.0, deadline - time.monotonic()))
             for task in late:
                 task.cancel()
             for task in work:
