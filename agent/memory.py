@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import time
@@ -102,6 +103,8 @@ def parse_extraction(text: str) -> tuple[list[CandidateFact], str | None] | None
 #: Owners whose indexed facts stay cached, and how many facts all of them may hold together.
 VIEW_OWNERS = 256
 VIEW_FACTS = 200_000
+#: Owners per ``IN (...)`` list: well under SQLite's and PostgreSQL's bound-parameter limits.
+IN_CHUNK = 500
 
 
 class MemoryStore:
@@ -284,27 +287,26 @@ class MemoryStore:
             ).scalars()
             return set(read) | set(waiting)
 
-    async def note_pending(self, owner: str, thread_ids: set[str], model: str | None, due_at: float) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(delete(memory_pending).where(memory_pending.c.owner == owner))
-            for thread_id in sorted(thread_ids):
-                await conn.execute(
-                    insert(memory_pending).values(
-                        owner=owner, thread_id=thread_id, model=model, due_at=due_at
-                    )
-                )
-
-    async def add_pending(self, owner: str, thread_id: str, model: str | None, due_at: float) -> None:
-        """One more thread for an owner already waiting: one row, whatever the owner's thread count."""
+    async def write_pending(
+        self, rewrite: Sequence[str], rows: Sequence[tuple[str, str, str | None]], due_at: float
+    ) -> None:
+        """One transaction for many owners' notes: ``rewrite`` owners' rows are replaced, and ``rows``
+        (owner, thread, model) are added where missing — a thread already recorded keeps its first due
+        time. Many owners in one commit is what keeps a burst of new chats from queueing thousands of
+        small transactions behind each other (docs/PERFORMANCE.md, GC section)."""
         insert_new = (sqlite.insert if self.engine.dialect.name == "sqlite" else postgresql.insert)(
             memory_pending
-        )
+        ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
+        values = [
+            {"owner": owner, "thread_id": thread_id, "model": model, "due_at": due_at}
+            for owner, thread_id, model in rows
+        ]
         async with self.engine.begin() as conn:
-            await conn.execute(
-                insert_new.values(
-                    owner=owner, thread_id=thread_id, model=model, due_at=due_at
-                ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
-            )
+            for start in range(0, len(rewrite), IN_CHUNK):  # bound parameters per statement
+                chunk = list(rewrite[start : start + IN_CHUNK])
+                await conn.execute(delete(memory_pending).where(memory_pending.c.owner.in_(chunk)))
+            if values:
+                await conn.execute(insert_new, values)
 
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
         async with self.engine.begin() as conn:
@@ -344,6 +346,24 @@ def render_memory(facts: Sequence[Fact], summary: str | None, query: str, token_
 
 ModelGetter = Callable[[str | None], Any]
 TranscriptGetter = Callable[[str], Awaitable[list[BaseMessage]]]
+#: Slack when a timer fires: the loop runs a timer up to its clock's resolution early.
+CLOCK_SLACK = time.get_clock_info("monotonic").resolution
+
+
+class _Waiting:
+    """One owner's debounced extraction: the threads to read, the model, and when it is due (loop time).
+
+    Two tracked objects per owner (this and the set) instead of a sleeping task — a task, two
+    coroutines, a future, a timer handle and a contextvars context each — which in a burst of 10,000
+    new owners was the largest per-chat state the young collections walked (docs/PERFORMANCE.md)."""
+
+    __slots__ = ("due", "model", "queued", "threads")
+
+    def __init__(self, threads: set[str], model: str | None, due: float) -> None:
+        self.threads = threads
+        self.model = model
+        self.due = due  # moved by every new turn of the owner
+        self.queued = due  # the due time of this entry's item in the timer queue
 
 
 class MemoryService:
@@ -370,10 +390,17 @@ class MemoryService:
         self.store = store
         self._chat_model = chat_model
         self._transcript = transcript
-        self._pending: dict[str, tuple[asyncio.Task[None], set[str], str | None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()  # every debounced task, including ones extracting now
-        self._note_lock = asyncio.Lock()
-        self._due: dict[str, float] = {}  # owner -> loop time its extraction is due (moved by new turns)
+        self._pending: dict[str, _Waiting] = {}
+        #: (due, owner), earliest first; one timer for all owners fires at the head (:meth:`_fire`).
+        #: Items of an entry that was replaced or forgotten are stale and skipped.
+        self._queue: list[tuple[float, str]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # extractions running now
+        #: Notes not yet written, by owner: threads added to a waiting entry, or None to rewrite the
+        #: owner's rows (a new entry or model). Written in batches by :meth:`_write_notes`.
+        self._notes: dict[str, set[str] | None] = {}
+        self._batch: asyncio.Future[None] | None = None  # resolves when the queued notes are committed
+        self._writer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Reschedule the extractions a previous run left pending."""
@@ -392,58 +419,129 @@ class MemoryService:
     async def turn_finished(self, owner: str, thread_id: str, model: str | None = None) -> None:
         """Note that ``thread_id`` had a turn; extract once the owner has been quiet for the debounce.
 
+        Returns once the note is recorded in the database, as before batching: the caller (the after-turn
+        hook, run just after the reply is delivered) may rely on it surviving a hard kill from then on.
+
         O(1) on the hot path: when the owner already waits with this thread and model, only the in-memory
         deadline moves (no database write, no task churn). The stored row keeps its first due time, so
-        after a crash the extraction may run up to one debounce early — never lost, never late.
+        after a crash the extraction may run up to one debounce early — never lost, never late. Writes
+        are batched (:meth:`_write_notes`): every note made while one transaction runs goes into the
+        next, one transaction for many owners.
         """
         if self.config.debounce_seconds <= 0:
             await self.extract(owner, {thread_id}, model)
             return
         entry = self._pending.get(owner)
-        due = asyncio.get_running_loop().time() + self.config.debounce_seconds
-        added = entry is not None and entry[2] == model
-        if entry is not None and added:
-            self._due[owner] = due
-            if thread_id in entry[1]:
+        if entry is not None and entry.model == model:
+            entry.due = asyncio.get_running_loop().time() + self.config.debounce_seconds
+            if thread_id in entry.threads:
                 return
-            entry[1].add(thread_id)  # in memory first, so a turn finishing meanwhile sees it
+            entry.threads.add(thread_id)  # in memory first, so a turn finishing meanwhile sees it
+            added = self._notes.get(owner, set())
+            if added is not None:  # None: the owner's rows are rewritten anyway, with this thread
+                added.add(thread_id)
+                self._notes[owner] = added
         else:
-            threads = {thread_id} | (entry[1] if entry is not None else set())
-            if entry is not None:
-                entry[0].cancel()
+            threads = {thread_id} | (entry.threads if entry is not None else set())
             self._schedule(owner, threads, model, self.config.debounce_seconds)
-        # One writer at a time: a slower rewrite of the owner's rows can never commit after a later
-        # write and drop a thread from the durable record.
-        async with self._note_lock:
-            current = self._pending.get(owner)
-            if current is None:  # its extraction already started and covers this turn
-                return
-            due_at = time.time() + self.config.debounce_seconds
-            if added:
-                await self.store.add_pending(owner, thread_id, current[2], due_at)
-            else:
-                await self.store.note_pending(owner, set(current[1]), current[2], due_at)
+            self._notes[owner] = None  # a new entry (or model): rewrite the owner's rows
+        await self._noted()
+
+    async def _noted(self) -> None:
+        """Wait until the batch holding the notes queued so far has committed (its error is raised).
+
+        The wait is shielded: a turn cancelled while it waits (shutdown) does not cancel the write the
+        other turns of the batch wait for — and its own note is still written."""
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_notes(), name="memory-notes")
+        await asyncio.shield(batch)
+
+    async def _write_notes(self) -> None:
+        """Write the queued notes, batch after batch, until none are left: one writer at a time, so a
+        slower rewrite of an owner's rows can never commit after a later write and drop a thread from
+        the durable record. Each batch reads the owners' current entries when it is taken."""
+        batch: asyncio.Future[None] | None = None
+        try:
+            while self._notes:
+                notes, self._notes = self._notes, {}
+                batch, self._batch = self._batch, None
+                rewrite: list[str] = []
+                rows: list[tuple[str, str, str | None]] = []
+                for owner, added in notes.items():
+                    current = self._pending.get(owner)
+                    if current is None:  # its extraction already started and covers these turns
+                        continue
+                    if added is None:
+                        rewrite.append(owner)
+                    rows.extend(
+                        (owner, t, current.model) for t in sorted(current.threads if added is None else added)
+                    )
+                try:
+                    if rows:
+                        due_at = time.time() + self.config.debounce_seconds
+                        await self.store.write_pending(rewrite, rows, due_at)
+                except Exception as exc:
+                    log.warning(
+                        "recording %d pending memory note(s) failed: %s", len(rows), type(exc).__name__
+                    )
+                    if batch is not None and not batch.done():
+                        batch.set_exception(exc)
+                    continue
+                if batch is not None and not batch.done():
+                    batch.set_result(None)
+        finally:
+            self._writer = None
+            for waited in (batch, self._batch):  # cancelled mid-write: nobody waits forever
+                if waited is not None and not waited.done():
+                    waited.cancel()
+            self._batch = None
 
     def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
-        task = asyncio.create_task(self._later(owner, delay), name=f"memory-{owner[:16]}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        self._pending[owner] = (task, threads, model)
-        self._due[owner] = asyncio.get_running_loop().time() + delay
-
-    async def _later(self, owner: str, delay: float) -> None:
+        """A new entry for ``owner`` (replacing any waiting one), due after ``delay`` seconds."""
         loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(delay)
-            entry = self._pending.get(owner)
-            if entry is None or entry[0] is not asyncio.current_task():
+        entry = _Waiting(threads, model, loop.time() + delay)
+        self._pending[owner] = entry
+        heapq.heappush(self._queue, (entry.queued, owner))
+        self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The one timer fires at the queue's head (or earlier: :meth:`_fire` then re-arms it)."""
+        if not self._queue:
+            return
+        head = self._queue[0][0]
+        if self._timer is not None:
+            if self._timer.when() <= head:
                 return
-            delay = self._due.get(owner, 0.0) - loop.time()
-            if delay <= 0:  # quiet for the whole debounce; otherwise a later turn moved the deadline
-                break
-        del self._pending[owner]  # from here on a new turn schedules a fresh run instead of cancelling
-        self._due.pop(owner, None)
-        await self._extract_pending(owner, entry[1], entry[2])
+            self._timer.cancel()
+        self._timer = loop.call_at(head, self._fire)
+
+    def _fire(self) -> None:
+        """Start the extraction of every owner quiet for the whole debounce; a later turn moved the
+        others' deadlines, so they go back in the queue."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time() + CLOCK_SLACK
+        try:
+            while self._queue and self._queue[0][0] <= now:
+                queued, owner = heapq.heappop(self._queue)
+                entry = self._pending.get(owner)
+                if entry is None or entry.queued != queued:
+                    continue  # forgotten, extracting, or replaced by a newer entry with its own item
+                if entry.due > now:
+                    entry.queued = entry.due
+                    heapq.heappush(self._queue, (entry.queued, owner))
+                    continue
+                del self._pending[owner]  # from here on a new turn schedules a fresh run
+                task = loop.create_task(
+                    self._extract_pending(owner, entry.threads, entry.model), name=f"memory-{owner[:16]}"
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            self._arm(loop)
 
     async def _extract_pending(self, owner: str, threads: set[str], model: str | None) -> None:
         await self.extract(owner, threads, model)
@@ -451,10 +549,7 @@ class MemoryService:
             await self.store.drop_pending(owner, threads)
 
     def forget_pending(self, owner: str) -> None:
-        entry = self._pending.pop(owner, None)
-        self._due.pop(owner, None)
-        if entry is not None:
-            entry[0].cancel()
+        self._pending.pop(owner, None)  # its queue item is stale now
 
     async def clear(self, owner: str, thread_ids: Iterable[str] = ()) -> int:
         """``/memory clear``: forget facts and pending work, and move every known thread's cursor to its
@@ -544,16 +639,21 @@ class MemoryService:
         recorded and runs after the next start."""
         pending = list(self._pending.items())
         self._pending.clear()
-        for _owner, (task, _threads, _model) in pending:
-            task.cancel()
+        self._queue.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = time.monotonic() + self.FLUSH_SECONDS
+        if self._writer is not None:  # a batch being written commits before the flushes drop its rows
+            await asyncio.wait({self._writer}, timeout=self.FLUSH_SECONDS)  # (later batches: nothing left)
         running = [t for t in self._tasks if not t.done()]
         flushes = [
-            asyncio.create_task(self._extract_pending(owner, threads, model))
-            for owner, (_task, threads, model) in pending
+            asyncio.create_task(self._extract_pending(owner, entry.threads, entry.model))
+            for owner, entry in pending
         ]
         work = [*running, *flushes]
         if work:
-            _done, late = await asyncio.wait(work, timeout=self.FLUSH_SECONDS)
+            _done, late = await asyncio.wait(work, timeout=max(0.0, deadline - time.monotonic()))
             for task in late:
                 task.cancel()
             for task in work:

@@ -193,8 +193,12 @@ async def _drive(
     cold: bool,
     send: Any,
     latencies: list[float],
+    settle: Any = None,
 ) -> dict[str, float]:
-    """Closed or open loop over ``send(chat index, message number)``; the timing both paths share."""
+    """Closed or open loop over ``send(chat index, message number)``; the timing both paths share.
+
+    ``settle`` (optional) is awaited after the last message is done, still inside the GC and CPU window:
+    the after-turn hooks run after a turn is marked done, and in a burst their writes outlast it."""
 
     async def one_chat(index: int) -> None:
         if rate is None:  # closed loop: the next message goes when the previous one is done
@@ -219,9 +223,12 @@ async def _drive(
     began, cpu_began = time.perf_counter(), time.process_time()
     try:
         await asyncio.gather(*(one_chat(i) for i in range(chats)))
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+        if settle is not None:
+            await settle()
+        settled, cpu_settled = time.perf_counter() - began, time.process_time() - cpu_began
     finally:
         gc.callbacks.remove(pauses)
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     collections = sum(s["collections"] for s in gc.get_stats()) - collections
     total = chats * messages
     ordered = sorted(latencies)
@@ -230,6 +237,8 @@ async def _drive(
         "seconds": elapsed,
         "messages_per_second": total / elapsed,
         "cpu_ms_per_message": cpu / total * 1000,
+        "settle_ms": (settled - elapsed) * 1000,
+        "cpu_ms_per_message_settled": cpu_settled / total * 1000,
         "p50_ms": statistics.median(ordered) * 1000,
         "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -270,6 +279,7 @@ async def run(
     rate: float | None = None,
     variant: Variant = Variant(),
     cold: bool = False,
+    owners: str = "one",
 ) -> dict[str, float]:
     overrides: dict[str, Any] = {
         "data_dir": str(data_dir),
@@ -309,7 +319,11 @@ async def run(
     latencies: list[float] = []
 
     async def send(index: int, n: int) -> None:
-        message = channel.make_message(f"message {n}", chat=f"chat-{index}", message_id=f"{index}-{n}")
+        # One person in every chat (the default) or a person per chat: a burst of new owners.
+        sender = "user-1" if owners == "one" else f"user-{index}"
+        message = channel.make_message(
+            f"message {n}", chat=f"chat-{index}", sender=sender, message_id=f"{index}-{n}"
+        )
         done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         clock.waiters[message.platform_message_id] = done
         start = time.perf_counter()
@@ -328,7 +342,8 @@ async def run(
 
         profiler = cProfile.Profile()
         profiler.enable()
-    result = await _drive(chats, messages, rate, True, send, latencies)
+    manager = service.manager
+    result = await _drive(chats, messages, rate, True, send, latencies, settle=manager.wait_idle)
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(os.environ["BENCH_PROFILE"])
@@ -380,6 +395,13 @@ def main() -> None:
         "--cold", action="store_true", help="no warm-up: every chat is new (a burst of new conversations)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions of each variant")
+    parser.add_argument(
+        "--owners",
+        choices=["one", "per-chat"],
+        default="one",
+        help="who writes: one person in every chat (default), or a different person per chat (a burst of "
+        "new owners: each a new memory entry)",
+    )
     args = parser.parse_args()
     import logging
 
@@ -406,13 +428,15 @@ def main() -> None:
                             args.rate,
                             variant,
                             args.cold,
+                            args.owners,
                         )
                     )
                 )
     print(
         f"agent={args.agent} chats={args.chats} messages/chat={args.messages} "
         f"{'rate=' + format(args.rate, 'g') + '/s' if args.rate else 'closed loop'} cpus={os.cpu_count()} "
-        f"python={sys.version.split()[0]} rounds={args.rounds} load={os.getloadavg()[0]:.2f}"
+        f"python={sys.version.split()[0]} rounds={args.rounds} owners={args.owners} "
+        f"load={os.getloadavg()[0]:.2f}"
     )
     medians: dict[Variant, dict[str, float]] = {}
     for variant, runs in results.items():
@@ -421,7 +445,8 @@ def main() -> None:
         print(
             f"{variant.label}: {m['messages']:.0f} messages in {m['seconds']:.2f}s: "
             f"{m['messages_per_second']:.0f} msg/s, latency p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms, "
-            f"CPU {m['cpu_ms_per_message']:.3f} ms/message, {m['gc_collections']:.0f} GC collections "
+            f"CPU {m['cpu_ms_per_message']:.3f} ms/message ({m['cpu_ms_per_message_settled']:.3f} with the "
+            f"after-turn hooks settled, {m['settle_ms']:.0f} ms later), {m['gc_collections']:.0f} GC collections "
             f"(longest {m['gc_longest_ms']:.1f} ms wall, {m['gc_longest_cpu_ms']:.1f} ms CPU; CPU by generation "
             f"{m['gc_longest_gen0_ms']:.1f}/{m['gc_longest_gen1_ms']:.1f}/{m['gc_longest_gen2_ms']:.1f}), "
             f"{m['not_done']:.0f} not done, "
