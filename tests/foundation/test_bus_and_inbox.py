@@ -148,7 +148,9 @@ async def test_graceful_stop_finishes_running_work_within_the_grace_period(setti
 async def test_work_left_at_the_end_of_the_grace_period_stays_unfinished_for_the_next_start(settings, llm):
     def reply(body: dict[str, Any]) -> Reply:  # by text: the two chats' model calls may arrive in any order
         if last_user_text(body) == "long job" and not resumed:
-            return Reply(text="x" * 200, chunk_size=1, delay=0.1)
+            # Streams for two minutes: longer than every wait before the stop, so it is still running
+            # at the end of the grace however slowly those steps go on a loaded machine.
+            return Reply(text="x" * 1200, chunk_size=1, delay=0.1)
         return echo_reply(body)
 
     resumed: list[bool] = []
@@ -156,23 +158,36 @@ async def test_work_left_at_the_end_of_the_grace_period_stays_unfinished_for_the
     chat = MemoryChannel("memory")
     h = Harness(settings, channels={"memory": chat})
     await h.start()
-    await chat.say("long job")
-    await chat.say("queued job", chat="other")
-    # A cold service's first model call can take a while on a loaded machine: wait for it generously,
-    # and for the other chat's quick answer, so only the long job is left running at the stop.
-    await chat.wait_for(lambda ch: any(m.text.startswith("x") for m in ch.in_chat("chat-1")), timeout=60)
-    await chat.wait_for_text("echo: queued job", chat="other", timeout=60)
-    await h.stop(grace=0.2)
+    try:
+        await chat.say("long job")
+        await chat.say("queued job", chat="other")
+        # A cold service's first model call can take a while on a loaded machine: wait for it generously.
+        await chat.wait_for(lambda ch: any(m.text.startswith("x") for m in ch.in_chat("chat-1")), timeout=60)
+        # The other chat's entry must be marked done before the stop, so only the long job is left
+        # running in the grace. Its answer showing is not enough: the done mark is written after the
+        # reply lands, and on a loaded machine it once missed the 0.2 s grace (2 pending, not 1).
+        await _until_counts(h, {"pending": 1, "done": 1}, timeout=60)
+    finally:
+        await h.stop(grace=0.2)
     counts = await _counts_after_stop(settings)
-    assert counts.get("pending") == 1 and counts.get("done") == 1
+    assert counts == {"pending": 1, "done": 1}
     resumed.append(True)
     again = Harness(settings, channels={"memory": chat})
     await again.start()
     try:
-        await again.idle(timeout=20)
+        await again.idle(timeout=60)
         assert chat.in_chat("chat-1")[0].text == "echo: long job"
     finally:
         await again.stop()
+
+
+async def _until_counts(h: Harness, expected: dict[str, int], timeout: float) -> None:
+    """Wait until the inbox holds exactly ``expected`` (its committed state, as a restart reads it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (counts := await h.service.inbox.counts()) != expected:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"inbox {counts}, expected {expected}")
+        await asyncio.sleep(0.05)
 
 
 async def _counts_after_stop(settings) -> dict[str, int]:  # type: ignore[no-untyped-def]
