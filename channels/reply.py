@@ -29,7 +29,14 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from channels.errors import ChannelError, EditFailed, MessageNotModified, NetworkError, RetryAfter
+from channels.errors import (
+    ChannelError,
+    EditFailed,
+    Forbidden,
+    MessageNotModified,
+    NetworkError,
+    RetryAfter,
+)
 from channels.pacing import CALL_KINDS, Budget, BudgetRegistry, CallKind, Pacing, RateBudget
 from channels.reply_transport import NativeStream, ObservedTransport, ReplyTransport
 from channels.resume import ReplyState, ShownPart, digest
@@ -603,7 +610,10 @@ class ReplyStream:
         A rate limit or a network failure is not a reason to post the answer anew: that left the "…"
         (or a "⏳ Queued" notice) behind. After ``MAX_FINAL_ATTEMPTS`` of those the last one is raised,
         and the caller retries later (bot/redelivery.py); what already landed stays in ``_sent``, so a
-        later :meth:`finish` sends only what is still missing."""
+        later :meth:`finish` sends only what is still missing. A refusal (:class:`Forbidden`: the bot
+        is not in the channel, it is archived, the token was revoked) is raised at once: the platform
+        gives the same answer to every further try and to a new message, so retrying only delays the
+        turn's ``delivery_failed``."""
         transient: ChannelError | None = None
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
             try:
@@ -621,6 +631,9 @@ class ReplyStream:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
                 self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
                 transient = exc
+            except Forbidden as exc:  # not a member, archived, token revoked: no try (or new post) helps
+                log.info("final reply refused, not retried: %s", exc)
+                raise
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
                 self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))

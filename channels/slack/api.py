@@ -31,7 +31,8 @@ from channels.types import Action
 
 #: The message can no longer be edited: the stream falls back to posting a new one.
 EDIT_ERRORS = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
-#: The bot may not act here (or at all); retrying will not help.
+#: The bot may not act here (or at all): permanent for that call, so the reply gives up at once
+#: (``Forbidden`` is never retried, unlike ``NetworkError`` and ``RetryAfter``).
 FORBIDDEN_ERRORS = frozenset(
     {
         "not_in_channel",
@@ -47,6 +48,7 @@ FORBIDDEN_ERRORS = frozenset(
         "restricted_action",
         "not_allowed_token_type",
         "ekm_access_denied",
+        "access_denied",
     }
 )
 #: Slack's own trouble: worth retrying later.

@@ -37,6 +37,8 @@ import logging
 import re
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import telegram.error as tg_errors
@@ -58,7 +60,7 @@ from channels.telegram.presses import answer as answer_press
 from channels.telegram.presses import press_message
 from channels.telegram.transport import TelegramTransport, map_error
 from channels.telegram.webhook import WebhookIntake, registered_url, webhook_problem
-from channels.types import InboundFile, InboundMessage, ReplyLimits, Sender
+from channels.types import Action, InboundFile, InboundMessage, ReplyLimits, Sender
 from config.channels.telegram import TelegramConfig
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,9 @@ TEXT_LIMIT = 4096
 #: At pause, how long the poller may take to store updates it already fetched (the rest stay
 #: unconfirmed at Telegram).
 STOP_STORE_GRACE = 5.0
-#: How long stop() lets replies already being written finish before closing the HTTP client.
+#: How long stop() lets a final reply already on its way (``finish`` running, e.g. waiting out a 429)
+#: land before closing the HTTP client. Only those: a live task card is not waited for (see
+#: :class:`_FinishingReply`).
 STOP_REPLY_GRACE = 5.0
 #: setMyCommands: names are 1-32 of a-z, 0-9 and _; descriptions 1-256 characters; at most 100 commands.
 COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
@@ -94,6 +98,27 @@ def _seconds(duration: int | dt.timedelta | None) -> float | None:
     if isinstance(duration, dt.timedelta):
         return duration.total_seconds()
     return float(duration) if duration is not None else None
+
+
+class _FinishingReply(ReplyStream):
+    """A reply that says when its final text is on its way, so :meth:`TelegramChannel.stop` waits for
+    that (up to :data:`STOP_REPLY_GRACE`) and for nothing else.
+
+    Why not wait for every reply not finished yet, as before: a task card (bot/tasks/card.py) stays open
+    while its job runs, which can outlast any shutdown, and a card still running at stop is continued
+    after the restart from its stored state — holding the stop for it only cost 5 s. A streaming answer
+    whose turn the shutdown's drain cancelled will not finish either. ``finishing`` is set only while
+    :meth:`finish` runs (reset however it ends, a cancellation included).
+    """
+
+    finishing = False
+
+    async def finish(self, text: str, files: Sequence[Path] = (), actions: Sequence[Action] = ()) -> None:
+        self.finishing = True
+        try:
+            await super().finish(text, files, actions)
+        finally:
+            self.finishing = False
 
 
 class TelegramChannel(Channel):
@@ -128,7 +153,7 @@ class TelegramChannel(Channel):
         self.bot_id: int | None = None
         self.bot_username: str | None = (config.bot_username or "").lstrip("@") or None
         self._chain_roots: OrderedDict[tuple[int, int], str] = OrderedDict()
-        self._transports: weakref.WeakSet[TelegramTransport] = weakref.WeakSet()
+        self._replies: weakref.WeakSet[_FinishingReply] = weakref.WeakSet()
         self._draft_ids = itertools.count(1)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -307,9 +332,11 @@ class TelegramChannel(Channel):
         await self.pause()
         self._poller = None
         self._webhook = None
+        if self._bot is not None:
+            # The client stays reachable meanwhile: a final reply's next try goes through ``self.bot``.
+            await self._wait_for_replies()
         bot, self._bot = self._bot, None
         if bot is not None:
-            await self._wait_for_replies()
             try:
                 await bot.shutdown()
             except Exception as exc:
@@ -318,11 +345,12 @@ class TelegramChannel(Channel):
         self.status.set("stopped")
 
     async def _wait_for_replies(self) -> None:
-        """Replies being written when stop() is called still need the HTTP client; give them a moment."""
+        """Final replies being delivered when stop() is called still need the HTTP client; give them a
+        moment. Replies that are merely open (live cards, queued notices) are not waited for."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_REPLY_GRACE
-        # Polling is fine here: transports are weakly held and may vanish without a signal.
-        while any(not t.done for t in list(self._transports)) and loop.time() < deadline:  # noqa: ASYNC110
+        # Polling is fine here: replies are weakly held and may vanish without a signal.
+        while any(r.finishing for r in list(self._replies)) and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
     # --- inbound -----------------------------------------------------------------------------------
@@ -531,9 +559,7 @@ class TelegramChannel(Channel):
         await TelegramTransport(self, message).send_voice(audio)
 
     def reply_transport(self, message: InboundMessage) -> TelegramTransport:
-        transport = TelegramTransport(self, message)
-        self._transports.add(transport)
-        return transport
+        return TelegramTransport(self, message)
 
     def shared_budgets(self, message: InboundMessage, kind: CallKind) -> tuple[RateBudget, ...]:
         """A group's every call also counts against its per-minute cap (edits too, and typing to be safe);
@@ -561,7 +587,7 @@ class TelegramChannel(Channel):
         pacing = self.pacing(message)
         transport = self.reply_transport(message)
         transport.budget = pacing.of_kind("files")
-        return ReplyStream(
+        reply = _FinishingReply(
             transport,
             pacing,
             self.limits,
@@ -570,6 +596,8 @@ class TelegramChannel(Channel):
             on_change=on_change,
             provider=self.provider,
         )
+        self._replies.add(reply)
+        return reply
 
     def _note_privacy(self, reads_all: bool | None) -> None:
         """Keep what getMe said about privacy mode, and warn when the service wants the room (an agent

@@ -194,7 +194,6 @@ class TelegramTransport(ReplyTransport):
         context = message.context or {}
         self.thread_id: int | None = context.get("thread_id")
         self.reply_to: int | None = context.get("reply_to")
-        self.done = False
         self.typing_interval = channel.config.typing_interval_seconds
         #: The reply's budgets (set by the channel when it opens the reply): files are paced by them too.
         self.budget: Budget | None = None
@@ -335,6 +334,3 @@ class TelegramTransport(ReplyTransport):
         await _call(
             lambda: self.bot.send_chat_action(chat_id=self.chat_id, action=ChatAction.TYPING, **kwargs)
         )
-
-    async def finished(self) -> None:
-        self.done = True

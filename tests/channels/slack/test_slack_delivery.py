@@ -3,6 +3,10 @@ reconnects after a drop, and /health tells the truth about the connection."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
 import pytest
 
 from bot.doctor import run_doctor
@@ -108,3 +112,37 @@ async def test_slacks_routine_refresh_request_moves_the_bot_to_a_new_connection(
     await bot.slack.wait_for_text("echo: after the refresh", "DU1")
     # The old connection is closed, not leaked.
     await bot.slack.wait_for(lambda: bot.slack.connected == 1, what="exactly one live connection")
+
+
+async def test_a_reply_slack_refuses_with_not_in_channel_is_tried_once_and_the_turn_fails_saying_why(
+    tmp_path, llm, slack
+):
+    """``not_in_channel`` is Slack's answer to every further try (chat.postMessage's documented errors),
+    so the final reply is posted once — not three more times with back-off and then anew (~5 s).
+    ``max_attempts: 1``: the bus's own retry of the message is another matter; one run shows the reply's."""
+    llm.script(Reply(text="the one answer", chunk_size=1000))  # one update: at most one live post
+    async with running_bot(tmp_path, llm, slack, settings_overrides={"bus": {"max_attempts": 1}}) as bot:
+        slack.not_joined.add("C1")  # removed from the channel just after Slack sent the mention
+        started = time.monotonic()
+        slack.mention("C1", "U1", "anyone there")
+        failed = await _failed_entry(bot)
+        took = time.monotonic() - started
+        await bot.harness.idle(timeout=30)
+    posts = [c for c in slack.calls_to("chat.postMessage") if c.args.get("channel") == "C1"]
+    answers = [c for c in posts if c.args.get("text") == "the one answer"]
+    # The live reply may have tried to show the text once before the final; the final itself is one
+    # post (before: three tries with 0.5 / 1 / 2 s back-off, then a fresh post — four).
+    assert 1 <= len(answers) <= 2 and {c.error for c in posts} == {"not_in_channel"}
+    assert failed.error == "reply delivery failed: chat.postMessage: not_in_channel"
+    assert len(llm.completions) == 1
+    assert took < 3  # ~0.4 s measured; ~4 s of back-off before
+
+
+async def _failed_entry(bot: Any, timeout: float = 20.0) -> Any:
+    """The one inbox entry that failed (or was dead-lettered), once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if failed := await bot.service.inbox.entries(failed_only=True):
+            return failed[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no inbox entry failed")

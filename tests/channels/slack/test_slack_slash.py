@@ -164,8 +164,8 @@ async def test_a_refused_response_url_falls_back_to_the_web_api(tmp_path, llm):
 async def test_when_nothing_can_post_the_log_says_the_bot_is_not_in_the_channel(tmp_path, llm, caplog):
     with FakeSlack(response_url_ttl=0) as slack:
         slack.not_joined.add("C9")
-        # One run of the message: each further attempt takes the same path (and its reply's own retries)
-        # and only made the test wait ~15 s for the dead letter.
+        # One run of the message: each further attempt takes the same path and only makes the test wait
+        # for the bus's back-off before the dead letter. The refused reply itself is tried once.
         async with running_bot(tmp_path, llm, slack, settings_overrides={"bus": {"max_attempts": 1}}) as bot:
             with caplog.at_level(logging.DEBUG):
                 envelope = slack.slash_command("/switchboard", "new", user="U1", channel="C9")
