@@ -611,9 +611,9 @@ class ReplyStream:
         (or a "⏳ Queued" notice) behind. After ``MAX_FINAL_ATTEMPTS`` of those the last one is raised,
         and the caller retries later (bot/redelivery.py); what already landed stays in ``_sent``, so a
         later :meth:`finish` sends only what is still missing. A refusal (:class:`Forbidden`: the bot
-        is not in the channel, it is archived, the token was revoked) is raised at once: the platform
-        gives the same answer to every further try and to a new message, so retrying only delays the
-        turn's ``delivery_failed``."""
+        is not in the channel, it is archived, the token was revoked) is not retried: the answer is
+        posted anew once (a plain post may be allowed where an edit was not), and a refusal of that
+        ends the delivery at once, so the turn's ``delivery_failed`` is not delayed by back-off."""
         transient: ChannelError | None = None
         for attempt in range(1, MAX_FINAL_ATTEMPTS + 1):
             try:
@@ -631,9 +631,13 @@ class ReplyStream:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
                 self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
                 transient = exc
-            except Forbidden as exc:  # not a member, archived, token revoked: no try (or new post) helps
+            except Forbidden as exc:
+                # Not a member, archived, token revoked: the same call gets the same answer, so it is not
+                # retried. A new message is a different call (a platform may refuse an edit, or a card
+                # update, and still take a plain post), so it gets its one try below.
                 log.info("final reply refused, not retried: %s", exc)
-                raise
+                transient = None
+                break
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
                 self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
