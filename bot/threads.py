@@ -7,7 +7,12 @@ needs one and they change only on ``/new``, ``/models`` or creation.
 
 New conversations are created in batches: a burst of first messages (10k new chats at once) becomes a few
 INSERT … ON CONFLICT DO NOTHING + SELECT transactions on one connection each, instead of one transaction
-and pooled connection per chat, which exhausted the pool.
+and pooled connection per chat, which exhausted the pool. Lookups that miss the cache are batched the same
+way: a private chat's first message is looked up (its owner check) before it is created, and one SELECT
+per new chat — a pooled connection, a statement and a rollback each — was the largest cost of a chat's
+first message. A lookup joins only a batch that has not been sent yet, so its answer is never older than
+the lookup itself, as with a query of its own; nothing negative is cached (another instance may create
+the row).
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class ThreadStore:
         # Conversations waiting to be created by the next batch: key -> (future, owner, thread id).
         self._creating: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]] = {}
         self._creator: asyncio.Task[None] | None = None
+        # Cache misses waiting for the next batched SELECT: key -> future (None: no such conversation).
+        self._reading: dict[ConversationKey, asyncio.Future[Conversation | None]] = {}
+        self._reader: asyncio.Task[None] | None = None
 
     def _remember(self, conv: Conversation) -> Conversation:
         self._cache[conv.key] = conv
@@ -78,11 +86,41 @@ class ThreadStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
+        waiting = self._reading.get(key)
+        if waiting is None:
+            waiting = self._reading[key] = asyncio.get_running_loop().create_future()
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.create_task(self._read_batches(), name="threads-read")
+        return await asyncio.shield(waiting)  # one caller's cancellation must not fail the others
+
+    async def _read_batches(self) -> None:
+        """Look up every waiting key, up to ``MAX_CREATE_BATCH`` per SELECT on one connection."""
+        await asyncio.sleep(0)  # let the rest of a burst join this batch
+        while self._reading:
+            batch = dict(itertools.islice(self._reading.items(), MAX_CREATE_BATCH))
+            for key in batch:
+                del self._reading[key]
+            try:
+                found = await self._read_many(list(batch))
+            except Exception as exc:  # every waiter fails the same way; the manager retries its message
+                for future in batch.values():
+                    if not future.done():
+                        future.set_exception(exc)
+                        future.exception()  # retrieved here: a waiter that went away must not warn
+                continue
+            for key, future in batch.items():
+                if future.done():
+                    continue
+                # Created or changed here while the SELECT ran (get_or_create, /new): that is newer.
+                conv = self._cache.get(key) or found.get(key)
+                future.set_result(None if conv is None else self._remember(conv))
+
+    async def _read_many(self, keys: list[ConversationKey]) -> dict[ConversationKey, Conversation]:
+        c = conversations_table.c
+        query = select(conversations_table).where(tuple_(c.provider, c.workspace, c.chat, c.topic).in_(keys))
         async with self.db.engine.connect() as conn:
-            row = (
-                (await conn.execute(select(conversations_table).where(*self._match(key)))).mappings().first()
-            )
-        return self._remember(self._from_row(row)) if row else None
+            read = (await conn.execute(query)).mappings().all()
+        return {conv.key: conv for conv in map(self._from_row, read)}
 
     async def get_or_create(
         self, key: ConversationKey, owner: str, thread_id: str | None = None

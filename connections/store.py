@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, select, text, update
+from sqlalchemy import and_, func, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -492,6 +492,18 @@ class ConnectionStore:
                 .all()
             )
         return [_connection(r) for r in rows]
+
+    async def owners_of(self, identities: list[PlatformIdentity]) -> dict[PlatformIdentity, str]:
+        """The active owner of each of ``identities`` that has one, in one SELECT (a burst of new senders)."""
+        t = connections_table.c
+        keys = [(i.provider, i.workspace, i.external_id) for i in identities]
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(t.provider, t.workspace, t.external_id, t.owner).where(
+                    tuple_(t.provider, t.workspace, t.external_id).in_(keys), t.status == ACTIVE
+                )
+            )
+            return {PlatformIdentity(r.provider, r.workspace, r.external_id): r.owner for r in rows}
 
     async def owner_of(self, identity: PlatformIdentity) -> str | None:
         t = connections_table.c

@@ -57,3 +57,30 @@ def test_survivors_are_frozen_and_an_idle_service_still_frees_their_cycles():
     finally:
         untune_gc()
         gc.set_threshold(*before)
+
+
+async def test_a_busy_service_gets_young_collections_every_few_milliseconds_that_do_not_count_towards_a_full_one():
+    import asyncio
+
+    from bot.gc_tuning import GcKeeper, tune_gc
+
+    before = gc.get_threshold()
+    tune_gc()
+    try:
+        busy = True
+        keeper = GcKeeper(lambda: not busy, full_at_most_every=0, full_after_young=1)
+        young = gc.get_stats()[0]["collections"]
+        task = asyncio.create_task(keeper.run(every=60, young_every=0.01, idle_poll=0.01))
+        await asyncio.sleep(0.3)
+        assert gc.get_stats()[0]["collections"] - young >= 5  # paced, not waiting for 5,000 net allocations
+        busy = False
+        await asyncio.sleep(0.05)
+        settled = gc.get_stats()[0]["collections"]
+        await asyncio.sleep(0.1)
+        assert gc.get_stats()[0]["collections"] - settled <= 1  # idle: no more pacing
+        task.cancel()
+        assert not keeper.step()  # only paced collections since it started: no full walk for them
+        assert keeper.full_collections == 0
+    finally:
+        untune_gc()
+        gc.set_threshold(*before)

@@ -1,0 +1,123 @@
+"""A chat's first message in a burst of new chats: its lookups are batched, not one query per chat.
+
+A private chat's first message looks its conversation up (the owner check) and its sender's owner up
+before anything is cached; one pooled connection and SELECT per new chat was the largest part of a first
+message's cost (docs/PERFORMANCE.md). These run the real stores over a real SQLite file and count the
+statements the database sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import event
+
+from bot.db import Database
+from bot.threads import ThreadStore
+from bot.threads import metadata as threads_metadata
+from connections import ConnectionStore, OwnerResolver, PlatformIdentity
+from connections import metadata as connections_metadata
+
+
+@pytest.fixture
+async def db(tmp_path) -> AsyncIterator[Database]:  # type: ignore[no-untyped-def]
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'first.db'}")
+    await database.create_schema([threads_metadata, connections_metadata])
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+def count_selects(db: Database, table: str) -> list[str]:
+    """The SELECT statements on ``table`` the database is sent from now on."""
+    seen: list[str] = []
+
+    def before(conn, cursor, statement: str, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("SELECT") and f"FROM {table}" in statement:
+            seen.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", before)
+    return seen
+
+
+async def test_a_burst_of_new_chats_is_looked_up_in_a_few_selects_and_nothing_absent_is_cached(
+    db: Database,
+) -> None:
+    threads = ThreadStore(db)
+    existing = await threads.get_or_create(("bench", "", "old", ""), "alice")
+    selects = count_selects(db, "conversations")
+    keys = [("bench", "", f"chat-{i}", "") for i in range(1200)]
+    found = await asyncio.gather(*(threads.get(key) for key in keys), threads.get(existing.key))
+    assert found[:-1] == [None] * len(keys)
+    assert found[-1] == existing  # cached: no query
+    assert len(selects) == 3  # 1,200 keys, 500 per SELECT — not 1,200 SELECTs
+
+    # Nothing negative was cached: a conversation created since (here by another instance) is found.
+    other_instance = ThreadStore(db)
+    created = await other_instance.get_or_create(keys[0], "bob")
+    assert await threads.get(keys[0]) == created
+
+
+async def test_a_failed_batch_fails_its_waiters_and_the_next_lookup_queries_again(db: Database) -> None:
+    threads = ThreadStore(db)
+    keys = [("bench", "", f"chat-{i}", "") for i in range(3)]
+
+    def broken(conn, cursor, statement: str, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("storage is down")
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", broken)
+    results = await asyncio.gather(*(threads.get(key) for key in keys), return_exceptions=True)
+    assert all(isinstance(r, Exception) for r in results)
+    event.remove(db.engine.sync_engine, "before_cursor_execute", broken)
+    assert await threads.get(keys[0]) is None
+
+
+async def test_a_burst_of_new_senders_is_resolved_in_a_few_selects(db: Database) -> None:
+    store = ConnectionStore(db.engine)
+    resolver = OwnerResolver(store)
+    issued = await store.create_code("alice", "telegram")
+    bound = PlatformIdentity("telegram", "", "sender-7")
+    await store.bind_with_code(issued.code, bound)
+    selects = count_selects(db, "connections")
+    senders = [f"sender-{i}" for i in range(600)] + ["sender-1"] * 50  # new senders, one of them in 51 chats
+    resolved = await asyncio.gather(*(resolver.resolve("telegram", "", s) for s in senders))
+    assert len(selects) == 2  # 600 identities, 500 per SELECT — not 650 SELECTs
+    assert resolved[7].owner == "alice" and resolved[7].bound
+    assert resolved[1].owner == "telegram:-:sender-1" and not resolved[1].bound
+    assert all(r == resolved[1] for r in resolved[600:])
+    await resolver.resolve("telegram", "", "sender-3")
+    assert len(selects) == 2  # cached
+
+
+class SlowAnswers(ConnectionStore):
+    """The real store, whose first batched answer is held after the query ran (a slow round trip)."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db.engine)
+        self.queried, self.release = asyncio.Event(), asyncio.Event()
+
+    async def owners_of(self, identities: list[PlatformIdentity]) -> dict[PlatformIdentity, str]:
+        owners = await super().owners_of(identities)
+        if not self.queried.is_set():
+            self.queried.set()
+            await self.release.wait()
+        return owners
+
+
+async def test_a_lookup_made_after_a_bind_never_gets_an_answer_from_before_it(db: Database) -> None:
+    store = SlowAnswers(db)
+    resolver = OwnerResolver(store)
+    identity = PlatformIdentity("telegram", "", "sender-1")
+    issued = await store.create_code("alice", "telegram")
+    first = asyncio.ensure_future(resolver.resolve("telegram", "", "sender-1"))
+    await asyncio.wait_for(store.queried.wait(), 10)  # read before the bind, the answer not back yet
+    await store.bind_with_code(issued.code, identity)
+    after = asyncio.ensure_future(resolver.resolve("telegram", "", "sender-1"))
+    await asyncio.sleep(0.05)
+    store.release.set()
+    assert not (await first).bound  # read before the bind
+    assert (await after).owner == "alice"  # made after it: its own batch, not the one in flight
+    assert (await resolver.resolve("telegram", "", "sender-1")).owner == "alice"  # nothing stale cached
