@@ -118,6 +118,9 @@ class Cursors:
         self._forgotten: list[str] = []
         self._floors: dict[str, int] = {}  # pinned cursors waiting for their backfill
         self._flusher: asyncio.Task[None] | None = None
+        #: Set when a channel is followed for the first time: the flusher writes it at once (see
+        #: :meth:`_flush_loop`).
+        self._newly_followed = asyncio.Event()
 
     async def start(self) -> None:
         if self.store is not None:
@@ -155,6 +158,7 @@ class Cursors:
             if not stored:
                 return
             cursor = self.cursors[channel_id] = Cursor(guild_id, message_id - 1)
+            self._newly_followed.set()
         cursor.open.discard(message_id)
         cursor.done = max(cursor.done, message_id)
         cursor.updated_at, cursor.dirty = time.time(), True
@@ -167,6 +171,7 @@ class Cursors:
         cursor = self.cursors.get(channel_id)
         if cursor is None:
             cursor = self.cursors[channel_id] = Cursor(guild_id, message_id - 1)
+            self._newly_followed.set()
         cursor.open.add(message_id)
         cursor.dirty = True
 
@@ -174,6 +179,7 @@ class Cursors:
         """Follow a channel from ``after`` on (a thread the bot opened: after its starter message)."""
         if channel_id not in self.cursors:
             self.cursors[channel_id] = Cursor(guild_id, after, dirty=True)
+            self._newly_followed.set()
 
     def hold_all(self) -> None:
         """No session yet (start-up) or the session dropped: pin every cursor where it is now.
@@ -232,8 +238,16 @@ class Cursors:
             raise
 
     async def _flush_loop(self) -> None:
+        """Write changed cursors every ``FLUSH_SECONDS``, and a newly followed channel at once.
+
+        Progress in a known channel can wait a round: a crash only re-reads a few messages. A channel
+        followed for the first time cannot: until its row exists, a crash forgets the channel, and the
+        next start does not read what was sent to it while the service was down (a DM whose first
+        message was answered in under a second, then a kill -9, lost everything sent after it)."""
         while True:
-            await asyncio.sleep(FLUSH_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._newly_followed.wait(), FLUSH_SECONDS)
+            self._newly_followed.clear()
             try:
                 await self.flush()
             except Exception as exc:  # a busy database only delays the cursor; the next round retries

@@ -191,3 +191,41 @@ async def test_a_server_channel_without_read_message_history_is_named_in_the_log
     warnings = [r.getMessage() for r in caplog.records if "Read Message History" in r.getMessage()]
     assert any(channel_id in w for w in warnings), warnings
     assert bot_texts(discord_fake, away["id"]) == [], "the history could not be read, so it was not answered"
+
+
+async def test_a_channel_followed_for_the_first_time_is_written_at_once_not_a_flush_round_later(
+    tmp_path, monkeypatch
+):
+    """Until its cursor row exists, a crash forgets a newly followed DM, and the next start never reads
+    what was sent to it while down. Progress in a known channel may wait for the next round (a crash
+    then only re-reads a few messages); the first follow may not."""
+    from channels.discord import backfill
+
+    monkeypatch.setattr(backfill, "FLUSH_SECONDS", 60.0)  # a round far longer than the test
+    store = backfill.CursorStore(f"sqlite+aiosqlite:///{tmp_path / 'cursors.db'}")
+    cursors = backfill.Cursors(store)
+    await cursors.start()
+    try:
+        cursors.handled("555", None, 1_000, stored=True)
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await store.load() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        saved = await store.load()
+        assert "555" in saved and saved["555"].done == 1_000
+
+        cursors.handled("555", None, 1_001, stored=True)  # progress in a known channel: next round
+        await asyncio.sleep(0.5)
+        assert (await store.load())["555"].done == 1_000
+    finally:
+        await cursors.stop()
+    assert (await _reopened(tmp_path)).get("555") == 1_001  # written at stop
+
+
+async def _reopened(tmp_path) -> dict[str, int]:
+    from channels.discord import backfill
+
+    store = backfill.CursorStore(f"sqlite+aiosqlite:///{tmp_path / 'cursors.db'}")
+    try:
+        return {channel: cursor.done for channel, cursor in (await store.load()).items()}
+    finally:
+        await store.close()
