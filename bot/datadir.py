@@ -58,7 +58,9 @@ def data_dir_problem(data_dir: str) -> str | None:
     except PermissionError:
         children = []
     for path in [root, *children]:
-        if not _writable(path):
+        # A file gone since the listing (SQLite removes -shm and -wal when a last connection closes,
+        # e.g. a backup or a CLI command reading the database) is no reason to refuse start-up.
+        if not _writable(path) and path.exists():
             return (
                 f"data_dir {root} is not writable by {who}: {path} belongs to {_owner(path)} "
                 f"(was the service run as root before?): chown -R {me}: {root}"
