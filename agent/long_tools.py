@@ -11,6 +11,10 @@ does: cancel, catch, ``uncancel``; the sandbox already kills a cancelled command
 contract of :meth:`agent.sandbox.Sandbox.run`, which ``/stop`` relies on too). A ``/stop`` of the whole
 turn at the same moment leaves the cancel count above zero, so it still stops the turn.
 
+The reporter decides where the card is shown: in a turn that is itself a job with a card (a scheduled
+run, a goal's step) the bot shows the call as that job's step and never sets its stop event — the job's
+Stop cancels the whole turn, which ends the call as a ``/stop`` does (bot/tasks/desk.py ``TurnTasks``).
+
 The card's id comes from the thread and the tool call id (as a subagent's does), so a turn redelivered
 after a crash that re-runs the call (:meth:`LongCalls.resume`) finds the same card and continues it; a
 call that had ended before the crash answers with its stored result instead of running again.

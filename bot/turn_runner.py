@@ -362,9 +362,10 @@ class TurnRunner:
             # LangSmith/Langfuse run metadata, and the model/tools spans
             metadata=tracing.run_metadata(turn.trace_id, turn.message.provider, turn.conversation.thread_id),
             callbacks=tracing.agent_callbacks(),
+            # A job's card (a scheduled run, a goal step) also shows its long tool calls, as steps.
             tasks=(
                 self.tasks.reporter(
-                    turn.message, owner=turn.identity.owner, thread_id=turn.conversation.thread_id
+                    turn.message, owner=turn.identity.owner, thread_id=turn.conversation.thread_id, job=card
                 )
                 if self.tasks is not None
                 else None

@@ -8,9 +8,11 @@ Three ways a card comes to be:
 * a goal (bot/goal_runner.py) opens its card when it starts working in the background, and each of
   its steps — a hidden turn carrying the card's id (``Turn.task``) — streams into that card
   (bot/tasks/goal_card.py);
-* work inside a turn (a subagent started by the agent's ``task`` tool) reports through
+* work inside a turn (a subagent started by the agent's ``task`` tool, a long tool call) reports through
   :class:`TurnTasks`, the :class:`~agent.events.TaskReporter` bound to every turn's request: each task
-  id gets its own card, its Stop button sends ``/tasks stop ID`` and sets that task's stop event.
+  id gets its own card, its Stop button sends ``/tasks stop ID`` and sets that task's stop event — except
+  a long tool call of a turn that is itself a job with a card (a scheduled run, a goal's step): that is
+  the job's current step, shown on the job's card, and the job's Stop is its Stop (one card per job).
 
 Stop events live in this process: a card's Stop reaches the job on the instance that runs it (one
 ``serve``, or the instance holding the conversation's claim, which is where presses of that chat land
@@ -27,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from agent.events import TaskStatus
 from bot.schedules import is_occurrence
-from bot.tasks.card import CardStream, stop_action
+from bot.tasks.card import STATUS_LINES, CardStream, stop_action
 from bot.tasks.goal_card import GoalCards
 from bot.tasks.store import FINAL, TaskStore
 from bot.turns import Turn
@@ -40,6 +42,10 @@ log = logging.getLogger(__name__)
 
 #: Stores a turn's reply state with its inbox entry (``Inbox.save_reply_ref``).
 SaveReplyState = Callable[[str, ReplyState], Awaitable[None]]
+#: Joins a long tool call's progress line and where it is: "running `make test` · for 40 s".
+STEP_JOIN = " · "
+#: The progress line of a call whose end a redelivered turn reports without having seen it start.
+EARLIER_CALL = "a tool call from before the restart"
 
 
 class TaskDesk:
@@ -120,8 +126,11 @@ class TaskDesk:
         return card
 
     # --- work inside a turn ------------------------------------------------------------------------
-    def reporter(self, message: InboundMessage, *, owner: str, thread_id: str) -> TurnTasks:
-        return TurnTasks(self, message, owner=owner, thread_id=thread_id)
+    def reporter(
+        self, message: InboundMessage, *, owner: str, thread_id: str, job: CardStream | None = None
+    ) -> TurnTasks:
+        """``job``: the card the turn answers in when it is a job (a scheduled run, a goal's step)."""
+        return TurnTasks(self, message, owner=owner, thread_id=thread_id, job=job)
 
     def stop_event(self, task_id: str) -> asyncio.Event:
         event = self._stops.get(task_id)
@@ -144,17 +153,39 @@ class TaskDesk:
 class TurnTasks:
     """The :class:`~agent.events.TaskReporter` of one turn: a card per task id, in the turn's chat.
 
+    A turn that is a job with a card of its own (``job``) shows its long tool calls (kind ``tool``) on
+    that card instead, as its current step: the call's progress line, how long it has run, then how it
+    ended. A second card would say the same thing twice, and its Stop would stop only the command while
+    the job went on; the job's Stop already stops the turn, and with it the command (the sandbox kills
+    its processes). So such a call gets a stop event nothing sets, and no row of its own.
+
     No method raises for a card that cannot be shown (the platform refused, storage hiccuped): the task
     goes on, and its card catches up on the next change."""
 
-    def __init__(self, desk: TaskDesk, message: InboundMessage, *, owner: str, thread_id: str) -> None:
+    def __init__(
+        self,
+        desk: TaskDesk,
+        message: InboundMessage,
+        *,
+        owner: str,
+        thread_id: str,
+        job: CardStream | None = None,
+    ) -> None:
         self.desk = desk
         self.message = message
         self.owner = owner
         self.thread_id = thread_id
+        self.job = job
         self._cards: dict[str, CardStream] = {}
+        #: Long tool calls shown as steps of ``job``: their progress line (the card title they would have).
+        self._steps: dict[str, str] = {}
+        self._quiet_stops: dict[str, asyncio.Event] = {}
 
     async def started(self, *, task_id: str, title: str, kind: str) -> None:
+        if self.job is not None and kind == "tool":
+            self._steps[task_id] = title
+            await self._job_step(title)
+            return
         with _quietly("starting a task card"):
             card = await self._card(task_id, title=title, kind=kind)
             if card is None or card.row.final:
@@ -162,12 +193,20 @@ class TurnTasks:
             await card.start("…", (stop_action(card.row.short),))
 
     async def step(self, *, task_id: str, text: str, status: TaskStatus = "running") -> None:
+        if await self._is_job_step(task_id):
+            await self._job_step(f"{self._steps[task_id]}{STEP_JOIN}{text}", status)
+            return
         with _quietly("updating a task card"):
             card = self._cards.get(task_id) or await self._card(task_id)
             if card is not None and not card.row.final:
                 await card.step(text, status)
 
     async def finished(self, *, task_id: str, status: TaskStatus, result: str) -> None:
+        if await self._is_job_step(task_id):
+            line = STATUS_LINES.get(status if status in FINAL else "done", "")
+            await self._job_step(f"{self._steps.pop(task_id)}{STEP_JOIN}{line}")
+            self._quiet_stops.pop(task_id, None)
+            return
         with _quietly("finishing a task card"):
             card = self._cards.get(task_id) or await self._card(task_id)
             if card is not None and card.row.delivered_at is None:
@@ -175,7 +214,30 @@ class TurnTasks:
         self.desk.forget(task_id)
 
     def stop_requested(self, task_id: str) -> asyncio.Event:
+        if task_id in self._steps:  # the job's Stop stops it, with the whole turn
+            return self._quiet_stops.setdefault(task_id, asyncio.Event())
         return self.desk.stop_event(task_id)
+
+    async def _is_job_step(self, task_id: str) -> bool:
+        """A task shown as a step of the job's card: a long tool call of this turn, or — reported without
+        ``started`` by a turn redelivered after a restart (a call that had ended before it) — any task
+        of a job turn that has no card of its own (no card is opened for a bare step or end)."""
+        if task_id in self._steps:
+            return True
+        if self.job is None or task_id in self._cards:
+            return False
+        with _quietly("looking up a task card"):
+            if await self.desk.store.get(task_id) is not None:
+                return False
+        self._steps[task_id] = EARLIER_CALL
+        return True
+
+    async def _job_step(self, text: str, status: TaskStatus = "running") -> None:
+        job = self.job
+        if job is None or job.finished:
+            return
+        with _quietly("showing a tool call on its job's card"):
+            await job.step(text, status)
 
     async def stopped_with_turn(self) -> None:
         """The turn was stopped (``/stop``, its ⏹): every task of it is asked to stop, and a card its
