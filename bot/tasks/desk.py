@@ -180,12 +180,14 @@ class TurnTasks:
         #: Long tool calls shown as steps of ``job``: their progress line (the card title they would have).
         self._steps: dict[str, str] = {}
         self._quiet_stops: dict[str, asyncio.Event] = {}
+        self._own: set[str] = set()  # tasks started with a card of their own (subagents)
 
     async def started(self, *, task_id: str, title: str, kind: str) -> None:
         if self.job is not None and kind == "tool":
             self._steps[task_id] = title
             await self._job_step(title)
             return
+        self._own.add(task_id)  # a card of its own, even if it cannot be shown yet
         with _quietly("starting a task card"):
             card = await self._card(task_id, title=title, kind=kind)
             if card is None or card.row.final:
@@ -224,7 +226,7 @@ class TurnTasks:
         of a job turn that has no card of its own (no card is opened for a bare step or end)."""
         if task_id in self._steps:
             return True
-        if self.job is None or task_id in self._cards:
+        if self.job is None or task_id in self._cards or task_id in self._own:
             return False
         with _quietly("looking up a task card"):
             if await self.desk.store.get(task_id) is not None:
@@ -233,11 +235,16 @@ class TurnTasks:
         return True
 
     async def _job_step(self, text: str, status: TaskStatus = "running") -> None:
+        """The job's card shows ``text`` as its step, unless the job has ended meanwhile: a goal's Stop
+        closes its card through another stream before the step's turn (and its call) is stopped, and a
+        "running" edit must not flash over that end."""
         job = self.job
         if job is None or job.finished:
             return
         with _quietly("showing a tool call on its job's card"):
-            await job.step(text, status)
+            row = await self.desk.store.get(job.row.id)
+            if row is not None and not row.final:
+                await job.step(text, status)
 
     async def stopped_with_turn(self) -> None:
         """The turn was stopped (``/stop``, its ⏹): every task of it is asked to stop, and a card its

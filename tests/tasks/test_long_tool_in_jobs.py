@@ -9,6 +9,7 @@ fakes, a real service, the real sandbox, the fake model; the schedule fires when
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from agent.goals import EVALUATOR_MARKER
+from agent.tables import subagent_tasks
 from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
 from tests.agent.helpers import system_text, wait_until
@@ -67,6 +70,19 @@ def cards(tg: FakeTelegram) -> list[FakeMessage]:
     return kit.telegram_cards(tg, CHAT)
 
 
+async def became_long(h: Harness, timeout: float = 30) -> None:
+    """Wait until the running call is a long one (recorded, kind ``tool``): past the threshold, so a card
+    of its own would be in the chat by now if it got one."""
+    t = subagent_tasks.c
+    query = select(t.task_id).where(t.kind == "tool", t.status == "running")
+    async with asyncio.timeout(timeout):
+        while True:
+            async with h.service.db.engine.connect() as conn:
+                if (await conn.execute(query)).first() is not None:
+                    return
+            await asyncio.sleep(0.1)
+
+
 async def steps_of(tg: FakeTelegram, card: FakeMessage) -> str:
     """``/tasks ID`` for the card: its recorded steps, as the chat shows them."""
     short = card.text.split(":")[0].split()[-1]
@@ -114,7 +130,9 @@ async def test_stop_on_a_scheduled_runs_card_stops_its_long_command(tmp_path: Pa
         await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
         await fire(h, clock)
         await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path, within=10)  # well past the threshold: the call is a long one
+        assert await beating(tmp_path, within=10)
+        await became_long(h)
+        await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
         live = await tg.wait_until(
             lambda: next((m for m in cards(tg) if m.buttons == [STOP] and HEARTBEAT[:20] in m.text), None),
             30,
@@ -173,3 +191,38 @@ async def test_a_goal_steps_long_command_is_a_step_of_the_goals_one_card_on_slac
     assert card.text.startswith("🗂 Goal")
     assert f"step 1 of 8 · {SHOWN} · ✅ Done" in detail.text, detail.text
     assert "STEP-TWO" in card_body(card.text)
+
+
+async def test_stop_on_a_goals_card_stops_its_steps_long_command_and_the_card_ends_stopped(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    plain = goal_with_a_long_command()
+    started: list[bool] = []
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if last_user_text(body).startswith("[Goal continuation 1/8]") and not started:
+            started.append(True)
+            return bash(HEARTBEAT)
+        return plain(body)
+
+    llm.default_reply = reply
+    async with telegram_bot(tmp_path, llm) as (h, tg, _clock):
+        tg.user_message(CHAT, "/goal build the project", user_id=CHAT)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
+        assert await beating(tmp_path, within=10)
+        await became_long(h)
+        await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
+        live = await tg.wait_until(
+            lambda: next((m for m in cards(tg) if m.buttons == [STOP] and HEARTBEAT[:20] in m.text), None),
+            30,
+        )
+        shown = cards(tg)
+        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
+        await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the command still runs after Stop on its goal's card"
+    assert shown == [live], "the long command opened a card of its own"
+    assert cards(tg) == [live] and live.text.startswith("🗂 Goal")
+    ended = live.history.index(next(v for v in live.history if "⏹ Stopped" in card_status(v)))
+    assert all("⏹ Stopped" in card_status(v) for v in live.history[ended:]), live.history[ended:]
+    assert live.buttons == []
