@@ -226,3 +226,33 @@ async def test_stop_on_a_goals_card_stops_its_steps_long_command_and_the_card_en
     ended = live.history.index(next(v for v in live.history if "⏹ Stopped" in card_status(v)))
     assert all("⏹ Stopped" in card_status(v) for v in live.history[ended:]), live.history[ended:]
     assert live.buttons == []
+
+
+async def test_in_a_group_only_the_runs_starter_stops_its_long_command(tmp_path: Path, llm: FakeOpenAI):
+    """The job's Stop is the command's: someone else in the group (not an admin) pressing it stops
+    nothing; the person who scheduled the run does."""
+    group, starter, other = -5151, 5151, 6262
+    llm.script(bash(HEARTBEAT), Reply(text="This must not be asked for."))
+    async with telegram_bot(tmp_path, llm) as (h, tg, clock):
+        tg.user_message(
+            group, f"/schedule@{BOT_USERNAME} in 5m {WHAT}", user_id=starter, username="sam", first_name="Sam"
+        )
+        await tg.wait_for_bot_text(group, "⏰ Scheduled")
+        await fire(h, clock)
+        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
+        await became_long(h)
+        await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
+        live = await tg.wait_until(
+            lambda: next((m for m in kit.telegram_cards(tg, group) if m.buttons == [STOP]), None), 30
+        )
+        shown = kit.telegram_cards(tg, group)
+        tg.press(group, live.message_id, STOP, user_id=other, username="olga", first_name="Olga")
+        await asyncio.sleep(2)
+        refused = await beating(tmp_path, within=10) and card_status(live.text).startswith("▶️ Running")
+        tg.press(group, live.message_id, STOP, user_id=starter, username="sam", first_name="Sam")
+        await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
+        await h.idle(timeout=30)
+        assert not await beating(tmp_path), "the command still runs after its starter's Stop"
+    assert shown == [live], "the long command opened a card of its own"
+    assert refused, "someone else's Stop stopped the run and its command"
+    assert kit.telegram_cards(tg, group) == [live]
