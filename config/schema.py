@@ -400,7 +400,8 @@ class AgentConfig(Section):
     #: IANA zone name for the date/time line in the system prompt (e.g. Europe/Berlin).
     timezone: str = "UTC"
     #: A tool call (``bash``, an MCP tool, any tool) still running after this many seconds gets a task card
-    #: in its chat, with ⏹ Stop for that call alone (docs/tasks.md). 0: never.
+    #: in its chat, with ⏹ Stop for that call alone; inside a job that has a card (a scheduled run, a goal's
+    #: step) it is a step of that card instead (docs/tasks.md). 0: never.
     long_tool_seconds: float = Field(10, ge=0)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 

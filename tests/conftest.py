@@ -50,6 +50,7 @@ HEAVY = (
     "tests/tasks/test_task_card_restart.py",
     "tests/tasks/test_subagent_restart.py",
     "tests/tasks/test_long_tool_restart.py",
+    "tests/tasks/test_long_tool_in_job_restart.py",
     "tests/tasks/test_goal_card_restart.py",
     "tests/operations/test_startup.py",
     "tests/operations/test_idle_imports.py",
