@@ -316,6 +316,7 @@ class Service:
             self.agent = await self._build_agent()
         except BaseException as exc:
             self.agent_state = "failed"
+            self.agent_probe.forget()
             if not isinstance(exc, asyncio.CancelledError):
                 log.error("the agent could not be started: %s: %s", type(exc).__name__, exc, exc_info=exc)
             raise
@@ -350,6 +351,7 @@ class Service:
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now
             await self.manager.approvals.expire_leftovers()
         self.agent_state = "ready"
+        self.agent_probe.forget()  # its cached "agent starting" no longer holds: /ready says so now
         log.info("agent ready: answering messages")
 
     async def _build_agent(self) -> Agent:
