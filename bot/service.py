@@ -54,6 +54,7 @@ from bot.features.connections import ConnectionsFeature
 from bot.features.github import GitHubFeature
 from bot.features.schedules import SchedulesFeature
 from bot.features.telegram import TelegramWebhookFeature
+from bot.gc_tuning import collection_paused
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
@@ -99,7 +100,8 @@ HEALTH_DB_SECONDS = 2.0
 
 def _import_agent_runtime() -> type[AgentRuntime]:
     """LangGraph and LangChain: most of start-up's import time, so it runs in a worker thread."""
-    from agent.runtime import AgentRuntime
+    with collection_paused():
+        from agent.runtime import AgentRuntime
 
     return AgentRuntime
 
