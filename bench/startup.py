@@ -16,6 +16,11 @@ uvicorn), so interpreter start-up and the FastAPI/uvicorn imports cancel out of 
 
 Runs alternate between the two so a busy moment on the machine hits both alike; medians are reported.
 
+Before the first run the tree's own packages are byte-compiled (``compileall``, into their
+``__pycache__``, as ``pip install`` does for a deployment): a source tree run with
+``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile our ~200 modules on every start, +0.4 s of CPU
+and +2.6 MiB that no installed service pays (measured 2026-12-07).
+
 Run:  python -m bench.startup --runs 7
       python -m bench.startup --runs 3 --importtime
       python -m bench.startup --runs 7 --tree /path/to/older/checkout   (the same, for a before/after)
@@ -204,6 +209,16 @@ def measure(
             process.wait()
 
 
+#: The tree's own packages (third-party ones were compiled when they were installed).
+PACKAGES = ("bot", "agent", "channels", "config", "connections", "webhooks")
+
+
+def compile_tree(tree: Path) -> None:
+    """Byte-compile the tree's packages once, as an installed service has them (see the docstring)."""
+    present = [name for name in PACKAGES if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *present], cwd=tree, check=True)
+
+
 def serve_command(config: Path, *, importtime: bool) -> list[str]:
     flags = ["-X", "importtime"] if importtime else []
     return [sys.executable, *flags, "-m", "bot", "--log-level", "WARNING", "serve", "--config", str(config)]
@@ -224,6 +239,7 @@ def median_ms(values: list[float | None]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    compile_tree(args.tree)
     serve_runs: list[Startup] = []
     bare_runs: list[Startup] = []
     for index in range(args.runs):
@@ -270,6 +286,8 @@ def run(args: argparse.Namespace) -> int:
             print("                          " + ", ".join(f"{n} {us / 1000:.0f}" for n, us in heavy))
     print(f"machine                   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"goal (/health ≤ 1 s): {'met' if serve_ms <= 1000 else 'NOT met'}")
+    ready_ms = median_ms([r.ready for r in serve_runs])
+    print(f"goal (/ready ≤ 2 s, quiet machine): {'met' if ready_ms <= 2000 else 'NOT met'}")
     print(f"goal (idle RSS ≤ 100 MiB): {'met' if serve_rss <= 100 else 'NOT met'}")
     return 0
 
