@@ -93,6 +93,12 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no Rss line in /proc/{pid}/smaps_rollup")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process (all its threads), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ready_status(port: int) -> int | None:
     """The status ``/ready`` answers with (None: not listening yet)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -135,6 +141,10 @@ class Startup:
     #: Resident memory (MiB, ``Rss`` of /proc/PID/smaps_rollup) one second after the service is ready
     #: (the bare app: after its first /health) — the idle footprint.
     rss_mib: float | None = None
+    #: CPU seconds (user + system, every thread) the process had used at the first 200 from /ready (the
+    #: bare app: from /health): like RSS, much less sensitive to a busy machine than the clock, and on
+    #: a quiet one start-up's wall time is little more (it is CPU-bound: imports).
+    cpu_s: float | None = None
     #: With ``-X importtime``: microseconds of imports finished before the first /health (the sum of
     #: every module's own time, any thread), and the same per top-level package.
     import_us: int | None = None
@@ -182,7 +192,7 @@ def measure(
             body = get_health(port)
             now = time.perf_counter() - started
             if body is not None and result is None:
-                result = Startup(health=now)
+                result = Startup(health=now, cpu_s=cpu_seconds(process.pid))
                 result.import_us, result.import_top = import_totals(list(stderr_lines))
             if result is not None and body is not None:
                 if result.storage is None and body.get("database") == "ok":
@@ -193,6 +203,7 @@ def measure(
                     break
             if wait_agent and result is not None and ready_status(port) == 200:
                 result.ready = time.perf_counter() - started
+                result.cpu_s = cpu_seconds(process.pid)
                 break
             time.sleep(0.01)
         if result is None or (wait_agent and result.ready is None):
@@ -255,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
         bare_runs.append(bare)
         line = (
             f"run {index + 1}: serve /health {ms(serve.health)} (database ok {ms(serve.storage)}, "
-            f"agent ready {ms(serve.agent)}, /ready {ms(serve.ready)}, RSS {serve.rss_mib:.0f} MiB), "
+            f"agent ready {ms(serve.agent)}, /ready {ms(serve.ready)}, CPU {serve.cpu_s:.2f} s, "
+            f"RSS {serve.rss_mib:.0f} MiB), "
             f"bare app /health {ms(bare.health)} (RSS {bare.rss_mib:.0f} MiB), load {os.getloadavg()[0]:.1f}"
         )
         if args.importtime:
@@ -273,6 +285,11 @@ def run(args: argparse.Namespace) -> int:
     bare_rss = statistics.median(r.rss_mib or 0.0 for r in bare_runs)
     print(f"serve → /ready 200        median {median_ms([r.ready for r in serve_runs]):.0f} ms")
     print(f"idle RSS                  serve median {serve_rss:.0f} MiB, bare app {bare_rss:.0f} MiB")
+    serve_cpu = statistics.median(r.cpu_s or 0.0 for r in serve_runs)
+    bare_cpu = statistics.median(r.cpu_s or 0.0 for r in bare_runs)
+    print(
+        f"CPU used                  serve at /ready median {serve_cpu:.2f} s, bare app at /health {bare_cpu:.2f} s"
+    )
     print(
         f"bare app → /health 200    median {bare_ms:.0f} ms (min {min(r.health for r in bare_runs) * 1000:.0f} ms)"
     )
