@@ -16,6 +16,11 @@ uvicorn), so interpreter start-up and the FastAPI/uvicorn imports cancel out of 
 
 Runs alternate between the two so a busy moment on the machine hits both alike; medians are reported.
 
+Before the first run the tree's own packages are byte-compiled (``compileall``, into their
+``__pycache__``, as ``pip install`` does for a deployment): a source tree run with
+``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile our ~200 modules on every start, +0.4 s of CPU
+and +2.6 MiB that no installed service pays (measured 2026-12-07).
+
 Run:  python -m bench.startup --runs 7
       python -m bench.startup --runs 3 --importtime
       python -m bench.startup --runs 7 --tree /path/to/older/checkout   (the same, for a before/after)
@@ -88,6 +93,12 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no Rss line in /proc/{pid}/smaps_rollup")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process (all its threads), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ready_status(port: int) -> int | None:
     """The status ``/ready`` answers with (None: not listening yet)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -130,6 +141,10 @@ class Startup:
     #: Resident memory (MiB, ``Rss`` of /proc/PID/smaps_rollup) one second after the service is ready
     #: (the bare app: after its first /health) — the idle footprint.
     rss_mib: float | None = None
+    #: CPU seconds (user + system, every thread) the process had used at the first 200 from /ready (the
+    #: bare app: from /health): like RSS, much less sensitive to a busy machine than the clock, and on
+    #: a quiet one start-up's wall time is little more (it is CPU-bound: imports).
+    cpu_s: float | None = None
     #: With ``-X importtime``: microseconds of imports finished before the first /health (the sum of
     #: every module's own time, any thread), and the same per top-level package.
     import_us: int | None = None
@@ -177,7 +192,7 @@ def measure(
             body = get_health(port)
             now = time.perf_counter() - started
             if body is not None and result is None:
-                result = Startup(health=now)
+                result = Startup(health=now, cpu_s=cpu_seconds(process.pid))
                 result.import_us, result.import_top = import_totals(list(stderr_lines))
             if result is not None and body is not None:
                 if result.storage is None and body.get("database") == "ok":
@@ -188,6 +203,7 @@ def measure(
                     break
             if wait_agent and result is not None and ready_status(port) == 200:
                 result.ready = time.perf_counter() - started
+                result.cpu_s = cpu_seconds(process.pid)
                 break
             time.sleep(0.01)
         if result is None or (wait_agent and result.ready is None):
@@ -202,6 +218,22 @@ def measure(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+#: The tree's own packages (third-party ones were compiled when they were installed).
+PACKAGES = ("bot", "agent", "channels", "config", "connections", "webhooks")
+
+
+def compile_tree(tree: Path) -> None:
+    """Byte-compile the tree's packages once, as an installed service has them (see the docstring)."""
+    present = [name for name in PACKAGES if (tree / name).is_dir()]
+    done = subprocess.run([sys.executable, "-m", "compileall", "-q", *present], cwd=tree, capture_output=True)
+    if done.returncode != 0:  # say, a tree this user cannot write: measured as it is, and said so
+        print(
+            f"warning: could not byte-compile {tree} (not writable?): where PYTHONDONTWRITEBYTECODE is set, "
+            "every start compiles our modules (+~0.4 s CPU, +~2.6 MiB)",
+            file=sys.stderr,
+        )
 
 
 def serve_command(config: Path, *, importtime: bool) -> list[str]:
@@ -224,6 +256,7 @@ def median_ms(values: list[float | None]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    compile_tree(args.tree)
     serve_runs: list[Startup] = []
     bare_runs: list[Startup] = []
     for index in range(args.runs):
@@ -239,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
         bare_runs.append(bare)
         line = (
             f"run {index + 1}: serve /health {ms(serve.health)} (database ok {ms(serve.storage)}, "
-            f"agent ready {ms(serve.agent)}, /ready {ms(serve.ready)}, RSS {serve.rss_mib:.0f} MiB), "
+            f"agent ready {ms(serve.agent)}, /ready {ms(serve.ready)}, CPU {serve.cpu_s:.2f} s, "
+            f"RSS {serve.rss_mib:.0f} MiB), "
             f"bare app /health {ms(bare.health)} (RSS {bare.rss_mib:.0f} MiB), load {os.getloadavg()[0]:.1f}"
         )
         if args.importtime:
@@ -257,6 +291,11 @@ def run(args: argparse.Namespace) -> int:
     bare_rss = statistics.median(r.rss_mib or 0.0 for r in bare_runs)
     print(f"serve → /ready 200        median {median_ms([r.ready for r in serve_runs]):.0f} ms")
     print(f"idle RSS                  serve median {serve_rss:.0f} MiB, bare app {bare_rss:.0f} MiB")
+    serve_cpu = statistics.median(r.cpu_s or 0.0 for r in serve_runs)
+    bare_cpu = statistics.median(r.cpu_s or 0.0 for r in bare_runs)
+    print(
+        f"CPU used                  serve at /ready median {serve_cpu:.2f} s, bare app at /health {bare_cpu:.2f} s"
+    )
     print(
         f"bare app → /health 200    median {bare_ms:.0f} ms (min {min(r.health for r in bare_runs) * 1000:.0f} ms)"
     )
@@ -270,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
             print("                          " + ", ".join(f"{n} {us / 1000:.0f}" for n, us in heavy))
     print(f"machine                   {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"goal (/health ≤ 1 s): {'met' if serve_ms <= 1000 else 'NOT met'}")
+    ready_ms = median_ms([r.ready for r in serve_runs])
+    print(f"goal (/ready ≤ 2 s, quiet machine): {'met' if ready_ms <= 2000 else 'NOT met'}")
     print(f"goal (idle RSS ≤ 100 MiB): {'met' if serve_rss <= 100 else 'NOT met'}")
     return 0
 

@@ -167,6 +167,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from bot.boot import BootCancelled, Booting
+    from bot.gc_tuning import import_paused
     from bot.logs import configure_logging
 
     settings = load_or_exit(args.config)
@@ -205,7 +206,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def build(stack: contextlib.AsyncExitStack) -> Any:
         # FastAPI, SQLAlchemy and the service's modules: imported in a worker thread, so the event
         # loop keeps answering /health between the import's GIL slices.
-        await asyncio.to_thread(importlib.import_module, "bot.app")
+        await asyncio.to_thread(import_paused, "bot.app")
         if booting.stopping:
             raise BootCancelled
         preflight_database(settings)

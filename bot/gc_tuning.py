@@ -30,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,43 @@ def freeze_survivors(phase: str, info: dict[str, int]) -> None:
     """
     if phase == "stop" and info["generation"] == 0:
         gc.freeze()
+
+
+_pause_lock = threading.Lock()
+_pauses = 0  # collection_paused() blocks under way, in any thread
+_resume = False  # whether the collector was enabled when the first of them began
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """No automatic collection while start-up imports the service's packages (in any thread).
+
+    Why: importing FastAPI, SQLAlchemy, LangChain and LangGraph allocates over a million objects that
+    live as long as the process (modules, classes, functions, pydantic schemas). With the default
+    thresholds each young collection promotes them and each older one walks them again: 0.25 s of the
+    1.95 s of CPU ``import bot.app, agent.runtime`` takes, with nothing to free. The few cycles an import
+    leaves are collected by the next collection (:func:`tune_gc`'s, once start-up is done). Blocks may
+    overlap (the agent's import runs beside the service's start): the collector comes back after the
+    last, and only if it was on before the first."""
+    global _pauses, _resume
+    with _pause_lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
+
+
+def import_paused(name: str) -> ModuleType:
+    """``importlib.import_module(name)`` under :func:`collection_paused` (for ``asyncio.to_thread``)."""
+    with collection_paused():
+        return importlib.import_module(name)
 
 
 def tune_gc(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:

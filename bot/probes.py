@@ -45,6 +45,7 @@ class CachedProbe:
         self._answer: str | None = None
         self._at: float | None = None
         self._running: asyncio.Future[str | None] | None = None
+        self._generation = 0  # bumped by forget(): a check started before it is not cached
 
     async def problem(self) -> str | None:
         """None when the component is healthy (as of at most ``max_age`` ago), else why not."""
@@ -55,7 +56,18 @@ class CachedProbe:
         running = self._running
         return await asyncio.shield(running)
 
+    def forget(self) -> None:
+        """Drop the cached answer: the component's state has just changed, so it no longer holds.
+
+        Without this, a service whose agent became ready went on answering ``/ready`` with the 503
+        "agent starting" it had cached while the agent was built, for up to ``max_age`` more seconds.
+        A check already running was asked before the change: its callers still get its answer, but
+        it is not kept, and the next caller runs a new check."""
+        self._answer, self._at, self._running = None, None, None
+        self._generation += 1
+
     async def _run(self) -> str | None:
+        generation = self._generation
         try:
             # Not asyncio.timeout: cancelling a query on a stalled connection can take seconds longer
             # than its time (bot/bounded.py); a health answer must come when the database does not.
@@ -64,6 +76,7 @@ class CachedProbe:
             answer = f"no answer within {self.timeout:g} s"
         except Exception as exc:  # a check that raises is a failed check, never a failed /health
             answer = f"check failed ({type(exc).__name__})"
-        self._answer, self._at, self._running = answer, self._clock(), None
-        metrics.set_component_up(self.component, answer is None)
+        if generation == self._generation:  # else asked before forget(): its callers only
+            self._answer, self._at, self._running = answer, self._clock(), None
+            metrics.set_component_up(self.component, answer is None)
         return answer

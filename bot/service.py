@@ -54,6 +54,7 @@ from bot.features.connections import ConnectionsFeature
 from bot.features.github import GitHubFeature
 from bot.features.schedules import SchedulesFeature
 from bot.features.telegram import TelegramWebhookFeature
+from bot.gc_tuning import collection_paused
 from bot.identity import IdentityChain
 from bot.inbox import Inbox
 from bot.leases import LeaseKeeper
@@ -99,7 +100,8 @@ HEALTH_DB_SECONDS = 2.0
 
 def _import_agent_runtime() -> type[AgentRuntime]:
     """LangGraph and LangChain: most of start-up's import time, so it runs in a worker thread."""
-    from agent.runtime import AgentRuntime
+    with collection_paused():
+        from agent.runtime import AgentRuntime
 
     return AgentRuntime
 
@@ -316,6 +318,7 @@ class Service:
             self.agent = await self._build_agent()
         except BaseException as exc:
             self.agent_state = "failed"
+            self.agent_probe.forget()
             if not isinstance(exc, asyncio.CancelledError):
                 log.error("the agent could not be started: %s: %s", type(exc).__name__, exc, exc_info=exc)
             raise
@@ -350,6 +353,7 @@ class Service:
         if self.manager.approvals is not None:  # nothing approved for a previous process runs now
             await self.manager.approvals.expire_leftovers()
         self.agent_state = "ready"
+        self.agent_probe.forget()  # its cached "agent starting" no longer holds: /ready says so now
         log.info("agent ready: answering messages")
 
     async def _build_agent(self) -> Agent:

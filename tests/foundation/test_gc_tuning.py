@@ -84,3 +84,37 @@ async def test_a_busy_service_gets_young_collections_every_few_milliseconds_that
     finally:
         untune_gc()
         gc.set_threshold(*before)
+
+
+def test_collection_paused_for_start_up_imports_comes_back_after_the_last_overlapping_block():
+    """The service's and the agent's imports pause the collector in two threads at once; a collector
+    left off would never free a cycle again, and one that was off before must stay off."""
+    import threading
+
+    from bot.gc_tuning import collection_paused
+
+    assert gc.isenabled()
+    inside, release = threading.Event(), threading.Event()
+
+    def other_import() -> None:
+        with collection_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_import)
+    with collection_paused():
+        thread.start()
+        assert inside.wait(10)
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread's import is still running
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # off before: still off
+    finally:
+        gc.enable()

@@ -75,8 +75,12 @@ def test_idle_service_has_the_agent_but_not_disabled_channels_or_token_checks(tm
     assert "openai" not in modules
     assert "langchain_openai" not in modules
     assert "langgraph.graph" in modules
-    # A disabled channel's SDK is not imported.
-    assert "telegram" not in modules
+    # A disabled channel's SDK is not imported, nor one of a platform that is not configured at all,
+    # nor the clients of subsystems not configured (MCP servers, the browser): each is megabytes.
+    for package in ("telegram", "slack_sdk", "slack_bolt", "discord", "lark_oapi", "dingtalk_stream"):
+        assert package not in modules, package
+    assert "mcp" not in modules
+    assert "playwright" not in modules
     # auth.mode none checks no tokens: PyJWT and the cryptography it brings (~8 MiB) stay out.
     assert "jwt" not in modules
     assert "cryptography" not in modules
