@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -148,9 +149,8 @@ class ChatCompletions(BaseChatModel):
             self._client = (loop, self._new_client())
         return self._client[1]
 
-    async def _send(self, body: bytes, client: httpx.AsyncClient | None = None) -> httpx.Response:
+    async def _send(self, body: bytes, client: httpx.AsyncClient) -> httpx.Response:
         """The response (headers read, body not yet), after up to ``max_retries`` more attempts."""
-        client = client or self._async_client()
         url = self.base_url.rstrip("/") + "/chat/completions"
         retries_left = self.max_retries
         while True:
@@ -179,35 +179,47 @@ class ChatCompletions(BaseChatModel):
             retries_left -= 1
             await asyncio.sleep(wait)
 
-    # -- streamed answers ---------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _answer(self, body: bytes, client: httpx.AsyncClient) -> AsyncIterator[httpx.Response]:
+        """One call, streamed or not: the request sent (with retries) and its response open for a reader.
 
-    async def _events(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-        """The JSON events of a server-sent event stream, up to ``[DONE]`` or the end of the body (an
-        event not finished by a blank line is dropped: the connection ended inside it)."""
-        data: list[str] = []
+        Why one place: whichever reader takes the body, a connection that breaks or stalls while the
+        answer arrives must become the same error, with the same sentence in the chat, and the response
+        must be closed however the reading ends (a consumer that stops early included).
+        """
+        response = await self._send(body, client)
         try:
-            async for line in response.aiter_lines():
-                if line.startswith("data:"):
-                    data.append(line[5:].lstrip())
-                    continue
-                if line or not data:
-                    continue
-                text, data = "\n".join(data), []
-                if text == "[DONE]":
-                    return
-                try:
-                    event = json.loads(text)
-                except ValueError:
-                    raise APIError("The model service sent a malformed stream event.") from None
-                if isinstance(event, dict) and event.get("error"):
-                    raise stream_error(event)
-                yield event
+            yield response
         except httpx.TimeoutException as exc:
             raise APITimeoutError() from exc
         except httpx.TransportError as exc:
             raise APIConnectionError("The connection to the model service broke during the answer.") from exc
         finally:
             await response.aclose()
+
+    # -- streamed answers ---------------------------------------------------------------------------
+
+    @staticmethod
+    async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+        """The JSON events of a server-sent event stream, up to ``[DONE]`` or the end of the body (an
+        event not finished by a blank line is dropped: the connection ended inside it)."""
+        data: list[str] = []
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip())
+                continue
+            if line or not data:
+                continue
+            text, data = "\n".join(data), []
+            if text == "[DONE]":
+                return
+            try:
+                event = json.loads(text)
+            except ValueError:
+                raise APIError("The model service sent a malformed stream event.") from None
+            if isinstance(event, dict) and event.get("error"):
+                raise stream_error(event)
+            yield event
 
     async def _astream(
         self,
@@ -216,35 +228,22 @@ class ChatCompletions(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        response = await self._send(self._body(messages, stop, stream=True, **kwargs))
-        async for event in self._events(response):
-            message = chunk_message(event)
-            if message is None:
-                continue
-            chunk = ChatGenerationChunk(message=message)
-            if run_manager is not None:
-                await run_manager.on_llm_new_token(str(message.content), chunk=chunk)
-            yield chunk
+        body = self._body(messages, stop, stream=True, **kwargs)
+        async with self._answer(body, self._async_client()) as response:
+            async for event in self._events(response):
+                message = chunk_message(event)
+                if message is None:
+                    continue
+                chunk = ChatGenerationChunk(message=message)
+                if run_manager is not None:
+                    await run_manager.on_llm_new_token(str(message.content), chunk=chunk)
+                yield chunk
 
     # -- whole answers ------------------------------------------------------------------------------
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        client: httpx.AsyncClient | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        response = await self._send(self._body(messages, stop, stream=False, **kwargs), client)
-        try:
+    async def _whole(self, body: bytes, client: httpx.AsyncClient) -> ChatResult:
+        async with self._answer(body, client) as response:
             raw = await response.aread()
-        except httpx.TimeoutException as exc:
-            raise APITimeoutError() from exc
-        except httpx.TransportError as exc:
-            raise APIConnectionError("The connection to the model service broke during the answer.") from exc
-        finally:
-            await response.aclose()
         try:
             message = full_message(json.loads(raw))
         except (ValueError, AttributeError, IndexError):
@@ -253,6 +252,15 @@ class ChatCompletions(BaseChatModel):
             generations=[ChatGeneration(message=message)], llm_output={"model_name": self.model_name}
         )
 
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return await self._whole(self._body(messages, stop, stream=False, **kwargs), self._async_client())
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -260,10 +268,12 @@ class ChatCompletions(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        """A call from synchronous code (not used by the service): the async path on a loop of its own."""
+        """A call from synchronous code (not used by the service): the async path on a loop of its own,
+        with a client of its own (the shared one belongs to the service's loop)."""
+        body = self._body(messages, stop, stream=False, **kwargs)
 
         async def once() -> ChatResult:
             async with self._new_client() as client:
-                return await self._agenerate(messages, stop, client=client, **kwargs)
+                return await self._whole(body, client)
 
         return asyncio.run(once())
