@@ -10,10 +10,10 @@ plain calls for summaries and judgements, and the SDK's retry rules, all on one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -44,10 +44,26 @@ DEFAULT_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 5.0
 #: The ``openai`` SDK's pool: many turns stream at once (httpx's own default of 100 would queue them).
 POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+#: How long the end of a streamed body may take to arrive after ``[DONE]`` (it is normally sent with it).
+BODY_END_SECONDS = 1.0
 #: Request settings sent only when configured (the service's default otherwise).
 _OPTIONAL = ("temperature", "max_tokens", "top_p", "stop", "seed", "reasoning_effort")
 #: Keyword arguments LangChain passes along that are not request fields.
 _NOT_SENT = frozenset({"stream", "ls_structured_output_format"})
+
+
+async def _finish_body(lines: AsyncIterator[str]) -> None:
+    """Read what follows ``[DONE]`` (the end of the body), so the connection goes back to the pool.
+
+    Why: a response closed before its body ends takes its connection down with it, and every streamed
+    call paid for a new connection (a TLS handshake to a hosted API) instead of reusing the last one. A
+    server that keeps the body open after ``[DONE]`` is not waited for, and nothing read here can fail
+    an answer that is already whole: the connection is then closed as before.
+    """
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(BODY_END_SECONDS):
+            async for _ in lines:
+                pass
 
 
 class ChatCompletions(BaseChatModel):
@@ -179,7 +195,7 @@ class ChatCompletions(BaseChatModel):
             retries_left -= 1
             await asyncio.sleep(wait)
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def _answer(self, body: bytes, client: httpx.AsyncClient) -> AsyncIterator[httpx.Response]:
         """One call, streamed or not: the request sent (with retries) and its response open for a reader.
 
@@ -204,7 +220,8 @@ class ChatCompletions(BaseChatModel):
         """The JSON events of a server-sent event stream, up to ``[DONE]`` or the end of the body (an
         event not finished by a blank line is dropped: the connection ended inside it)."""
         data: list[str] = []
-        async for line in response.aiter_lines():
+        lines = response.aiter_lines()
+        async for line in lines:
             if line.startswith("data:"):
                 data.append(line[5:].lstrip())
                 continue
@@ -212,6 +229,7 @@ class ChatCompletions(BaseChatModel):
                 continue
             text, data = "\n".join(data), []
             if text == "[DONE]":
+                await _finish_body(lines)
                 return
             try:
                 event = json.loads(text)
