@@ -93,6 +93,10 @@ class ChatCompletions(BaseChatModel):
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     _client: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = PrivateAttr(default=None)
+    #: Calls in flight on the shared client (sent, and their answers not yet read to the end).
+    _calls: int = PrivateAttr(default=0)
+    #: Set by :meth:`retire`: the shared client is closed whenever no call uses it.
+    _retired: bool = PrivateAttr(default=False)
 
     @property
     def _llm_type(self) -> str:
@@ -164,6 +168,42 @@ class ChatCompletions(BaseChatModel):
         if self._client is None or self._client[0] is not loop:
             self._client = (loop, self._new_client())
         return self._client[1]
+
+    @contextlib.asynccontextmanager
+    async def _in_use(self) -> AsyncIterator[httpx.AsyncClient]:
+        """The shared client for one call, counted while the call runs: a retired model's client is
+        closed by the last call that ends, never under one still reading its answer."""
+        client = self._async_client()
+        self._calls += 1
+        try:
+            yield client
+        finally:
+            self._calls -= 1
+            if self._retired and self._calls == 0:
+                await self._close_client()
+
+    async def retire(self) -> None:
+        """A reload replaced this model (bot/reload.py): close its connections once no call uses them.
+
+        Why not at once: a turn that started before the reload keeps this object to its end, and its
+        answer must not be cut off. Why not never: each reload built a new client, and the old pools
+        stayed open for the life of the process. A call made after this (the same turn's next step)
+        opens a client for itself, and it is closed as that call ends, so a retired model holds no pool
+        open between calls. Call on the event loop the model serves.
+        """
+        self._retired = True
+        if self._calls == 0:
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        held, self._client = self._client, None
+        if held is None:
+            return
+        loop, client = held
+        if loop is asyncio.get_running_loop():
+            await client.aclose()
+        elif loop.is_running():  # a client of another thread's loop is closed there
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop)
 
     async def _send(self, body: bytes, client: httpx.AsyncClient) -> httpx.Response:
         """The response (headers read, body not yet), after up to ``max_retries`` more attempts."""
@@ -247,7 +287,7 @@ class ChatCompletions(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         body = self._body(messages, stop, stream=True, **kwargs)
-        async with self._answer(body, self._async_client()) as response:
+        async with self._in_use() as client, self._answer(body, client) as response:
             async for event in self._events(response):
                 message = chunk_message(event)
                 if message is None:
@@ -277,7 +317,9 @@ class ChatCompletions(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return await self._whole(self._body(messages, stop, stream=False, **kwargs), self._async_client())
+        body = self._body(messages, stop, stream=False, **kwargs)
+        async with self._in_use() as client:
+            return await self._whole(body, client)
 
     def _generate(
         self,
