@@ -78,14 +78,19 @@ class ModelsAndTools:
             return self.skills
         return {name: skill for name, skill in self.skills.items() if profile.allows_skill(name)}
 
-    def replace_models(self, models: list[ModelConfig]) -> None:
+    def replace_models(self, models: list[ModelConfig]) -> list[Any]:
         """Swap in a new ``models`` list (``SIGHUP``): every model is built first, so a bad entry raises
-        :class:`ModelLoadError` and changes nothing. A running turn keeps the model object it holds."""
+        :class:`ModelLoadError` and changes nothing. A running turn keeps the model object it holds.
+
+        Returns the models replaced, for the caller to retire on the event loop (their connections
+        close once no call uses them; bot/reload.py)."""
         built = {cfg.name: build_chat_model(cfg) for cfg in models}
+        replaced = list(self._models.values())
         self.settings.models = models
         self._models = built
         self._bound = {}
         self.known_secrets = known_secrets(self.settings, os.environ)
+        return replaced
 
     def replace_risk_rules(self, mode: Mode, patterns: list[str]) -> None:
         """``sandbox.approval`` / ``risky_patterns`` for turns that start from now on (``SIGHUP``)."""

@@ -77,10 +77,11 @@ async def apply(service: Service, new: Settings) -> ReloadReport:
     keys = changed_keys(current.model_dump(mode="json"), new.model_dump(mode="json"))
     if "models" in keys and runtime is not None:
         try:
-            await asyncio.to_thread(runtime.replace_models, list(new.models))
+            replaced = await asyncio.to_thread(runtime.replace_models, list(new.models))
         except ModelLoadError as exc:
             report.problems.append(f"models: {exc}")
             return report
+        await retire_models(replaced)
     for key in keys:
         parts = key.split(".")
         if parts[0] == "channels" and len(parts) == 3 and parts[2] in CHANNEL_KEYS:
@@ -105,6 +106,20 @@ async def apply(service: Service, new: Settings) -> ReloadReport:
         else:
             report.restart.append(key)  # built at start-up (or the agent is still being built)
     return report
+
+
+async def retire_models(models: list[Any]) -> None:
+    """Close the replaced models' connection pools once no call uses them (a turn that holds one goes
+    on to its end): without this, every reload left one open pool behind for the life of the process.
+
+    Only the default class has a pool of its own to close; ``ChatOpenAI`` shares the ``openai`` SDK's
+    process-wide client, and other classes are left as they are.
+    """
+    from agent.chat_completions import ChatCompletions
+
+    for model in models:
+        if isinstance(model, ChatCompletions):
+            await model.retire()
 
 
 def _apply_channel_key(service: Service, provider: str, key: str, new: Settings) -> None:

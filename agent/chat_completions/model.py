@@ -10,6 +10,7 @@ plain calls for summaries and judgements, and the SDK's retry rules, all on one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -43,10 +44,26 @@ DEFAULT_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 5.0
 #: The ``openai`` SDK's pool: many turns stream at once (httpx's own default of 100 would queue them).
 POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+#: How long the end of a streamed body may take to arrive after ``[DONE]`` (it is normally sent with it).
+BODY_END_SECONDS = 1.0
 #: Request settings sent only when configured (the service's default otherwise).
 _OPTIONAL = ("temperature", "max_tokens", "top_p", "stop", "seed", "reasoning_effort")
 #: Keyword arguments LangChain passes along that are not request fields.
 _NOT_SENT = frozenset({"stream", "ls_structured_output_format"})
+
+
+async def _finish_body(lines: AsyncIterator[str]) -> None:
+    """Read what follows ``[DONE]`` (the end of the body), so the connection goes back to the pool.
+
+    Why: a response closed before its body ends takes its connection down with it, and every streamed
+    call paid for a new connection (a TLS handshake to a hosted API) instead of reusing the last one. A
+    server that keeps the body open after ``[DONE]`` is not waited for, and nothing read here can fail
+    an answer that is already whole: the connection is then closed as before.
+    """
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(BODY_END_SECONDS):
+            async for _ in lines:
+                pass
 
 
 class ChatCompletions(BaseChatModel):
@@ -76,6 +93,10 @@ class ChatCompletions(BaseChatModel):
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     _client: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = PrivateAttr(default=None)
+    #: Calls in flight on the shared client (sent, and their answers not yet read to the end).
+    _calls: int = PrivateAttr(default=0)
+    #: Set by :meth:`retire`: the shared client is closed whenever no call uses it.
+    _retired: bool = PrivateAttr(default=False)
 
     @property
     def _llm_type(self) -> str:
@@ -148,9 +169,44 @@ class ChatCompletions(BaseChatModel):
             self._client = (loop, self._new_client())
         return self._client[1]
 
-    async def _send(self, body: bytes, client: httpx.AsyncClient | None = None) -> httpx.Response:
+    @contextlib.asynccontextmanager
+    async def _in_use(self) -> AsyncIterator[httpx.AsyncClient]:
+        """The shared client for one call, counted while the call runs: a retired model's client is
+        closed by the last call that ends, never under one still reading its answer."""
+        client = self._async_client()
+        self._calls += 1
+        try:
+            yield client
+        finally:
+            self._calls -= 1
+            if self._retired and self._calls == 0:
+                await self._close_client()
+
+    async def retire(self) -> None:
+        """A reload replaced this model (bot/reload.py): close its connections once no call uses them.
+
+        Why not at once: a turn that started before the reload keeps this object to its end, and its
+        answer must not be cut off. Why not never: each reload built a new client, and the old pools
+        stayed open for the life of the process. A call made after this (the same turn's next step)
+        opens a client for itself, and it is closed as that call ends, so a retired model holds no pool
+        open between calls. Call on the event loop the model serves.
+        """
+        self._retired = True
+        if self._calls == 0:
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        held, self._client = self._client, None
+        if held is None:
+            return
+        loop, client = held
+        if loop is asyncio.get_running_loop():
+            await client.aclose()
+        elif loop.is_running():  # a client of another thread's loop is closed there
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+
+    async def _send(self, body: bytes, client: httpx.AsyncClient) -> httpx.Response:
         """The response (headers read, body not yet), after up to ``max_retries`` more attempts."""
-        client = client or self._async_client()
         url = self.base_url.rstrip("/") + "/chat/completions"
         retries_left = self.max_retries
         while True:
@@ -179,35 +235,49 @@ class ChatCompletions(BaseChatModel):
             retries_left -= 1
             await asyncio.sleep(wait)
 
-    # -- streamed answers ---------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _answer(self, body: bytes, client: httpx.AsyncClient) -> AsyncIterator[httpx.Response]:
+        """One call, streamed or not: the request sent (with retries) and its response open for a reader.
 
-    async def _events(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-        """The JSON events of a server-sent event stream, up to ``[DONE]`` or the end of the body (an
-        event not finished by a blank line is dropped: the connection ended inside it)."""
-        data: list[str] = []
+        Why one place: whichever reader takes the body, a connection that breaks or stalls while the
+        answer arrives must become the same error, with the same sentence in the chat, and the response
+        must be closed however the reading ends (a consumer that stops early included).
+        """
+        response = await self._send(body, client)
         try:
-            async for line in response.aiter_lines():
-                if line.startswith("data:"):
-                    data.append(line[5:].lstrip())
-                    continue
-                if line or not data:
-                    continue
-                text, data = "\n".join(data), []
-                if text == "[DONE]":
-                    return
-                try:
-                    event = json.loads(text)
-                except ValueError:
-                    raise APIError("The model service sent a malformed stream event.") from None
-                if isinstance(event, dict) and event.get("error"):
-                    raise stream_error(event)
-                yield event
+            yield response
         except httpx.TimeoutException as exc:
             raise APITimeoutError() from exc
         except httpx.TransportError as exc:
             raise APIConnectionError("The connection to the model service broke during the answer.") from exc
         finally:
             await response.aclose()
+
+    # -- streamed answers ---------------------------------------------------------------------------
+
+    @staticmethod
+    async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+        """The JSON events of a server-sent event stream, up to ``[DONE]`` or the end of the body (an
+        event not finished by a blank line is dropped: the connection ended inside it)."""
+        data: list[str] = []
+        lines = response.aiter_lines()
+        async for line in lines:
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip())
+                continue
+            if line or not data:
+                continue
+            text, data = "\n".join(data), []
+            if text == "[DONE]":
+                await _finish_body(lines)
+                return
+            try:
+                event = json.loads(text)
+            except ValueError:
+                raise APIError("The model service sent a malformed stream event.") from None
+            if isinstance(event, dict) and event.get("error"):
+                raise stream_error(event)
+            yield event
 
     async def _astream(
         self,
@@ -216,35 +286,22 @@ class ChatCompletions(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        response = await self._send(self._body(messages, stop, stream=True, **kwargs))
-        async for event in self._events(response):
-            message = chunk_message(event)
-            if message is None:
-                continue
-            chunk = ChatGenerationChunk(message=message)
-            if run_manager is not None:
-                await run_manager.on_llm_new_token(str(message.content), chunk=chunk)
-            yield chunk
+        body = self._body(messages, stop, stream=True, **kwargs)
+        async with self._in_use() as client, self._answer(body, client) as response:
+            async for event in self._events(response):
+                message = chunk_message(event)
+                if message is None:
+                    continue
+                chunk = ChatGenerationChunk(message=message)
+                if run_manager is not None:
+                    await run_manager.on_llm_new_token(str(message.content), chunk=chunk)
+                yield chunk
 
     # -- whole answers ------------------------------------------------------------------------------
 
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        client: httpx.AsyncClient | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        response = await self._send(self._body(messages, stop, stream=False, **kwargs), client)
-        try:
+    async def _whole(self, body: bytes, client: httpx.AsyncClient) -> ChatResult:
+        async with self._answer(body, client) as response:
             raw = await response.aread()
-        except httpx.TimeoutException as exc:
-            raise APITimeoutError() from exc
-        except httpx.TransportError as exc:
-            raise APIConnectionError("The connection to the model service broke during the answer.") from exc
-        finally:
-            await response.aclose()
         try:
             message = full_message(json.loads(raw))
         except (ValueError, AttributeError, IndexError):
@@ -253,6 +310,17 @@ class ChatCompletions(BaseChatModel):
             generations=[ChatGeneration(message=message)], llm_output={"model_name": self.model_name}
         )
 
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        body = self._body(messages, stop, stream=False, **kwargs)
+        async with self._in_use() as client:
+            return await self._whole(body, client)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -260,10 +328,12 @@ class ChatCompletions(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        """A call from synchronous code (not used by the service): the async path on a loop of its own."""
+        """A call from synchronous code (not used by the service): the async path on a loop of its own,
+        with a client of its own (the shared one belongs to the service's loop)."""
+        body = self._body(messages, stop, stream=False, **kwargs)
 
         async def once() -> ChatResult:
             async with self._new_client() as client:
-                return await self._agenerate(messages, stop, client=client, **kwargs)
+                return await self._whole(body, client)
 
         return asyncio.run(once())

@@ -132,6 +132,24 @@ async def test_a_plain_call_sends_the_history_as_the_api_takes_it_and_reads_the_
     ]
 
 
+async def test_streamed_calls_reuse_one_kept_alive_connection(llm: FakeOpenAI) -> None:
+    model = model_for(llm)
+    for word in ("one", "two", "three"):
+        answer = await streamed(model, [HumanMessage(word)])
+        assert answer.content == f"echo: {word}"
+    peers = {r["peer"] for r in llm.requests if r["path"] == "/v1/chat/completions"}
+    assert len(peers) == 1, f"a connection per call: {peers}"  # a new TLS handshake each, on a hosted API
+    assert llm.open_connections() == 1
+
+
+async def test_a_body_left_open_after_done_does_not_hold_the_answer_back(llm: FakeOpenAI) -> None:
+    llm.script(Reply(text="whole answer", linger_after_done=4))
+    started = time.monotonic()
+    answer = await streamed(model_for(llm), [HumanMessage("hi")])
+    assert answer.content == "whole answer" and not was_cut(answer)
+    assert time.monotonic() - started < 3, "waited for the body's end only briefly"
+
+
 async def test_a_stream_that_ends_without_a_finish_reason_reads_as_cut(llm: FakeOpenAI) -> None:
     llm.script(Reply(text="a long answer that the proxy cuts", chunk_size=4, cut_after_chunks=3))
     answer = await streamed(model_for(llm), [HumanMessage("hi")])

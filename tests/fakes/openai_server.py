@@ -114,6 +114,8 @@ class Reply:
     cut_after_chunks: int | None = None
     #: Wait at this hold before answering (see :class:`Hold`).
     hold: Hold | None = None
+    #: Seconds the body stays open after ``data: [DONE]`` before it ends (a server slow to finish it).
+    linger_after_done: float = 0.0
 
 
 def prompt_text(request: dict[str, Any]) -> str:
@@ -242,6 +244,8 @@ class FakeOpenAI(ThreadedServer):
             "body": body,
             "started": time.monotonic(),
             "finished": None,
+            # The client's address and port: two requests with the same one came on one kept-alive connection.
+            "peer": request.transport.get_extra_info("peername") if request.transport else None,
         }
         self.record(entry)
         if self.context_limit is not None and request_tokens(body) > self.context_limit:
@@ -350,6 +354,8 @@ class FakeOpenAI(ThreadedServer):
             }
             await response.write(f"data: {json.dumps(final)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
+        if reply.linger_after_done:
+            await asyncio.sleep(reply.linger_after_done)
         await response.write_eof()
         entry["finished"] = time.monotonic()
         return response

@@ -97,6 +97,12 @@ class ThreadedServer:
         self._redeliveries.add(task)
         task.add_done_callback(self._redeliveries.discard)
 
+    def open_connections(self) -> int:
+        """TCP connections the server holds open now: a client pool nobody closed stays counted here."""
+        assert self._runner is not None and self._runner.server is not None
+        server = self._runner.server
+        return int(self.call(lambda: len(server.connections)))
+
     @property
     def retrying(self) -> int:
         """Deliveries still waiting for the bot's confirmation (and pushed again if none comes)."""
