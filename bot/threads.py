@@ -17,8 +17,6 @@ the row).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
 import uuid
 from collections import OrderedDict
@@ -29,6 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from bot.db import Database
+from config.batching import Batcher
 
 metadata = MetaData()
 conversations_table = Table(
@@ -68,12 +67,14 @@ class ThreadStore:
         self.db = db
         self._cache: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(conversations_table)
-        # Conversations waiting to be created by the next batch: key -> (future, owner, thread id).
-        self._creating: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]] = {}
-        self._creator: asyncio.Task[None] | None = None
-        # Cache misses waiting for the next batched SELECT: key -> future (None: no such conversation).
-        self._reading: dict[ConversationKey, asyncio.Future[Conversation | None]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        # Conversations to create in the next batch: key -> (owner, thread id) of its first caller.
+        self._creating: Batcher[ConversationKey, tuple[str, str | None], Conversation] = Batcher(
+            self._create_many, max_batch=MAX_CREATE_BATCH, name="threads-create"
+        )
+        # Cache misses for the next batched SELECT (None: no such conversation).
+        self._reading: Batcher[ConversationKey, None, Conversation] = Batcher(
+            self._read_many, max_batch=MAX_CREATE_BATCH, name="threads-read"
+        )
 
     def _remember(self, conv: Conversation) -> Conversation:
         self._cache[conv.key] = conv
@@ -86,41 +87,24 @@ class ThreadStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        waiting = self._reading.get(key)
-        if waiting is None:
-            waiting = self._reading[key] = asyncio.get_running_loop().create_future()
-            if self._reader is None or self._reader.done():
-                self._reader = asyncio.create_task(self._read_batches(), name="threads-read")
-        return await asyncio.shield(waiting)  # one caller's cancellation must not fail the others
+        return await self._reading.lookup(key, None)
 
-    async def _read_batches(self) -> None:
-        """Look up every waiting key, up to ``MAX_CREATE_BATCH`` per SELECT on one connection."""
-        await asyncio.sleep(0)  # let the rest of a burst join this batch
-        while self._reading:
-            batch = dict(itertools.islice(self._reading.items(), MAX_CREATE_BATCH))
-            for key in batch:
-                del self._reading[key]
-            try:
-                found = await self._read_many(list(batch))
-            except Exception as exc:  # every waiter fails the same way; the manager retries its message
-                for future in batch.values():
-                    if not future.done():
-                        future.set_exception(exc)
-                        future.exception()  # retrieved here: a waiter that went away must not warn
-                continue
-            for key, future in batch.items():
-                if future.done():
-                    continue
-                # Created or changed here while the SELECT ran (get_or_create, /new): that is newer.
-                conv = self._cache.get(key) or found.get(key)
-                future.set_result(None if conv is None else self._remember(conv))
-
-    async def _read_many(self, keys: list[ConversationKey]) -> dict[ConversationKey, Conversation]:
+    async def _read_many(self, batch: dict[ConversationKey, None]) -> dict[ConversationKey, Conversation]:
+        """One SELECT for a batch of cache misses (see :class:`config.batching.Batcher` for the rules)."""
         c = conversations_table.c
-        query = select(conversations_table).where(tuple_(c.provider, c.workspace, c.chat, c.topic).in_(keys))
+        query = select(conversations_table).where(
+            tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
+        )
         async with self.db.engine.connect() as conn:
             read = (await conn.execute(query)).mappings().all()
-        return {conv.key: conv for conv in map(self._from_row, read)}
+        found = {conv.key: conv for conv in map(self._from_row, read)}
+        answers: dict[ConversationKey, Conversation] = {}
+        for key in batch:
+            # Created or changed here while the SELECT ran (get_or_create, /new): that is newer.
+            conv = self._cache.get(key) or found.get(key)
+            if conv is not None:
+                answers[key] = self._remember(conv)
+        return answers
 
     async def get_or_create(
         self, key: ConversationKey, owner: str, thread_id: str | None = None
@@ -129,36 +113,15 @@ class ThreadStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        waiting = self._creating.get(key)
-        if waiting is None:
-            future: asyncio.Future[Conversation] = asyncio.get_running_loop().create_future()
-            waiting = self._creating[key] = (future, owner, thread_id)
-            if self._creator is None or self._creator.done():
-                self._creator = asyncio.create_task(self._create_batches(), name="threads-create")
-        return await asyncio.shield(waiting[0])  # one caller's cancellation must not fail the others
-
-    async def _create_batches(self) -> None:
-        """Create every waiting conversation, up to ``MAX_CREATE_BATCH`` per transaction."""
-        await asyncio.sleep(0)  # let the rest of a burst join this batch
-        while self._creating:
-            batch = dict(itertools.islice(self._creating.items(), MAX_CREATE_BATCH))
-            for key in batch:
-                del self._creating[key]
-            try:
-                found = await self._create_many(batch)
-            except Exception as exc:  # every waiter fails the same way; the manager retries its message
-                for future, _owner, _thread in batch.values():
-                    if not future.done():
-                        future.set_exception(exc)
-                        future.exception()  # retrieved here: a waiter that went away must not warn
-                continue
-            for key, (future, _owner, _thread) in batch.items():
-                if not future.done():
-                    future.set_result(self._remember(found[key]))
+        conv = await self._creating.lookup(key, (owner, thread_id))
+        if conv is None:  # the INSERT … ON CONFLICT DO NOTHING and the SELECT in one transaction: never
+            raise RuntimeError(f"conversation {key} was neither created nor found")
+        return conv
 
     async def _create_many(
-        self, batch: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]]
+        self, batch: dict[ConversationKey, tuple[str, str | None]]
     ) -> dict[ConversationKey, Conversation]:
+        """Create a batch of conversations, up to ``MAX_CREATE_BATCH`` in one transaction."""
         now = time.time()
         rows = [
             {
@@ -172,7 +135,7 @@ class ThreadStore:
                 "created_at": now,
                 "updated_at": now,
             }
-            for key, (_future, owner, thread_id) in batch.items()
+            for key, (owner, thread_id) in batch.items()
         ]
         c = conversations_table.c
         async with self.db.engine.begin() as conn:
@@ -186,7 +149,7 @@ class ThreadStore:
                 tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
             )
             read = (await conn.execute(query)).mappings().all()
-        return {conv.key: conv for conv in map(self._from_row, read)}
+        return {conv.key: self._remember(conv) for conv in map(self._from_row, read)}
 
     async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
         """``/new``: point the conversation at a fresh thread, keeping its model choice."""
