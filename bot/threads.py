@@ -20,14 +20,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, tuple_, update
+from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from bot.db import Database
-from config.batching import Batcher
+from config.batching import Batcher, match_keys
 
 metadata = MetaData()
 conversations_table = Table(
@@ -91,10 +92,7 @@ class ThreadStore:
 
     async def _read_many(self, batch: dict[ConversationKey, None]) -> dict[ConversationKey, Conversation]:
         """One SELECT for a batch of cache misses (see :class:`config.batching.Batcher` for the rules)."""
-        c = conversations_table.c
-        query = select(conversations_table).where(
-            tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
-        )
+        query = select(conversations_table).where(self._keys_in(batch))
         async with self.db.engine.connect() as conn:
             read = (await conn.execute(query)).mappings().all()
         found = {conv.key: conv for conv in map(self._from_row, read)}
@@ -137,7 +135,6 @@ class ThreadStore:
             }
             for key, (owner, thread_id) in batch.items()
         ]
-        c = conversations_table.c
         async with self.db.engine.begin() as conn:
             await conn.execute(
                 self._insert.on_conflict_do_nothing(
@@ -145,9 +142,7 @@ class ThreadStore:
                 ),
                 rows,
             )
-            query = select(conversations_table).where(
-                tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
-            )
+            query = select(conversations_table).where(self._keys_in(batch))
             read = (await conn.execute(query)).mappings().all()
         return {conv.key: self._remember(conv) for conv in map(self._from_row, read)}
 
@@ -183,6 +178,12 @@ class ThreadStore:
                 .values(approval=mode, updated_at=time.time())
             )
         return self._remember(replace(current, approval=mode))
+
+    @staticmethod
+    def _keys_in(keys: Iterable[ConversationKey]) -> ColumnElement[bool]:
+        """The rows of ``keys``, by the primary key's index (a row-value IN scans the table on SQLite)."""
+        c = conversations_table.c
+        return match_keys([c.provider, c.workspace, c.chat, c.topic], keys, varying=2)
 
     @staticmethod
     def _match(key: ConversationKey) -> list[ColumnElement[bool]]:

@@ -121,3 +121,36 @@ async def test_a_lookup_made_after_a_bind_never_gets_an_answer_from_before_it(db
     assert not (await first).bound  # read before the bind
     assert (await after).owner == "alice"  # made after it: its own batch, not the one in flight
     assert (await resolver.resolve("telegram", "", "sender-1")).owner == "alice"  # nothing stale cached
+
+
+async def test_a_batch_of_lookups_searches_the_primary_key_and_finds_exactly_its_keys(db: Database) -> None:
+    """SQLite scans the whole table for a row-value IN list; a burst of first messages then scanned the
+    growing conversations table once per batch. The batched SELECT must be an index search, and
+    grouping the keys must not match a row that only shares parts with them."""
+    creator = ThreadStore(db)
+    made = await asyncio.gather(
+        *(
+            creator.get_or_create((provider, workspace, f"chat-{i}", topic), "alice")
+            for provider, workspace, topic in [("slack", "T1", ""), ("slack", "T2", ""), ("discord", "", "9")]
+            for i in range(3)
+        )
+    )
+    selects = count_selects(db, "conversations")
+    wanted = [
+        ("slack", "T1", "chat-0", ""),  # exists
+        ("slack", "T2", "chat-1", ""),  # exists
+        ("discord", "", "chat-2", "9"),  # exists
+        ("slack", "T1", "chat-1", "9"),  # chat and topic exist, not together
+        ("slack", "T2", "chat-7", ""),  # no such chat
+        ("discord", "T1", "chat-0", "9"),  # no such workspace for that provider
+    ]
+    reader = ThreadStore(db)  # nothing cached: one batch, one SELECT
+    found = await asyncio.gather(*(reader.get(key) for key in wanted))
+    by_key = {conv.key: conv for conv in made}
+    assert found == [by_key[wanted[0]], by_key[wanted[1]], by_key[wanted[2]], None, None, None]
+    assert len(selects) == 1
+    async with db.engine.connect() as conn:
+        for statement in selects:
+            compiled = statement.replace("?", "''")
+            plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled)]
+            assert not any(step.startswith("SCAN conversations") for step in plan), plan
