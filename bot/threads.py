@@ -17,6 +17,7 @@ the row).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import OrderedDict
@@ -119,32 +120,43 @@ class ThreadStore:
     async def _create_many(
         self, batch: dict[ConversationKey, tuple[str, str | None]]
     ) -> dict[ConversationKey, Conversation]:
-        """Create a batch of conversations, up to ``MAX_CREATE_BATCH`` in one transaction."""
+        """Create a batch of conversations, up to ``MAX_CREATE_BATCH`` in one transaction.
+
+        The rows are read back unless the INSERT says it inserted every one of them (SQLite sums an
+        executemany's changes; asyncpg reports -1, unknown, for several rows): then each row holds what
+        was just inserted, and reading it again was one more SELECT per batch of new chats."""
         now = time.time()
+        fresh = os.urandom(16 * len(batch))  # one system call for the batch's new thread ids, not one each
         rows = [
             {
                 "provider": key[0],
                 "workspace": key[1],
                 "chat": key[2],
                 "topic": key[3],
-                "thread_id": thread_id or uuid.uuid4().hex,
+                "thread_id": thread_id or uuid.UUID(bytes=fresh[16 * i : 16 * i + 16], version=4).hex,
                 "owner": owner,
                 "model": None,
                 "created_at": now,
                 "updated_at": now,
             }
-            for key, (owner, thread_id) in batch.items()
+            for i, (key, (owner, thread_id)) in enumerate(batch.items())
         ]
         async with self.db.engine.begin() as conn:
-            await conn.execute(
+            inserted = await conn.execute(
                 self._insert.on_conflict_do_nothing(
                     index_elements=["provider", "workspace", "chat", "topic"]
                 ),
                 rows,
             )
-            query = select(conversations_table).where(self._keys_in(batch))
-            read = (await conn.execute(query)).mappings().all()
-        return {conv.key: self._remember(conv) for conv in map(self._from_row, read)}
+            if inserted.rowcount == len(rows):  # all new: nobody else had created any of them
+                created = [
+                    Conversation(key, str(row["thread_id"]), str(row["owner"]), None)
+                    for key, row in zip(batch, rows, strict=True)
+                ]
+            else:
+                query = select(conversations_table).where(self._keys_in(batch))
+                created = [self._from_row(row) for row in (await conn.execute(query)).mappings()]
+        return {conv.key: self._remember(conv) for conv in created}  # committed: only now cached
 
     async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
         """``/new``: point the conversation at a fresh thread, keeping its model choice."""

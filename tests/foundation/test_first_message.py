@@ -154,3 +154,22 @@ async def test_a_batch_of_lookups_searches_the_primary_key_and_finds_exactly_its
             compiled = statement.replace("?", "''")
             plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled)]
             assert not any(step.startswith("SCAN conversations") for step in plan), plan
+
+
+async def test_new_conversations_are_not_read_back_and_a_batch_with_an_existing_one_is(db: Database) -> None:
+    """A batch whose every row was inserted needs no SELECT; one row created meanwhile by another
+    instance makes the batch read its rows back, so everyone agrees on that instance's thread."""
+    selects = count_selects(db, "conversations")
+    keys = [("bench", "", f"chat-{i}", "") for i in range(20)]
+    created = await asyncio.gather(*(ThreadStore(db).get_or_create(key, "alice") for key in keys[:1]))
+    assert selects == []  # inserted: nothing to read back
+    mine = ThreadStore(db)
+    fresh = await asyncio.gather(*(mine.get_or_create(key, "bob") for key in keys[1:10]))
+    assert selects == [] and len({conv.thread_id for conv in fresh}) == 9
+    assert all(conv.owner == "bob" and conv.model is None for conv in fresh)
+    other_instance = ThreadStore(db)
+    mixed = await asyncio.gather(*(other_instance.get_or_create(key, "carol") for key in keys[:15]))
+    assert len(selects) == 1
+    assert mixed[:10] == [*created, *fresh]  # the rows stored first, not this instance's new ids
+    assert all(conv.owner == "carol" for conv in mixed[10:])
+    assert [await ThreadStore(db).get(key) for key in keys[:15]] == mixed  # and that is what is stored
