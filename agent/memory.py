@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent.context import HIDDEN_ID_PREFIX
 from agent.memory_index import FactIndex
 from agent.tables import memory_cursors, memory_facts, memory_pending, memory_profiles
-from config.batching import Batcher
+from config.batching import Batcher, match_keys
 from config.schema import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,11 @@ class MemoryStore:
         # instance's extraction may move a cursor.
         self._cursors: Batcher[str, None, tuple[bool, str | None]] = Batcher(
             self._read_cursors, max_batch=IN_CHUNK, name="memory-cursors"
+        )
+        # Finished extractions' pending rows, deleted in one transaction per batch: when the service
+        # stops after a burst of new owners, thousands of extractions end at once.
+        self._dropping: Batcher[tuple[str, frozenset[str]], None, None] = Batcher(
+            self._drop_many, max_batch=IN_CHUNK, name="memory-drop-pending"
         )
 
     async def view(self, owner: str) -> tuple[FactIndex, str | None]:
@@ -323,12 +328,18 @@ class MemoryStore:
                 await conn.execute(insert_new, values)
 
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
+        """Forget the owner's pending rows of ``thread_ids`` (committed when this returns; a drop asked
+        for while a batch is being deleted goes into the next one)."""
+        await self._dropping.lookup((owner, frozenset(thread_ids)), None)
+
+    async def _drop_many(self, batch: dict[tuple[str, frozenset[str]], None]) -> dict[Any, None]:
+        pairs = sorted({(owner, thread) for owner, threads in batch for thread in threads})
+        c = memory_pending.c
         async with self.engine.begin() as conn:
-            await conn.execute(
-                delete(memory_pending).where(
-                    memory_pending.c.owner == owner, memory_pending.c.thread_id.in_(sorted(thread_ids))
-                )
-            )
+            for start in range(0, len(pairs), IN_CHUNK):  # bound parameters per statement
+                chunk = pairs[start : start + IN_CHUNK]
+                await conn.execute(delete(memory_pending).where(match_keys([c.owner, c.thread_id], chunk)))
+        return {}
 
     async def all_pending(self) -> dict[str, tuple[set[str], str | None, float]]:
         """Owner → (threads, model, due_at) for every extraction that was waiting when we last stopped."""

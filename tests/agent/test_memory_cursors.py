@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,35 @@ async def test_cursors_of_concurrent_extractions_share_queries(engine: AsyncEngi
     selects = cursor_selects(engine)
     await asyncio.gather(*(memory.extract(f"owner-{i}", {f"thread-{i}"}, None) for i in range(300)))
     assert len(selects) <= 2
+
+
+async def test_stopping_after_a_burst_of_new_owners_reads_and_drops_their_notes_in_batches(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """10,000 new owners each leave a pending extraction; stopping flushes them all at once. Their
+    cursor reads and pending-row deletes share statements, and every pending row is gone afterwards."""
+
+    async def transcript(thread_id: str) -> list[BaseMessage]:
+        return []
+
+    memory = MemoryService(
+        MemoryConfig(debounce_seconds=3600),
+        MemoryStore(engine),
+        chat_model=lambda name: RecordingModel(),
+        transcript=transcript,
+    )
+    await asyncio.gather(*(memory.turn_finished(f"owner-{i}", f"thread-{i}") for i in range(400)))
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        assert conn.execute("SELECT count(*) FROM agent_memory_pending").fetchone() == (400,)
+    statements: list[str] = []
+    event.listen(
+        engine.sync_engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, parameters, context, executemany: statements.append(statement),
+    )
+    await memory.close()
+    deletes = [s for s in statements if s.lstrip().upper().startswith("DELETE FROM AGENT_MEMORY_PENDING")]
+    reads = [s for s in statements if "FROM agent_memory_cursors" in s]
+    assert 1 <= len(deletes) <= 4 and 1 <= len(reads) <= 4  # not 400 each
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        assert conn.execute("SELECT count(*) FROM agent_memory_pending").fetchone() == (0,)
