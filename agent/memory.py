@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent.context import HIDDEN_ID_PREFIX
 from agent.memory_index import FactIndex
 from agent.tables import memory_cursors, memory_facts, memory_pending, memory_profiles
+from config.batching import Batcher, match_keys
 from config.schema import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,17 @@ class MemoryStore:
         #: owner -> (version, index): see :meth:`view`. Most recently used last.
         self._views: OrderedDict[str, tuple[tuple[Any, ...], FactIndex]] = OrderedDict()
         self._viewed_facts = 0
+        # Cursor reads, batched: an extraction of many threads (or many owners' at once, when the
+        # service stops) is one SELECT per 500 threads, not one each. Nothing is cached: another
+        # instance's extraction may move a cursor.
+        self._cursors: Batcher[str, None, tuple[bool, str | None]] = Batcher(
+            self._read_cursors, max_batch=IN_CHUNK, name="memory-cursors"
+        )
+        # Finished extractions' pending rows, deleted in one transaction per batch: when the service
+        # stops after a burst of new owners, thousands of extractions end at once.
+        self._dropping: Batcher[tuple[str, frozenset[str]], None, None] = Batcher(
+            self._drop_many, max_batch=IN_CHUNK, name="memory-drop-pending"
+        )
 
     async def view(self, owner: str) -> tuple[FactIndex, str | None]:
         """The owner's facts, indexed, and summary — what every turn reads.
@@ -254,13 +266,20 @@ class MemoryStore:
     # --- extraction progress (survives restarts) ---------------------------------------------------
     async def cursor(self, thread_id: str) -> tuple[bool, str | None]:
         """``(known, last_message_id)``: whether the thread has a cursor, and the newest id read."""
+        return (await self.cursors([thread_id]))[thread_id]
+
+    async def cursors(self, thread_ids: Iterable[str]) -> dict[str, tuple[bool, str | None]]:
+        """:meth:`cursor` of several threads, in batched queries (see :class:`config.batching.Batcher`)."""
+        found = await self._cursors.lookup_many(thread_ids, None)
+        return {thread_id: cursor or (False, None) for thread_id, cursor in found.items()}
+
+    async def _read_cursors(self, batch: dict[str, None]) -> dict[str, tuple[bool, str | None]]:
+        c = memory_cursors.c
         async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(memory_cursors.c.last_message_id).where(memory_cursors.c.thread_id == thread_id)
-                )
-            ).first()
-        return (row is not None, row[0] if row is not None else None)
+            rows = await conn.execute(
+                select(c.thread_id, c.last_message_id).where(c.thread_id.in_(list(batch)))
+            )
+            return {thread_id: (True, last_id) for thread_id, last_id in rows}
 
     async def set_cursors(self, owner: str, cursors: dict[str, str | None]) -> None:
         async with self.engine.begin() as conn:
@@ -309,12 +328,18 @@ class MemoryStore:
                 await conn.execute(insert_new, values)
 
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
+        """Forget the owner's pending rows of ``thread_ids`` (committed when this returns; a drop asked
+        for while a batch is being deleted goes into the next one)."""
+        await self._dropping.lookup((owner, frozenset(thread_ids)), None)
+
+    async def _drop_many(self, batch: dict[tuple[str, frozenset[str]], None]) -> dict[Any, None]:
+        pairs = sorted({(owner, thread) for owner, threads in batch for thread in threads})
+        c = memory_pending.c
         async with self.engine.begin() as conn:
-            await conn.execute(
-                delete(memory_pending).where(
-                    memory_pending.c.owner == owner, memory_pending.c.thread_id.in_(sorted(thread_ids))
-                )
-            )
+            for start in range(0, len(pairs), IN_CHUNK):  # bound parameters per statement
+                chunk = pairs[start : start + IN_CHUNK]
+                await conn.execute(delete(memory_pending).where(match_keys([c.owner, c.thread_id], chunk)))
+        return {}
 
     async def all_pending(self) -> dict[str, tuple[set[str], str | None, float]]:
         """Owner → (threads, model, due_at) for every extraction that was waiting when we last stopped."""
@@ -570,11 +595,12 @@ class MemoryService:
         try:
             transcript: list[str] = []
             cursors: dict[str, str | None] = {}
-            for thread_id in sorted(thread_ids):
-                lines, newest = await self._new_messages(thread_id)
-                transcript.extend(lines)
-                if newest is not None:
-                    cursors[thread_id] = newest
+            ordered = sorted(thread_ids)
+            for start in range(0, len(ordered), IN_CHUNK):  # one cursor query per chunk of threads
+                for thread_id, lines, newest in await self._new_messages(ordered[start : start + IN_CHUNK]):
+                    transcript.extend(lines)
+                    if newest is not None:
+                        cursors[thread_id] = newest
             if not transcript:
                 if cursors:
                     await self.store.set_cursors(owner, cursors)
@@ -599,31 +625,19 @@ class MemoryService:
             log.warning("memory extraction failed: %s", type(exc).__name__)
             return False
 
-    async def _new_messages(self, thread_id: str) -> tuple[list[str], str | None]:
-        """Transcript lines after the thread's cursor, and the id of the newest message seen."""
-        messages = await self._transcript(thread_id)
-        known, last_id = await self.store.cursor(thread_id)
-        start = 0
-        if known and last_id is not None:
-            ids = [m.id for m in messages]
-            # Not found: compaction summarised it away, and compaction only removes the oldest
-            # messages — so every message still in the thread is newer than the cursor.
-            start = ids.index(last_id) + 1 if last_id in ids else 0
-        lines = []
-        for message in messages[start:][-TRANSCRIPT_MESSAGES:]:
-            if isinstance(message, HumanMessage):
-                if (message.id or "").startswith(HIDDEN_ID_PREFIX):
-                    continue  # a goal continuation's prompt: our words, not the user's
-                who = "User"
-            elif isinstance(message, AIMessage):
-                who = "Assistant"
-            else:
-                continue
-            text = _text(message).strip()
-            if text:
-                lines.append(f"{who}: {text[:TRANSCRIPT_CHARS_PER_MESSAGE]}")
-        newest = messages[-1].id if messages and start < len(messages) else None
-        return lines, newest
+    async def _new_messages(self, thread_ids: list[str]) -> list[tuple[str, list[str], str | None]]:
+        """Per thread: the transcript lines after its cursor, and the id of the newest message seen.
+
+        Each thread's transcript is read before its cursor, as when each had a query of its own; the
+        cursors of all of them are then one query (a burst of new chats leaves one owner with thousands
+        of threads, read when the service stops: a query each was most of the shutdown). Only the ids
+        and the last ``TRANSCRIPT_MESSAGES`` messages of each thread are kept meanwhile."""
+        read: list[tuple[str, list[str | None], list[BaseMessage]]] = []
+        for thread_id in thread_ids:
+            messages = await self._transcript(thread_id)
+            read.append((thread_id, [m.id for m in messages], messages[-TRANSCRIPT_MESSAGES:]))
+        cursors = await self.store.cursors(thread_ids)
+        return [(thread_id, *_after_cursor(ids, tail, cursors[thread_id])) for thread_id, ids, tail in read]
 
     @staticmethod
     def _request(known: Sequence[Fact], summary: str | None, transcript: list[str]) -> list[BaseMessage]:
@@ -659,6 +673,35 @@ class MemoryService:
             for task in work:
                 with contextlib.suppress(BaseException):
                     await task
+
+
+def _after_cursor(
+    ids: list[str | None], tail: list[BaseMessage], cursor: tuple[bool, str | None]
+) -> tuple[list[str], str | None]:
+    """A thread's transcript lines after its cursor and its newest message id (None: nothing new).
+
+    ``ids`` are all the thread's message ids, ``tail`` its last ``TRANSCRIPT_MESSAGES`` messages."""
+    known, last_id = cursor
+    start = 0
+    if known and last_id is not None:
+        # Not found: compaction summarised it away, and compaction only removes the oldest
+        # messages — so every message still in the thread is newer than the cursor.
+        start = ids.index(last_id) + 1 if last_id in ids else 0
+    lines = []
+    for message in tail[max(0, start - (len(ids) - len(tail))) :]:
+        if isinstance(message, HumanMessage):
+            if (message.id or "").startswith(HIDDEN_ID_PREFIX):
+                continue  # a goal continuation's prompt: our words, not the user's
+            who = "User"
+        elif isinstance(message, AIMessage):
+            who = "Assistant"
+        else:
+            continue
+        text = _text(message).strip()
+        if text:
+            lines.append(f"{who}: {text[:TRANSCRIPT_CHARS_PER_MESSAGE]}")
+    newest = ids[-1] if ids and start < len(ids) else None
+    return lines, newest
 
 
 def _text(message: Any) -> str:

@@ -17,18 +17,19 @@ the row).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
+import os
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, tuple_, update
+from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from bot.db import Database
+from config.batching import Batcher, match_keys
 
 metadata = MetaData()
 conversations_table = Table(
@@ -68,12 +69,14 @@ class ThreadStore:
         self.db = db
         self._cache: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(conversations_table)
-        # Conversations waiting to be created by the next batch: key -> (future, owner, thread id).
-        self._creating: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]] = {}
-        self._creator: asyncio.Task[None] | None = None
-        # Cache misses waiting for the next batched SELECT: key -> future (None: no such conversation).
-        self._reading: dict[ConversationKey, asyncio.Future[Conversation | None]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        # Conversations to create in the next batch: key -> (owner, thread id) of its first caller.
+        self._creating: Batcher[ConversationKey, tuple[str, str | None], Conversation] = Batcher(
+            self._create_many, max_batch=MAX_CREATE_BATCH, name="threads-create"
+        )
+        # Cache misses for the next batched SELECT (None: no such conversation).
+        self._reading: Batcher[ConversationKey, None, Conversation] = Batcher(
+            self._read_many, max_batch=MAX_CREATE_BATCH, name="threads-read"
+        )
 
     def _remember(self, conv: Conversation) -> Conversation:
         self._cache[conv.key] = conv
@@ -86,41 +89,21 @@ class ThreadStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        waiting = self._reading.get(key)
-        if waiting is None:
-            waiting = self._reading[key] = asyncio.get_running_loop().create_future()
-            if self._reader is None or self._reader.done():
-                self._reader = asyncio.create_task(self._read_batches(), name="threads-read")
-        return await asyncio.shield(waiting)  # one caller's cancellation must not fail the others
+        return await self._reading.lookup(key, None)
 
-    async def _read_batches(self) -> None:
-        """Look up every waiting key, up to ``MAX_CREATE_BATCH`` per SELECT on one connection."""
-        await asyncio.sleep(0)  # let the rest of a burst join this batch
-        while self._reading:
-            batch = dict(itertools.islice(self._reading.items(), MAX_CREATE_BATCH))
-            for key in batch:
-                del self._reading[key]
-            try:
-                found = await self._read_many(list(batch))
-            except Exception as exc:  # every waiter fails the same way; the manager retries its message
-                for future in batch.values():
-                    if not future.done():
-                        future.set_exception(exc)
-                        future.exception()  # retrieved here: a waiter that went away must not warn
-                continue
-            for key, future in batch.items():
-                if future.done():
-                    continue
-                # Created or changed here while the SELECT ran (get_or_create, /new): that is newer.
-                conv = self._cache.get(key) or found.get(key)
-                future.set_result(None if conv is None else self._remember(conv))
-
-    async def _read_many(self, keys: list[ConversationKey]) -> dict[ConversationKey, Conversation]:
-        c = conversations_table.c
-        query = select(conversations_table).where(tuple_(c.provider, c.workspace, c.chat, c.topic).in_(keys))
+    async def _read_many(self, batch: dict[ConversationKey, None]) -> dict[ConversationKey, Conversation]:
+        """One SELECT for a batch of cache misses (see :class:`config.batching.Batcher` for the rules)."""
+        query = select(conversations_table).where(self._keys_in(batch))
         async with self.db.engine.connect() as conn:
             read = (await conn.execute(query)).mappings().all()
-        return {conv.key: conv for conv in map(self._from_row, read)}
+        found = {conv.key: conv for conv in map(self._from_row, read)}
+        answers: dict[ConversationKey, Conversation] = {}
+        for key in batch:
+            # Created or changed here while the SELECT ran (get_or_create, /new): that is newer.
+            conv = self._cache.get(key) or found.get(key)
+            if conv is not None:
+                answers[key] = self._remember(conv)
+        return answers
 
     async def get_or_create(
         self, key: ConversationKey, owner: str, thread_id: str | None = None
@@ -129,64 +112,51 @@ class ThreadStore:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        waiting = self._creating.get(key)
-        if waiting is None:
-            future: asyncio.Future[Conversation] = asyncio.get_running_loop().create_future()
-            waiting = self._creating[key] = (future, owner, thread_id)
-            if self._creator is None or self._creator.done():
-                self._creator = asyncio.create_task(self._create_batches(), name="threads-create")
-        return await asyncio.shield(waiting[0])  # one caller's cancellation must not fail the others
-
-    async def _create_batches(self) -> None:
-        """Create every waiting conversation, up to ``MAX_CREATE_BATCH`` per transaction."""
-        await asyncio.sleep(0)  # let the rest of a burst join this batch
-        while self._creating:
-            batch = dict(itertools.islice(self._creating.items(), MAX_CREATE_BATCH))
-            for key in batch:
-                del self._creating[key]
-            try:
-                found = await self._create_many(batch)
-            except Exception as exc:  # every waiter fails the same way; the manager retries its message
-                for future, _owner, _thread in batch.values():
-                    if not future.done():
-                        future.set_exception(exc)
-                        future.exception()  # retrieved here: a waiter that went away must not warn
-                continue
-            for key, (future, _owner, _thread) in batch.items():
-                if not future.done():
-                    future.set_result(self._remember(found[key]))
+        conv = await self._creating.lookup(key, (owner, thread_id))
+        if conv is None:  # the INSERT … ON CONFLICT DO NOTHING and the SELECT in one transaction: never
+            raise RuntimeError(f"conversation {key} was neither created nor found")
+        return conv
 
     async def _create_many(
-        self, batch: dict[ConversationKey, tuple[asyncio.Future[Conversation], str, str | None]]
+        self, batch: dict[ConversationKey, tuple[str, str | None]]
     ) -> dict[ConversationKey, Conversation]:
+        """Create a batch of conversations, up to ``MAX_CREATE_BATCH`` in one transaction.
+
+        The rows are read back unless the INSERT says it inserted every one of them (SQLite sums an
+        executemany's changes; asyncpg reports -1, unknown, for several rows): then each row holds what
+        was just inserted, and reading it again was one more SELECT per batch of new chats."""
         now = time.time()
+        fresh = os.urandom(16 * len(batch))  # one system call for the batch's new thread ids, not one each
         rows = [
             {
                 "provider": key[0],
                 "workspace": key[1],
                 "chat": key[2],
                 "topic": key[3],
-                "thread_id": thread_id or uuid.uuid4().hex,
+                "thread_id": thread_id or uuid.UUID(bytes=fresh[16 * i : 16 * i + 16], version=4).hex,
                 "owner": owner,
                 "model": None,
                 "created_at": now,
                 "updated_at": now,
             }
-            for key, (_future, owner, thread_id) in batch.items()
+            for i, (key, (owner, thread_id)) in enumerate(batch.items())
         ]
-        c = conversations_table.c
         async with self.db.engine.begin() as conn:
-            await conn.execute(
+            inserted = await conn.execute(
                 self._insert.on_conflict_do_nothing(
                     index_elements=["provider", "workspace", "chat", "topic"]
                 ),
                 rows,
             )
-            query = select(conversations_table).where(
-                tuple_(c.provider, c.workspace, c.chat, c.topic).in_(list(batch))
-            )
-            read = (await conn.execute(query)).mappings().all()
-        return {conv.key: conv for conv in map(self._from_row, read)}
+            if inserted.rowcount == len(rows):  # all new: nobody else had created any of them
+                created = [
+                    Conversation(key, str(row["thread_id"]), str(row["owner"]), None)
+                    for key, row in zip(batch, rows, strict=True)
+                ]
+            else:
+                query = select(conversations_table).where(self._keys_in(batch))
+                created = [self._from_row(row) for row in (await conn.execute(query)).mappings()]
+        return {conv.key: self._remember(conv) for conv in created}  # committed: only now cached
 
     async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
         """``/new``: point the conversation at a fresh thread, keeping its model choice."""
@@ -220,6 +190,12 @@ class ThreadStore:
                 .values(approval=mode, updated_at=time.time())
             )
         return self._remember(replace(current, approval=mode))
+
+    @staticmethod
+    def _keys_in(keys: Iterable[ConversationKey]) -> ColumnElement[bool]:
+        """The rows of ``keys``, by the primary key's index (a row-value IN scans the table on SQLite)."""
+        c = conversations_table.c
+        return match_keys([c.provider, c.workspace, c.chat, c.topic], keys, varying=2)
 
     @staticmethod
     def _match(key: ConversationKey) -> list[ColumnElement[bool]]:

@@ -12,12 +12,11 @@ joins only a batch that has not been sent yet, so its answer is never older than
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from config.batching import Batcher
 from connections.identity import PlatformIdentity, ResolvedOwner
 from connections.store import ConnectionStore
 
@@ -42,9 +41,10 @@ class OwnerResolver:
         self._cache: OrderedDict[PlatformIdentity, tuple[str | None, float]] = OrderedDict()
         # Bumped on every invalidation: a lookup that raced with a bind must not cache its stale answer.
         self._generation = 0
-        # Misses waiting for the next batched SELECT: identity -> its owner (None: not connected).
-        self._waiting: dict[PlatformIdentity, asyncio.Future[str | None]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        # Misses for the next batched SELECT: identity -> its owner (None: not connected).
+        self._misses: Batcher[PlatformIdentity, None, str] = Batcher(
+            self._read_many, max_batch=MAX_BATCH, name="owners-read"
+        )
         store.subscribe(self.invalidate)
 
     def invalidate(self, identity: PlatformIdentity | None = None) -> None:
@@ -67,34 +67,17 @@ class OwnerResolver:
         return ResolvedOwner(owner, bound=True)
 
     async def _look_up(self, identity: PlatformIdentity) -> str | None:
-        waiting = self._waiting.get(identity)
-        if waiting is None:
-            waiting = self._waiting[identity] = asyncio.get_running_loop().create_future()
-            if self._reader is None or self._reader.done():
-                self._reader = asyncio.create_task(self._read_batches(), name="owners-read")
-        return await asyncio.shield(waiting)  # one caller's cancellation must not fail the others
+        return await self._misses.lookup(identity, None)
 
-    async def _read_batches(self) -> None:
-        await asyncio.sleep(0)  # let the rest of a burst join this batch
-        while self._waiting:
-            batch = dict(itertools.islice(self._waiting.items(), MAX_BATCH))
+    async def _read_many(self, batch: dict[PlatformIdentity, None]) -> dict[PlatformIdentity, str]:
+        """One SELECT for a batch of misses (see :class:`config.batching.Batcher` for the rules); the
+        answers, absent ones too, are cached for ``ttl`` unless a bind raced with the query."""
+        generation, now = self._generation, self.clock()
+        owners = await self.store.owners_of(list(batch))
+        if generation == self._generation:  # a bind raced with this lookup: do not keep its answers
             for identity in batch:
-                del self._waiting[identity]
-            generation, now = self._generation, self.clock()
-            try:
-                owners = await self.store.owners_of(list(batch))
-            except Exception as exc:  # every waiter fails the same way; the manager retries its message
-                for future in batch.values():
-                    if not future.done():
-                        future.set_exception(exc)
-                        future.exception()  # retrieved here: a waiter that went away must not warn
-                continue
-            for identity, future in batch.items():
-                owner = owners.get(identity)
-                if generation == self._generation:  # a bind raced with this lookup: do not keep it
-                    self._cache[identity] = (owner, now)
-                    self._cache.move_to_end(identity)
-                if not future.done():
-                    future.set_result(owner)
+                self._cache[identity] = (owners.get(identity), now)
+                self._cache.move_to_end(identity)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
+        return owners

@@ -121,3 +121,55 @@ async def test_a_lookup_made_after_a_bind_never_gets_an_answer_from_before_it(db
     assert not (await first).bound  # read before the bind
     assert (await after).owner == "alice"  # made after it: its own batch, not the one in flight
     assert (await resolver.resolve("telegram", "", "sender-1")).owner == "alice"  # nothing stale cached
+
+
+async def test_a_batch_of_lookups_searches_the_primary_key_and_finds_exactly_its_keys(db: Database) -> None:
+    """SQLite scans the whole table for a row-value IN list; a burst of first messages then scanned the
+    growing conversations table once per batch. The batched SELECT must be an index search, and
+    grouping the keys must not match a row that only shares parts with them."""
+    creator = ThreadStore(db)
+    made = await asyncio.gather(
+        *(
+            creator.get_or_create((provider, workspace, f"chat-{i}", topic), "alice")
+            for provider, workspace, topic in [("slack", "T1", ""), ("slack", "T2", ""), ("discord", "", "9")]
+            for i in range(3)
+        )
+    )
+    selects = count_selects(db, "conversations")
+    wanted = [
+        ("slack", "T1", "chat-0", ""),  # exists
+        ("slack", "T2", "chat-1", ""),  # exists
+        ("discord", "", "chat-2", "9"),  # exists
+        ("slack", "T1", "chat-1", "9"),  # chat and topic exist, not together
+        ("slack", "T2", "chat-7", ""),  # no such chat
+        ("discord", "T1", "chat-0", "9"),  # no such workspace for that provider
+    ]
+    reader = ThreadStore(db)  # nothing cached: one batch, one SELECT
+    found = await asyncio.gather(*(reader.get(key) for key in wanted))
+    by_key = {conv.key: conv for conv in made}
+    assert found == [by_key[wanted[0]], by_key[wanted[1]], by_key[wanted[2]], None, None, None]
+    assert len(selects) == 1
+    async with db.engine.connect() as conn:
+        for statement in selects:
+            compiled = statement.replace("?", "''")
+            plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + compiled)]
+            assert not any(step.startswith("SCAN conversations") for step in plan), plan
+
+
+async def test_new_conversations_are_not_read_back_and_a_batch_with_an_existing_one_is(db: Database) -> None:
+    """A batch whose every row was inserted needs no SELECT; one row created meanwhile by another
+    instance makes the batch read its rows back, so everyone agrees on that instance's thread."""
+    selects = count_selects(db, "conversations")
+    keys = [("bench", "", f"chat-{i}", "") for i in range(20)]
+    created = await asyncio.gather(*(ThreadStore(db).get_or_create(key, "alice") for key in keys[:1]))
+    assert selects == []  # inserted: nothing to read back
+    mine = ThreadStore(db)
+    fresh = await asyncio.gather(*(mine.get_or_create(key, "bob") for key in keys[1:10]))
+    assert selects == [] and len({conv.thread_id for conv in fresh}) == 9
+    assert all(conv.owner == "bob" and conv.model is None for conv in fresh)
+    other_instance = ThreadStore(db)
+    mixed = await asyncio.gather(*(other_instance.get_or_create(key, "carol") for key in keys[:15]))
+    assert len(selects) == 1
+    assert mixed[:10] == [*created, *fresh]  # the rows stored first, not this instance's new ids
+    assert all(conv.owner == "carol" for conv in mixed[10:])
+    assert [await ThreadStore(db).get(key) for key in keys[:15]] == mixed  # and that is what is stored
