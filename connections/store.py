@@ -24,11 +24,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, select, text, tuple_, update
+from sqlalchemy import and_, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from config.batching import match_keys
 from connections.attempts import AttemptLimiter
 from connections.identity import PlatformIdentity, validate_user_id
 from connections.tables import ACTIVE, REVOKED, connect_codes_table, connections_table, users_table
@@ -497,11 +498,11 @@ class ConnectionStore:
         """The active owner of each of ``identities`` that has one, in one SELECT (a burst of new senders)."""
         t = connections_table.c
         keys = [(i.provider, i.workspace, i.external_id) for i in identities]
+        # match_keys, not a row-value IN: SQLite walks the whole active-identity index for the latter.
+        where = match_keys([t.provider, t.workspace, t.external_id], keys, varying=2)
         async with self.engine.connect() as conn:
             rows = await conn.execute(
-                select(t.provider, t.workspace, t.external_id, t.owner).where(
-                    tuple_(t.provider, t.workspace, t.external_id).in_(keys), t.status == ACTIVE
-                )
+                select(t.provider, t.workspace, t.external_id, t.owner).where(where, t.status == ACTIVE)
             )
             return {PlatformIdentity(r.provider, r.workspace, r.external_id): r.owner for r in rows}
 

@@ -173,3 +173,37 @@ async def test_new_conversations_are_not_read_back_and_a_batch_with_an_existing_
     assert mixed[:10] == [*created, *fresh]  # the rows stored first, not this instance's new ids
     assert all(conv.owner == "carol" for conv in mixed[10:])
     assert [await ThreadStore(db).get(key) for key in keys[:15]] == mixed  # and that is what is stored
+
+
+async def test_a_burst_of_new_senders_is_an_index_search_that_finds_exactly_the_bound_ones(
+    db: Database,
+) -> None:
+    """The owner lookup of a burst's new senders had the same row-value IN as the conversations: SQLite
+    scanned the whole index of active identities per batch. It must search it and match only whole keys."""
+    store = ConnectionStore(db.engine)
+    for owner, provider, sender in [
+        ("alice", "telegram", "1"),
+        ("bob", "slack", "2"),
+        ("carol", "telegram", "3"),
+    ]:
+        issued = await store.create_code(owner, provider)
+        await store.bind_with_code(issued.code, PlatformIdentity(provider, "", sender))
+    sent: list[tuple[str, object]] = []
+
+    def before(conn, cursor, statement: str, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("SELECT") and "FROM connections" in statement:
+            sent.append((statement, parameters))
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", before)
+    wanted = [
+        PlatformIdentity("telegram", "", "1"),  # bound
+        PlatformIdentity("telegram", "", "2"),  # that sender is bound on another platform only
+        PlatformIdentity("telegram", "", "7"),  # nobody
+    ]
+    owners = await store.owners_of(wanted)
+    assert owners == {wanted[0]: "alice"}
+    assert len(sent) == 1
+    statement, parameters = sent[0]
+    async with db.engine.connect() as conn:
+        plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+    assert not any(step.startswith("SCAN") for step in plan), plan
