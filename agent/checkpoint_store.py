@@ -105,20 +105,22 @@ class CheckpointStore:
         restarted, every later turn failed on it until the service was restarted. The pool checks a
         connection before lending it (a broken one is replaced) and gives up on a connection attempt
         after ``CHECKPOINT_RECONNECT_SECONDS``, so once PostgreSQL is back the next turn connects anew
-        instead of waiting out a long back-off.
+        instead of waiting out a long back-off. While no connection can be had, queries fail fast
+        (agent/checkpoint_pool.py): the saver's lock would otherwise queue them 5 s apart.
         """
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool
 
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        from agent.checkpoint_pool import OutageAwarePool
+
+        pool = OutageAwarePool(
             conninfo,
             min_size=1,
             max_size=CHECKPOINT_POOL_SIZE,
             open=False,
             name="agent-checkpoints",
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            check=AsyncConnectionPool.check_connection,
+            check=OutageAwarePool.check_connection,
             timeout=CHECKPOINT_CONNECT_TIMEOUT_SECONDS,
             reconnect_timeout=CHECKPOINT_RECONNECT_SECONDS,
         )
