@@ -252,6 +252,11 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
             self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
             super().set_reply_ref(entry_id, reply)
 
+        def stage_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+            arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
+            self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
+            super().stage_reply_ref(entry_id, reply)
+
         async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
             arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
             self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"

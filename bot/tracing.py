@@ -56,6 +56,9 @@ _ZERO_TRACE = "0" * 32
 _ids = random.Random()
 #: Set once a tracer provider is seen; OpenTelemetry's provider is set once per process and never unset.
 _provider_seen = False
+#: The environment variable that names a provider for OpenTelemetry to load on first use; read once.
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNSET = object()
 
 
 class TracingUnavailable(RuntimeError):
@@ -99,7 +102,13 @@ def _spans_wanted() -> bool:
     global _provider_seen
     if _provider_seen:
         return True
-    if otel_trace is None or isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider):
+    if otel_trace is None:
+        return False
+    # No provider yet (the usual case without tracing): one global read. OpenTelemetry's public getter
+    # reads the environment each time (a visible share of a message's CPU); this reads it once.
+    if getattr(otel_trace, "_TRACER_PROVIDER", _UNSET) is None and not _PROVIDER_FROM_ENV:
+        return False
+    if isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider):
         return False
     _provider_seen = True
     return True
