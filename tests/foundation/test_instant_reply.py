@@ -26,6 +26,25 @@ async def test_an_answer_ready_at_once_is_one_message_with_no_placeholder(tmp_pa
         assert (entry.status, entry.reply_ref) == (DONE, ref)
 
 
+async def test_an_instant_answer_is_stored_with_its_done_mark_in_one_statement(tmp_path):
+    """The answer's message id and the entry's done mark are one UPDATE in one commit, not a commit of
+    the reference first (SQLite: the statements on the inbox's own connection)."""
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        sqlite = h.service.inbox._sqlite
+        assert sqlite is not None
+        statements: list[str] = []
+        sqlite.conn.set_trace_callback(statements.append)
+        await h.chat.say("hi", message_id="m1")
+        await h.idle()
+        sqlite.conn.set_trace_callback(None)
+        [(_kind, ref, _text)] = h.chat.calls
+        updates = [s for s in statements if s.startswith("UPDATE inbox")]
+        assert len(updates) == 1, updates
+        assert "status = 'done'" in updates[0] and "reply_state" in updates[0]
+        [entry] = await h.service.inbox.entries()
+        assert (entry.status, entry.reply_ref) == (DONE, ref)
+
+
 async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first(tmp_path):
     agent = InstantAgent(wait=True)
     async with Harness.running(make_settings(tmp_path), agent=agent) as h:
