@@ -45,6 +45,28 @@ async def test_an_instant_answer_is_stored_with_its_done_mark_in_one_statement(t
         assert (entry.status, entry.reply_ref) == (DONE, ref)
 
 
+async def test_an_answer_of_two_messages_stores_the_first_before_sending_the_second(tmp_path):
+    """Only the last message's state joins the done mark: each earlier one is committed before the next
+    message is sent, so a crash between them leaves nothing the restarted turn cannot find."""
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        sqlite = h.service.inbox._sqlite
+        assert sqlite is not None
+        updates: list[tuple[int, str]] = []  # (platform calls made so far, statement)
+
+        def seen(statement: str) -> None:
+            if statement.startswith("UPDATE inbox"):
+                updates.append((len(h.chat.calls), statement))
+
+        sqlite.conn.set_trace_callback(seen)
+        await h.chat.say("x" * 5000, message_id="m1")  # the answer repeats it: two messages (limit 4000)
+        await h.idle()
+        sqlite.conn.set_trace_callback(None)
+        assert [c[0] for c in h.chat.calls] == ["send", "send"]
+        [(calls_first, first), (calls_last, last)] = updates
+        assert calls_first == 1 and first.startswith("UPDATE inbox SET reply_ref")  # before the 2nd send
+        assert calls_last == 2 and "status = 'done'" in last and "reply_state" in last
+
+
 async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first(tmp_path):
     agent = InstantAgent(wait=True)
     async with Harness.running(make_settings(tmp_path), agent=agent) as h:
