@@ -268,8 +268,8 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
                 committed[newest(op)] = (time.perf_counter(), self._kind)
             return written
 
-        def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
-            future = super()._queue_ref(op)
+        def _queue_ref(self, op: InboxOp, *, unawaited: bool = False) -> asyncio.Future[Any]:
+            future = super()._queue_ref(op, unawaited=unawaited)
             kind = self._kind
             future.add_done_callback(lambda _f: committed.setdefault(newest(op), (time.perf_counter(), kind)))
             return future

@@ -504,7 +504,7 @@ class Inbox:
         op = _reply_op(entry_id, reply)
         if self._write_ref_now(op):
             return
-        self._queue_ref(op).add_done_callback(_log_reply_ref_failure)
+        self._queue_ref(op, unawaited=True)
 
     def stage_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         """Like :meth:`set_reply_ref`, but always through the writer's next batch (its urgent lane),
@@ -518,7 +518,7 @@ class Inbox:
         wire. Never for a message more of the reply follows: that one is stored before it is sent.
         """
         if self._writer.running:
-            self._queue_ref(_reply_op(entry_id, reply)).add_done_callback(_log_reply_ref_failure)
+            self._queue_ref(_reply_op(entry_id, reply), unawaited=True)
 
     async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         """Like :meth:`set_reply_ref`, but returns once the reference is durable.
@@ -551,14 +551,20 @@ class Inbox:
             log.debug("direct reply reference write failed, queueing it: %s", exc)
             return False
 
-    def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
+    def _queue_ref(self, op: InboxOp, *, unawaited: bool = False) -> asyncio.Future[Any]:
+        """Into the writer's urgent lane; ``unawaited``: nobody awaits it, so its failure is logged here
+        (one callback for both jobs: each is a loop callback per message)."""
         future = self._writer.enqueue(op, urgent=True)
         self._queued_refs += 1
-        future.add_done_callback(self._ref_written)
+        future.add_done_callback(self._unawaited_ref_written if unawaited else self._ref_written)
         return future
 
     def _ref_written(self, _future: asyncio.Future[Any]) -> None:
         self._queued_refs -= 1
+
+    def _unawaited_ref_written(self, future: asyncio.Future[Any]) -> None:
+        self._queued_refs -= 1
+        _log_reply_ref_failure(future)
 
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but neither done nor dead, oldest first: what a restart must resume."""
