@@ -66,6 +66,9 @@ class MemoryInbox:
         entry = self._entries[entry_id]
         entry.reply_ref, entry.reply_state = reply.first_ref, reply.to_json()
 
+    def stage_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+        self.set_reply_ref(entry_id, reply)
+
     async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         self.set_reply_ref(entry_id, reply)
 

@@ -184,6 +184,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "a rate-limited final answer is not retried before falling back",
     ),
     Mutant(
+        "every-final-message-staged",
+        "channels/reply.py",
+        "settling = priority and index == last",
+        "settling = priority",
+        (f"{F}/test_instant_reply.py",),
+        "every message of a final answer waits for its done mark: a crash between two of them leaves "
+        "the first one unfindable and the restarted turn sends it again",
+    ),
+    Mutant(
         "stale-update-sent",
         "channels/reply.py",
         "                if (shown == chunk and on == want) or (on is None and self._still_shows(index, chunk, want)):",

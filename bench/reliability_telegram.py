@@ -252,6 +252,11 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
             self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
             super().set_reply_ref(entry_id, reply)
 
+        def stage_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+            arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
+            self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
+            super().stage_reply_ref(entry_id, reply)
+
         async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
             arrived.setdefault(reply.parts[-1].ref, time.perf_counter())
             self._kind = "placeholder or notice" if len(reply.parts) == 1 else "overflow message"
@@ -263,8 +268,8 @@ async def measure_window(messages: int, workdir: Path, seed: int = 1) -> dict[st
                 committed[newest(op)] = (time.perf_counter(), self._kind)
             return written
 
-        def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
-            future = super()._queue_ref(op)
+        def _queue_ref(self, op: InboxOp, *, unawaited: bool = False) -> asyncio.Future[Any]:
+            future = super()._queue_ref(op, unawaited=unawaited)
             kind = self._kind
             future.add_done_callback(lambda _f: committed.setdefault(newest(op), (time.perf_counter(), kind)))
             return future

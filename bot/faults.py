@@ -236,22 +236,30 @@ class StorageRetry:
                 return
             seen_down = seen_down or down
 
-    async def call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
-        """``operation()``, run again after a back-off for as long as it raises a storage fault."""
+    async def call(
+        self, what: str, operation: Callable[[], Awaitable[T]], *, failed: BaseException | None = None
+    ) -> T:
+        """``operation()``, run again after a back-off for as long as it raises a storage fault.
+
+        ``failed``: the storage fault the caller's own first try raised (a hot path tries once without
+        this loop); the back-off then starts at once, as if this call had made that try."""
         failures = 0
         while True:
-            try:
-                return await operation()
-            except Exception as exc:
-                if not is_storage_error(exc):
-                    raise
-                failures += 1
-                log.warning(
-                    "%s failed: storage unavailable (%s); retrying in %.0f s",
-                    what,
-                    describe(exc),
-                    backoff(failures, self.max_delay),
-                )
+            if failed is None:
+                try:
+                    return await operation()
+                except Exception as exc:
+                    if not is_storage_error(exc):
+                        raise
+                    failed = exc
+            failures += 1
+            log.warning(
+                "%s failed: storage unavailable (%s); retrying in %.0f s",
+                what,
+                describe(failed),
+                backoff(failures, self.max_delay),
+            )
+            failed = None
             await self._pause(failures)
 
     async def run_turn(self, turn: RetriedTurn, attempt: Callable[[], Awaitable[T]]) -> T:

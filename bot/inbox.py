@@ -119,6 +119,9 @@ MAX_BATCH = 500
 # write are written once, not once per driver.
 _INSERT = INSERT_IF_NEW.text
 _DONE = "UPDATE inbox SET status = 'done', updated_at = :now, error = :note WHERE id = :id"
+#: A done mark and the reply's last state in one statement: the final answer's state, staged by
+#: :meth:`Inbox.stage_reply_ref`, usually meets its entry's done in the same batch.
+_DONE_REF = _DONE.replace(" WHERE", ", reply_ref = :reply_ref, reply_state = :reply_state WHERE")
 _REF = "UPDATE inbox SET reply_ref = :reply_ref, reply_state = :reply_state WHERE id = :id"
 _FAILED = (
     "UPDATE inbox SET attempts = attempts + 1, "
@@ -371,18 +374,29 @@ def _apply_batch(sql: _Sql, ops: Sequence[InboxOp], max_attempts: int) -> dict[i
     """Apply one batch inside an open transaction: one result per op, keyed by ``id(op)``."""
     now = time.time()
     results: dict[int, Any] = {}
+    # Reply states by entry, the last one of each winning (what applying them in order left stored).
+    refs = {op.args["id"]: op.args for op in ops if op.kind == "reply_ref"}
     # Finishing marks first: a redelivery in the same batch as its original's "done" must read as done
-    # (a duplicate), not as pending.
-    done = [{"id": op.args["id"], "now": now, "note": op.args.get("note")} for op in ops if op.kind == "done"]
+    # (a duplicate), not as pending. An entry's reply state in the same batch joins its done mark: one
+    # statement (a turn's final answer is usually staged just before its done, see stage_reply_ref).
+    done: list[dict[str, Any]] = []
+    done_ref: list[dict[str, Any]] = []
+    for op in ops:
+        if op.kind == "done":
+            mark = {"id": op.args["id"], "now": now, "note": op.args.get("note")}
+            ref = refs.pop(mark["id"], None)
+            if ref is None:
+                done.append(mark)
+            else:
+                done_ref.append({**mark, "reply_ref": ref["reply_ref"], "reply_state": ref["reply_state"]})
     if done:
         sql.executemany(_DONE, done)
-    refs = [
-        {"id": op.args["id"], "reply_ref": op.args["reply_ref"], "reply_state": op.args["reply_state"]}
-        for op in ops
-        if op.kind == "reply_ref"
-    ]
+    if done_ref:
+        sql.executemany(_DONE_REF, done_ref)
     if refs:
-        sql.executemany(_REF, refs)
+        sql.executemany(
+            _REF, [{k: args[k] for k in ("id", "reply_ref", "reply_state")} for args in refs.values()]
+        )
     accepts: list[InboxOp] = []
     for op in ops:
         if op.kind == "accept":
@@ -447,12 +461,15 @@ class Inbox:
     # --- public API --------------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> InboxEntry:
         """Store ``message`` unless its dedupe key exists; return the stored entry either way."""
-        return await self._submit("accept", message=message)
+        # Straight to the writer's future (no _submit/submit layers): every message passes here and
+        # through mark_done, and each coroutine layer cost a frame, a resumption and a return.
+        entry: InboxEntry = await self._enqueue(InboxOp("accept", {"message": message}))
+        return entry
 
     async def mark_done(self, entry_id: str, note: str | None = None) -> None:
         """Finished. ``note`` says why an entry finished without an answer (kept in ``error``, which
         ``switchboard inbox`` shows), e.g. a guest's message the trust policy ignores."""
-        await self._submit("done", id=entry_id, note=note)
+        await self._enqueue(InboxOp("done", {"id": entry_id, "note": note}))
 
     async def mark_failed(self, entry_id: str, error: str, reply_text: str | None = None) -> str:
         """Count a failed attempt and return the new status: ``failed`` (a redelivery runs it again) or,
@@ -487,7 +504,21 @@ class Inbox:
         op = _reply_op(entry_id, reply)
         if self._write_ref_now(op):
             return
-        self._queue_ref(op).add_done_callback(_log_reply_ref_failure)
+        self._queue_ref(op, unawaited=True)
+
+    def stage_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
+        """Like :meth:`set_reply_ref`, but always through the writer's next batch (its urgent lane),
+        never as a commit of its own first.
+
+        For the state of a final answer's last message (``ReplyStream.settling``): the turn submits
+        its entry's done in the same loop step, so both join one batch and one statement
+        (``_DONE_REF``) instead of two commits. What a crash may cost is unchanged in kind: the
+        reference is durable at the writer's next batch, which runs on the loop's next round — the
+        same as any reference that found the writer busy — or while the next platform call is on the
+        wire. Never for a message more of the reply follows: that one is stored before it is sent.
+        """
+        if self._writer.running:
+            self._queue_ref(_reply_op(entry_id, reply), unawaited=True)
 
     async def save_reply_ref(self, entry_id: str, reply: ReplyState) -> None:
         """Like :meth:`set_reply_ref`, but returns once the reference is durable.
@@ -520,14 +551,20 @@ class Inbox:
             log.debug("direct reply reference write failed, queueing it: %s", exc)
             return False
 
-    def _queue_ref(self, op: InboxOp) -> asyncio.Future[Any]:
+    def _queue_ref(self, op: InboxOp, *, unawaited: bool = False) -> asyncio.Future[Any]:
+        """Into the writer's urgent lane; ``unawaited``: nobody awaits it, so its failure is logged here
+        (one callback for both jobs: each is a loop callback per message)."""
         future = self._writer.enqueue(op, urgent=True)
         self._queued_refs += 1
-        future.add_done_callback(self._ref_written)
+        future.add_done_callback(self._unawaited_ref_written if unawaited else self._ref_written)
         return future
 
     def _ref_written(self, _future: asyncio.Future[Any]) -> None:
         self._queued_refs -= 1
+
+    def _unawaited_ref_written(self, future: asyncio.Future[Any]) -> None:
+        self._queued_refs -= 1
+        _log_reply_ref_failure(future)
 
     async def unfinished(self) -> list[InboxEntry]:
         """Messages accepted but neither done nor dead, oldest first: what a restart must resume."""
@@ -597,8 +634,11 @@ class Inbox:
 
     # --- writer ------------------------------------------------------------------------------------
     async def _submit(self, kind: OpKind, **args: Any) -> Any:
+        return await self._enqueue(InboxOp(kind, args))
+
+    def _enqueue(self, op: InboxOp) -> asyncio.Future[Any]:
         try:
-            return await self._writer.submit(InboxOp(kind, args))
+            return self._writer.enqueue(op)
         except WriterClosed:
             raise RuntimeError("inbox is not started") from None
 

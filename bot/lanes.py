@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -22,7 +21,7 @@ from bot.logs import trace_id_var
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
-from bot.turns import Lane, StopResult, Turn, TurnAsk
+from bot.turns import Lane, StopResult, Turn, TurnAsk, new_token
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.reply import ReplyStream
@@ -74,14 +73,32 @@ def open_turn_reply(channels: Mapping[str, Channel], inbox: Inbox, turn: Turn) -
     """The turn's reply, continuing what a run before a restart showed; each new message or card it
     makes is stored with the inbox entry before it shows more (channels/resume.py)."""
     channel = channels[turn.message.provider]
-    keep = None if turn.entry_id is None else functools.partial(_keep_reply_state, inbox, turn)
-    return channel.open_reply(turn.message, resume=turn.resume, on_change=keep)
+    if turn.entry_id is None:
+        return channel.open_reply(turn.message, resume=turn.resume)
+    keeper = _StateKeeper(inbox, turn)
+    keeper.reply = channel.open_reply(turn.message, resume=turn.resume, on_change=keeper)
+    return keeper.reply
 
 
-async def _keep_reply_state(inbox: Inbox, turn: Turn, state: ReplyState) -> None:
-    assert turn.entry_id is not None
-    turn.resume = state
-    await inbox.save_reply_ref(turn.entry_id, state)
+class _StateKeeper:
+    """Stores a turn's reply state with its inbox entry (the reply's ``on_change``)."""
+
+    __slots__ = ("inbox", "reply", "turn")
+
+    def __init__(self, inbox: Inbox, turn: Turn) -> None:
+        self.inbox, self.turn = inbox, turn
+        self.reply: ReplyStream | None = None
+
+    async def __call__(self, state: ReplyState) -> None:
+        entry_id = self.turn.entry_id
+        assert entry_id is not None
+        self.turn.resume = state
+        if self.reply is not None and self.reply.settling:
+            # The final answer's last message: its state joins the entry's done, submitted in this same
+            # loop step once the answer is out — one write instead of a commit of its own first.
+            self.inbox.stage_reply_ref(entry_id, state)
+            return
+        await self.inbox.save_reply_ref(entry_id, state)
 
 
 class LaneScheduler:
@@ -214,9 +231,9 @@ class LaneScheduler:
             after_delivery=ask.after_delivery,
             trust=ask.trust,
             task=ask.task,
+            # Its entry id names a message's turn (no random token drawn for it); others get a fresh one.
+            token=ask.entry_id if ask.entry_id is not None else new_token(),
         )
-        if ask.entry_id is not None:
-            turn.token = ask.entry_id
         if (
             ask.hidden and self.bus.cluster is not None
         ):  # keep the thread's claim for it (None: acquired later)

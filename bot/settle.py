@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from bot.bus import MessageBus
-from bot.faults import StorageRetry
+from bot.faults import StorageRetry, is_storage_error
 from bot.inbox import DEAD, Inbox
 from bot.logs import trace_id_var
 from channels.base import Channel
@@ -56,7 +56,16 @@ class Settler:
         return reply.ref
 
     async def complete(self, entry_id: str, note: str | None = None) -> None:
-        await self.storage.call("marking a message done", lambda: self.inbox.mark_done(entry_id, note))
+        try:
+            await self.inbox.mark_done(entry_id, note)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            # Storage is away: retried with back-off until it answers (the first try is made above,
+            # without the retry loop's coroutine and closure: this runs once per message).
+            await self.storage.call(
+                "marking a message done", lambda: self.inbox.mark_done(entry_id, note), failed=exc
+            )
         self.bus.release(entry_id)
 
     async def fail(

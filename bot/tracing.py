@@ -56,6 +56,9 @@ _ZERO_TRACE = "0" * 32
 _ids = random.Random()
 #: Set once a tracer provider is seen; OpenTelemetry's provider is set once per process and never unset.
 _provider_seen = False
+#: The environment variable that names a provider for OpenTelemetry to load on first use; read once.
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNSET = object()
 
 
 class TracingUnavailable(RuntimeError):
@@ -99,7 +102,13 @@ def _spans_wanted() -> bool:
     global _provider_seen
     if _provider_seen:
         return True
-    if otel_trace is None or isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider):
+    if otel_trace is None:
+        return False
+    # No provider yet (the usual case without tracing): one global read. OpenTelemetry's public getter
+    # reads the environment each time (a visible share of a message's CPU); this reads it once.
+    if getattr(otel_trace, "_TRACER_PROVIDER", _UNSET) is None and not _PROVIDER_FROM_ENV:
+        return False
+    if isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider):
         return False
     _provider_seen = True
     return True
@@ -123,22 +132,39 @@ def _parent_context(trace_id: str, message: InboundMessage | None, under_receive
     return otel_trace.set_span_in_context(NonRecordingSpan(parent))
 
 
-@contextlib.contextmanager
+#: What :func:`span` returns when no span is made: one shared no-op context (reusable and re-entrant).
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
 def span(
     name: str,
     message: InboundMessage | None = None,
     *,
     under_receive: bool = False,
     **attributes: str | int | bool,
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager[None]:
     """A span of the current trace (``trace_id_var``); nothing without OpenTelemetry or a trace id.
 
     ``under_receive`` starts it under ``message``'s ``receive`` span whatever span is current: a turn,
-    whose lane task may have been started by another message's routing."""
+    whose lane task may have been started by another message's routing. Without spans (the usual
+    case) it is one shared no-op context: a message passes through five of these, and a generator
+    context each was a visible share of its CPU."""
+    if not _spans_wanted():
+        return _NO_SPAN
     trace_id = valid_trace_id(trace_id_var.get())
-    if trace_id is None or not _spans_wanted():
-        yield
-        return
+    if trace_id is None:
+        return _NO_SPAN
+    return _span(name, trace_id, message, under_receive, attributes)
+
+
+@contextlib.contextmanager
+def _span(
+    name: str,
+    trace_id: str,
+    message: InboundMessage | None,
+    under_receive: bool,
+    attributes: dict[str, str | int | bool],
+) -> Iterator[None]:
     if message is not None:
         attributes = {"switchboard.provider": message.provider, **attributes}
     tracer = otel_trace.get_tracer(TRACER_NAME)

@@ -93,6 +93,11 @@ AfterTurnHook = Callable[[TurnOutcome], Awaitable[FollowUp | None]]
 StatusProvider = Callable[[Conversation], Awaitable[str | None]]
 
 
+def new_token() -> str:
+    """A fresh Stop-button token for a turn no inbox entry names (a follow-up, a scheduled run)."""
+    return secrets.token_hex(6)
+
+
 @dataclass(slots=True)
 class Turn:
     message: InboundMessage
@@ -120,7 +125,7 @@ class Turn:
     trust: TrustLevel | None = None
     #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
     #: Its inbox entry id where it has one, so any instance can look up who asked.
-    token: str = field(default_factory=lambda: secrets.token_hex(6))
+    token: str = field(default_factory=new_token)
     #: Cluster only, for a turn no inbox entry stands for (a hidden follow-up): its hold on the
     #: thread's claim, so no other instance starts a turn of the thread while it runs.
     hold: str | None = None

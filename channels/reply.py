@@ -104,6 +104,9 @@ class ReplyStream:
         self._hold_below = resume.visible_length if resume else 0
         self._on_change = on_change
         self._recorded: ReplyState | None = resume
+        #: True while ``on_change`` is told of the final text's last message: nothing more of the text
+        #: follows it, so the sink may let that write join its next one (the manager: the entry's done).
+        self.settling = False
         self._placeholder: str | None = None
         self._live: tuple[Action, ...] = ()  # buttons shown while streaming (Stop), gone with the final
         self._latest: str | None = None
@@ -156,7 +159,7 @@ class ReplyStream:
             parts = ()
         return ReplyState(parts, self.transport.resume_state())
 
-    async def _record(self, *, structural: bool = True) -> None:
+    async def _record(self, *, structural: bool = True, settling: bool = False) -> None:
         """Hand the state to ``on_change`` when it changed, before anything more is shown.
 
         Called after every call that creates a message or card (``structural``) and after the others
@@ -172,12 +175,15 @@ class ReplyStream:
         if state == (recorded or ReplyState()):
             return
         self._recorded = state
+        self.settling = settling
         try:
             await self._on_change(state)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the reply goes on; only a crash before the next store would repeat
             log.warning("storing the reply's state failed: %s", exc)
+        finally:
+            self.settling = False
 
     # --- pacing ------------------------------------------------------------------------------------
     async def _acquire(self, kind: CallKind, *, priority: bool = False) -> None:
@@ -493,6 +499,7 @@ class ReplyStream:
         last = len(chunks) - 1
         for index, chunk in enumerate(chunks):
             want = buttons if index == last else ()
+            settling = priority and index == last  # the final text's last message: nothing follows it
             if index < len(self._sent):
                 ref, shown, on = self._sent[index]
                 if (shown == chunk and on == want) or (on is None and self._still_shows(index, chunk, want)):
@@ -502,13 +509,13 @@ class ReplyStream:
                 with contextlib.suppress(MessageNotModified):
                     await self._call("edit", edit, priority=priority)
                 self._sent[index] = (ref, chunk, want)
-                await self._record(structural=False)
+                await self._record(structural=False, settling=settling)
             elif allow_new:
                 send = partial(self.transport.send, chunk, actions=want)
                 ref = await self._call("send", send, priority=priority)
                 self._sent.append((ref, chunk, want))
                 self._shown()
-                await self._record()
+                await self._record(settling=settling)
 
     def _still_shows(self, index: int, chunk: str, want: tuple[Action, ...]) -> bool:
         """A message from before a restart already shows ``chunk`` without buttons: no edit needed.

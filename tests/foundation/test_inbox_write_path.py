@@ -113,3 +113,40 @@ async def test_a_batch_that_finds_the_database_locked_waits_for_it_without_block
     assert stored is not None and stored.message.text == "while locked"
     await inbox.close()  # flushes the queued reference
     assert stored_ref(path, first.id) == "ref-while-locked"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_staged_reply_state_and_its_done_mark_are_one_write(backend, tmp_path):
+    """A final answer's state, staged just before its entry's done, lands with it: one statement and the
+    state kept. The state is the answer's newest (an older one staged for the same entry loses)."""
+    database = fresh_pg_database() if backend == "postgres" else contextlib.nullcontext(None)
+    async with database as pg_url:
+        url = pg_url or f"sqlite+aiosqlite:///{tmp_path / 'inbox.db'}"
+        db = Database(url)
+        await db.create_schema([metadata])
+        inbox = Inbox(db)
+        await inbox.start()
+        try:
+            entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="d1"))
+            applied: list[list[str]] = []
+            apply = inbox._apply
+
+            async def counting(ops: Sequence[object]) -> list[object]:
+                applied.append([op.kind for op in ops])  # type: ignore[attr-defined]
+                return await apply(ops)  # type: ignore[arg-type]
+
+            inbox._writer._apply = counting  # type: ignore[assignment]
+            inbox.stage_reply_ref(entry.id, ReplyState.first_only("placeholder-1"))
+            inbox.stage_reply_ref(entry.id, ReplyState.first_only("answer-2"))
+            assert applied == []  # staged: never a commit of its own before the caller goes on
+            await inbox.mark_done(entry.id)
+            assert applied == [["reply_ref", "reply_ref", "done"]]  # one batch
+            other = Database(url)  # a second engine: sees only what is committed
+            try:
+                stored = await Inbox(other).get(entry.id)
+            finally:
+                await other.close()
+            assert stored is not None and (stored.status, stored.reply_ref) == ("done", "answer-2")
+        finally:
+            await inbox.close()
+            await db.close()

@@ -26,6 +26,47 @@ async def test_an_answer_ready_at_once_is_one_message_with_no_placeholder(tmp_pa
         assert (entry.status, entry.reply_ref) == (DONE, ref)
 
 
+async def test_an_instant_answer_is_stored_with_its_done_mark_in_one_statement(tmp_path):
+    """The answer's message id and the entry's done mark are one UPDATE in one commit, not a commit of
+    the reference first (SQLite: the statements on the inbox's own connection)."""
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        sqlite = h.service.inbox._sqlite
+        assert sqlite is not None
+        statements: list[str] = []
+        sqlite.conn.set_trace_callback(statements.append)
+        await h.chat.say("hi", message_id="m1")
+        await h.idle()
+        sqlite.conn.set_trace_callback(None)
+        [(_kind, ref, _text)] = h.chat.calls
+        updates = [s for s in statements if s.startswith("UPDATE inbox")]
+        assert len(updates) == 1, updates
+        assert "status = 'done'" in updates[0] and "reply_state" in updates[0]
+        [entry] = await h.service.inbox.entries()
+        assert (entry.status, entry.reply_ref) == (DONE, ref)
+
+
+async def test_an_answer_of_two_messages_stores_the_first_before_sending_the_second(tmp_path):
+    """Only the last message's state joins the done mark: each earlier one is committed before the next
+    message is sent, so a crash between them leaves nothing the restarted turn cannot find."""
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        sqlite = h.service.inbox._sqlite
+        assert sqlite is not None
+        updates: list[tuple[int, str]] = []  # (platform calls made so far, statement)
+
+        def seen(statement: str) -> None:
+            if statement.startswith("UPDATE inbox"):
+                updates.append((len(h.chat.calls), statement))
+
+        sqlite.conn.set_trace_callback(seen)
+        await h.chat.say("x" * 5000, message_id="m1")  # the answer repeats it: two messages (limit 4000)
+        await h.idle()
+        sqlite.conn.set_trace_callback(None)
+        assert [c[0] for c in h.chat.calls] == ["send", "send"]
+        [(calls_first, first), (calls_last, last)] = updates
+        assert calls_first == 1 and first.startswith("UPDATE inbox SET reply_ref")  # before the 2nd send
+        assert calls_last == 2 and "status = 'done'" in last and "reply_state" in last
+
+
 async def test_an_answer_that_takes_a_while_shows_the_placeholder_and_stop_first(tmp_path):
     agent = InstantAgent(wait=True)
     async with Harness.running(make_settings(tmp_path), agent=agent) as h:
