@@ -83,6 +83,27 @@ async def became_long(h: Harness, timeout: float = 30) -> None:
             await asyncio.sleep(0.1)
 
 
+async def stop_on_the_jobs_card(
+    tmp_path: Path, h: Harness, tg: FakeTelegram
+) -> tuple[FakeMessage, list[FakeMessage]]:
+    """Wait until the job's command runs and is long, press Stop on the one live card, and check the
+    command stopped; the card and every card shown before Stop."""
+    await wait_until(lambda: beat(tmp_path) != "", timeout=30)
+    assert await beating(tmp_path, within=10)
+    await became_long(h)
+    await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
+    live = await tg.wait_until(
+        lambda: next((m for m in cards(tg) if m.buttons == [STOP] and HEARTBEAT[:20] in m.text), None),
+        30,
+    )
+    shown = cards(tg)
+    tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
+    await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
+    await h.idle(timeout=30)
+    assert not await beating(tmp_path), "the command still runs after Stop on its job's card"
+    return live, shown
+
+
 async def steps_of(tg: FakeTelegram, card: FakeMessage) -> str:
     """``/tasks ID`` for the card: its recorded steps, as the chat shows them."""
     short = card.text.split(":")[0].split()[-1]
@@ -129,19 +150,7 @@ async def test_stop_on_a_scheduled_runs_card_stops_its_long_command(tmp_path: Pa
         tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
         await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
         await fire(h, clock)
-        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path, within=10)
-        await became_long(h)
-        await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
-        live = await tg.wait_until(
-            lambda: next((m for m in cards(tg) if m.buttons == [STOP] and HEARTBEAT[:20] in m.text), None),
-            30,
-        )
-        shown = cards(tg)
-        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
-        await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
-        await h.idle(timeout=30)
-        assert not await beating(tmp_path), "the command still runs after Stop on its job's card"
+        live, shown = await stop_on_the_jobs_card(tmp_path, h, tg)
         everything = [m.text for m in tg.bot_messages(CHAT)]
     assert shown == [live], "the long command opened a card of its own"
     assert cards(tg) == [live] and live.text.startswith("🗂 Scheduled task")
@@ -208,19 +217,7 @@ async def test_stop_on_a_goals_card_stops_its_steps_long_command_and_the_card_en
     llm.default_reply = reply
     async with telegram_bot(tmp_path, llm) as (h, tg, _clock):
         tg.user_message(CHAT, "/goal build the project", user_id=CHAT)
-        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path, within=10)
-        await became_long(h)
-        await asyncio.sleep(1)  # time for a card of its own to be posted, if it got one
-        live = await tg.wait_until(
-            lambda: next((m for m in cards(tg) if m.buttons == [STOP] and HEARTBEAT[:20] in m.text), None),
-            30,
-        )
-        shown = cards(tg)
-        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
-        await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
-        await h.idle(timeout=30)
-        assert not await beating(tmp_path), "the command still runs after Stop on its goal's card"
+        live, shown = await stop_on_the_jobs_card(tmp_path, h, tg)
     assert shown == [live], "the long command opened a card of its own"
     assert cards(tg) == [live] and live.text.startswith("🗂 Goal")
     ended = live.history.index(next(v for v in live.history if "⏹ Stopped" in card_status(v)))
