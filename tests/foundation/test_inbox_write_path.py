@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.db import Database
-from bot.inbox import Inbox, metadata
+from bot.inbox import Inbox, InboxEntry, metadata
 from channels.memory import MemoryChannel
 from channels.resume import ReplyState
 from config.writer import GroupCommitWriter
@@ -41,6 +41,32 @@ def stored_ref(path: Path, entry_id: str) -> str | None:
     return row[0] if row else None
 
 
+@contextlib.asynccontextmanager
+async def started_inbox(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Inbox, str]]:
+    """A started inbox on a fresh SQLite file or PostgreSQL database, and the database's URL."""
+    database = fresh_pg_database() if backend == "postgres" else contextlib.nullcontext(None)
+    async with database as pg_url:
+        url = pg_url or f"sqlite+aiosqlite:///{tmp_path / 'inbox.db'}"
+        db = Database(url)
+        await db.create_schema([metadata])
+        inbox = Inbox(db)
+        await inbox.start()
+        try:
+            yield inbox, url
+        finally:
+            await inbox.close()
+            await db.close()
+
+
+async def committed(url: str, entry_id: str) -> InboxEntry | None:
+    """The entry as a second engine reads it: only what is committed."""
+    other = Database(url)
+    try:
+        return await Inbox(other).get(entry_id)
+    finally:
+        await other.close()
+
+
 async def test_a_reply_reference_is_committed_before_set_reply_ref_returns(sqlite_inbox):
     """The platform has created the placeholder; a kill -9 from here on must not lose its id."""
     inbox, path = sqlite_inbox
@@ -53,25 +79,11 @@ async def test_a_reply_reference_is_committed_before_set_reply_ref_returns(sqlit
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_queued_notice_reference_is_durable_when_save_reply_ref_returns(backend, tmp_path):
-    database = fresh_pg_database() if backend == "postgres" else contextlib.nullcontext(None)
-    async with database as pg_url:
-        url = pg_url or f"sqlite+aiosqlite:///{tmp_path / 'inbox.db'}"
-        db = Database(url)
-        await db.create_schema([metadata])
-        inbox = Inbox(db)
-        await inbox.start()
-        try:
-            entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="n1"))
-            await inbox.save_reply_ref(entry.id, ReplyState.first_only("notice-3"))
-            other = Database(url)  # a second engine: sees only what is committed
-            try:
-                stored = await Inbox(other).get(entry.id)
-            finally:
-                await other.close()
-            assert stored is not None and stored.reply_ref == "notice-3"
-        finally:
-            await inbox.close()
-            await db.close()
+    async with started_inbox(backend, tmp_path) as (inbox, url):
+        entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="n1"))
+        await inbox.save_reply_ref(entry.id, ReplyState.first_only("notice-3"))
+        stored = await committed(url, entry.id)
+        assert stored is not None and stored.reply_ref == "notice-3"
 
 
 async def test_an_urgent_write_heads_the_next_batch_ahead_of_queued_bulk_writes():
@@ -119,34 +131,20 @@ async def test_a_batch_that_finds_the_database_locked_waits_for_it_without_block
 async def test_a_staged_reply_state_and_its_done_mark_are_one_write(backend, tmp_path):
     """A final answer's state, staged just before its entry's done, lands with it: one statement and the
     state kept. The state is the answer's newest (an older one staged for the same entry loses)."""
-    database = fresh_pg_database() if backend == "postgres" else contextlib.nullcontext(None)
-    async with database as pg_url:
-        url = pg_url or f"sqlite+aiosqlite:///{tmp_path / 'inbox.db'}"
-        db = Database(url)
-        await db.create_schema([metadata])
-        inbox = Inbox(db)
-        await inbox.start()
-        try:
-            entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="d1"))
-            applied: list[list[str]] = []
-            apply = inbox._apply
+    async with started_inbox(backend, tmp_path) as (inbox, url):
+        entry = await inbox.accept(MemoryChannel("memory").make_message("hi", message_id="d1"))
+        applied: list[list[str]] = []
+        apply = inbox._apply
 
-            async def counting(ops: Sequence[object]) -> list[object]:
-                applied.append([op.kind for op in ops])  # type: ignore[attr-defined]
-                return await apply(ops)  # type: ignore[arg-type]
+        async def counting(ops: Sequence[object]) -> list[object]:
+            applied.append([op.kind for op in ops])  # type: ignore[attr-defined]
+            return await apply(ops)  # type: ignore[arg-type]
 
-            inbox._writer._apply = counting  # type: ignore[assignment]
-            inbox.stage_reply_ref(entry.id, ReplyState.first_only("placeholder-1"))
-            inbox.stage_reply_ref(entry.id, ReplyState.first_only("answer-2"))
-            assert applied == []  # staged: never a commit of its own before the caller goes on
-            await inbox.mark_done(entry.id)
-            assert applied == [["reply_ref", "reply_ref", "done"]]  # one batch
-            other = Database(url)  # a second engine: sees only what is committed
-            try:
-                stored = await Inbox(other).get(entry.id)
-            finally:
-                await other.close()
-            assert stored is not None and (stored.status, stored.reply_ref) == ("done", "answer-2")
-        finally:
-            await inbox.close()
-            await db.close()
+        inbox._writer._apply = counting  # type: ignore[assignment]
+        inbox.stage_reply_ref(entry.id, ReplyState.first_only("placeholder-1"))
+        inbox.stage_reply_ref(entry.id, ReplyState.first_only("answer-2"))
+        assert applied == []  # staged: never a commit of its own before the caller goes on
+        await inbox.mark_done(entry.id)
+        assert applied == [["reply_ref", "reply_ref", "done"]]  # one batch
+        stored = await committed(url, entry.id)
+        assert stored is not None and (stored.status, stored.reply_ref) == ("done", "answer-2")
