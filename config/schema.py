@@ -285,6 +285,10 @@ class ConnectionsConfig(Section):
 
 #: The subagent kind every configuration has (docs/subagents.md).
 GENERAL_SUBAGENT = "general"
+#: The kinds of task cards other than a subagent's own profile name (bot/tasks/card.py labels them):
+#: a profile may not take one, or its card would read and behave as that kind (a ``tool`` card inside
+#: a scheduled run is a step of the run's card, docs/tasks.md).
+TASK_CARD_KINDS = frozenset({"schedule", "subagent", "goal", "tool"})
 _SUBAGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Where a sandbox has its own files: a mount there would hide or replace them.
@@ -353,6 +357,11 @@ class SubagentProfileConfig(Section):
             raise ValueError(
                 f"subagent name {value!r} must be lower-case letters, digits, - or _ (at most 32, starting"
                 f" with a letter) and not {GENERAL_SUBAGENT!r}, which is built in"
+            )
+        if value in TASK_CARD_KINDS:
+            raise ValueError(
+                f"subagent name {value!r} is taken: it is a kind of task card"
+                f" ({', '.join(sorted(TASK_CARD_KINDS))}); choose another"
             )
         return value
 

@@ -29,6 +29,11 @@ def test_subagents_are_off_by_default_with_the_documented_limits():
         ),
         ({"profiles": [{**REVIEWER, "name": "general"}]}, "not 'general', which is built in"),
         ({"profiles": [{**REVIEWER, "name": "Code Review"}]}, "must be lower-case letters, digits, - or _"),
+        (
+            {"profiles": [{**REVIEWER, "name": "tool"}]},
+            "subagent name 'tool' is taken: it is a kind of task card",
+        ),
+        ({"profiles": [{**REVIEWER, "name": "goal"}]}, "subagent name 'goal' is taken"),
         ({"profiles": [REVIEWER, REVIEWER]}, "the name(s) reviewer are used twice"),
         ({"max_concurrent": 0}, "max_concurrent"),
         ({"max_deep": 2}, "max_deep"),
@@ -38,3 +43,11 @@ def test_a_bad_subagents_section_is_refused_with_what_is_wrong(subagents, messag
     with pytest.raises(ConfigError) as caught:
         settings_with(**subagents)
     assert message in str(caught.value)
+
+
+def test_every_kind_of_task_card_is_a_name_no_subagent_may_take():
+    """A profile named like a card kind would show (and, for ``tool``, behave) as that kind."""
+    from bot.tasks.card import KIND_LABELS
+    from config.schema import TASK_CARD_KINDS
+
+    assert set(KIND_LABELS) == TASK_CARD_KINDS
