@@ -188,6 +188,9 @@ class TurnTasks:
             await self._job_step(title)
             return
         self._own.add(task_id)  # a card of its own, even if it cannot be shown yet
+        # Its stop event exists before its ⏹ does: a press handled while the card is still being shown
+        # (the task asks for the event only after this returns) must not find "nothing running" and be lost.
+        self.desk.stop_event(task_id)
         with _quietly("starting a task card"):
             card = await self._card(task_id, title=title, kind=kind)
             if card is None or card.row.final:
