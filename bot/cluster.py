@@ -127,6 +127,9 @@ _SAME_ID = text(
     f"SELECT host, pid, heartbeat_at, {NOW} - heartbeat_at AS age FROM cluster_instances WHERE id = :me"
 )
 _DROP_MINE = text("DELETE FROM cluster_claims WHERE holder = :me")
+#: A claim's release that failed is tried again after this long, doubling up to ``RELEASE_RETRY_MAX``.
+RELEASE_RETRY_FIRST = 0.1
+RELEASE_RETRY_MAX = 2.0
 _RELEASE = text("DELETE FROM cluster_claims WHERE key = :key AND holder = :me")
 #: Hold tokens share ``cluster_claims.entry_id`` (32 characters) with inbox entry ids.
 HOLD_PREFIX = "hold-"
@@ -225,6 +228,7 @@ class Cluster:
         self._listener: asyncpg.Connection | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._stopping = False  # stop() has begun: background writes are not tried again
         self._notify_queued = False
         #: When this instance last regained PostgreSQL (monotonic; None while out of touch): another
         #: instance's lapsed claim is taken over only a heartbeat period after it (_may_take_over).
@@ -240,6 +244,7 @@ class Cluster:
 
     async def stop(self) -> None:
         """Release everything still held (another instance takes it at once) and leave the cluster."""
+        self._stopping = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -607,9 +612,27 @@ class Cluster:
         self._spawn(self._release(key))
 
     async def _release(self, key: str) -> None:
-        async with self.db.engine.begin() as conn:
-            await conn.execute(_RELEASE, {"key": key, "me": self.instance_id})
-            await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+        """Delete the claim row, tried again while PostgreSQL is briefly away.
+
+        Why again: until the row is gone the claim is live and this instance's own, so the claim loop
+        skips the conversation (neither a candidate nor a thread running here) and its next message
+        waited for the claim to lapse, up to the whole TTL, when one DELETE met a connection PostgreSQL
+        had just dropped. Nothing can claim the key meanwhile (the row is live), so trying again cannot
+        delete a newer claim of ours. Stops once the claim would have lapsed anyway, or at shutdown
+        (which deletes every claim of this instance)."""
+        delay, give_up = RELEASE_RETRY_FIRST, time.monotonic() + self.ttl
+        while True:
+            try:
+                async with self.db.engine.begin() as conn:
+                    await conn.execute(_RELEASE, {"key": key, "me": self.instance_id})
+                    await conn.execute(text("SELECT pg_notify(:c, '')"), {"c": INBOX_CHANNEL})
+                break
+            except Exception as exc:
+                if self._stopping or time.monotonic() + delay > give_up:
+                    raise
+                log.info("cluster: releasing %s failed, trying again in %.2f s: %s", key, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RELEASE_RETRY_MAX)
         self._wake.set()
 
     async def requeue(self, entry_id: str) -> None:
