@@ -8,7 +8,8 @@ first reports ``"database": "ok"`` (the service is open: schema, inbox, channels
 ``"agent": "ready"`` (the LangGraph runtime built in the background), the first 200 from ``/ready``
 (a turn can run) and, one second later, the process's resident memory (``Rss`` of
 ``/proc/PID/smaps_rollup``; the bare app's after its first ``/health``) — the idle footprint, which
-unlike the clock does not depend on how busy the machine is. ``--importtime`` runs both
+unlike the clock does not depend on how busy the machine is (what that memory is made of:
+``bench/idle_memory.py``). ``--importtime`` runs both
 processes under ``python -X importtime`` and sums the imports finished before the first 200 — less
 sensitive to a busy machine than the wall clock. The baseline is a
 bare FastAPI app with one ``/health`` route, started the same way (a ``python`` subprocess running
