@@ -1,17 +1,44 @@
 """The shape ``switchboard inbox`` and ``switchboard webhooks`` share: ``list [--failed] [--limit]`` and
-``retry ID [--wait]``, each running one coroutine on the configured database."""
+``retry ID [--wait]``, each running one coroutine on the configured database.
+
+Both retries are the same exchange with a store that the running service polls: ask for the retry with
+one conditional write, then watch the stored record until the service has run it (or the wait is over).
+:func:`retry_and_wait` is that exchange; each command says only what its records are called and how an
+outcome reads.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from config.schema import Settings
 
 Lister = Callable[[Settings, bool, int], Coroutine[Any, Any, int]]
 Retrier = Callable[[Settings, str, float], Coroutine[Any, Any, int]]
+
+EXIT_FAILED = 1
+
+
+class Stored(Protocol):
+    """A stored inbox entry or webhook delivery, as far as a retry reads it."""
+
+    @property
+    def status(self) -> str: ...
+
+
+Record = TypeVar("Record", bound=Stored, covariant=True)
+
+
+class RetryQueue(Protocol[Record]):
+    """The inbox or the delivery store: read a record, and queue it for the service to run again."""
+
+    async def get(self, record_id: str, /) -> Record | None: ...
+
+    async def request_retry(self, record_id: str, /) -> bool: ...
 
 
 def age(seconds: float) -> str:
@@ -58,3 +85,45 @@ def register_list_retry(
         return asyncio.run(retrier(load_or_exit(args.config), getattr(args, id_name), args.wait))
 
     retry.set_defaults(func=run_retry)
+
+
+async def retry_and_wait(
+    queue: RetryQueue[Record],
+    record_id: str,
+    wait: float,
+    *,
+    noun: str,
+    retryable: str,
+    label: Callable[[Record], str],
+    outcome: Callable[[Record], tuple[int, str] | None],
+    pending: str,
+) -> int:
+    """Queue ``record_id`` for a retry, then print its outcome once the service has run it.
+
+    ``noun`` names a record (``delivery``) and ``retryable`` the ones that may be retried; ``label`` is
+    shown after the id when it is queued; ``outcome`` reads a record the service has touched (an exit
+    code and a line, or None while it is not done yet); ``pending`` is said when ``wait`` runs out
+    (``{wait}`` is filled in). Returns the exit code.
+    """
+    before = await queue.get(record_id)
+    if before is None:
+        print(f"unknown {noun} {record_id}")
+        return EXIT_FAILED
+    if not await queue.request_retry(record_id):
+        now = await queue.get(record_id)
+        state = now.status if now else "unknown"
+        print(f"{noun} {record_id} is {state}; only {retryable} can be retried")
+        return EXIT_FAILED
+    print(f"queued {record_id} ({label(before)}) for retry")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        current = await queue.get(record_id)
+        if current is None:
+            continue
+        if (done := outcome(current)) is not None:
+            code, line = done
+            print(line)
+            return code
+    print(pending.format(wait=f"{wait:g}"))
+    return 0
