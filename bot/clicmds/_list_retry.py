@@ -1,5 +1,6 @@
 """The shape ``switchboard inbox`` and ``switchboard webhooks`` share: ``list [--failed] [--limit]`` and
-``retry ID [--wait]``, each running one coroutine on the configured database.
+``retry ID [--wait]``, each running one coroutine on a store opened on the configured database (and
+closed after it, whatever happens).
 
 Both retries are the same exchange with a store that the running service polls: ask for the retry with
 one conditional write, then watch the stored record until the service has run it (or the wait is over).
@@ -17,10 +18,19 @@ from typing import Any, Protocol, TypeVar
 
 from config.schema import Settings
 
-Lister = Callable[[Settings, bool, int], Coroutine[Any, Any, int]]
-Retrier = Callable[[Settings, str, float], Coroutine[Any, Any, int]]
-
 EXIT_FAILED = 1
+Store = TypeVar("Store")
+
+
+class Closable(Protocol):
+    """The database a store was opened on (:class:`bot.db.Database`)."""
+
+    async def close(self) -> None: ...
+
+
+Opener = Callable[[Settings], Coroutine[Any, Any, tuple[Closable, Store]]]
+Lister = Callable[[Store, bool, int], Coroutine[Any, Any, int]]
+Retrier = Callable[[Store, str, float], Coroutine[Any, Any, int]]
 
 
 class Stored(Protocol):
@@ -60,8 +70,9 @@ def register_list_retry(
     failed_help: str,
     retry_help: str,
     id_name: str,
-    lister: Lister,
-    retrier: Retrier,
+    opener: Opener[Store],
+    lister: Lister[Store],
+    retrier: Retrier[Store],
 ) -> None:
     parser = subparsers.add_parser(name, help=help)
     sub = parser.add_subparsers(dest=f"{name}_command", required=True)
@@ -71,8 +82,15 @@ def register_list_retry(
     listing.add_argument("--failed", action="store_true", help=failed_help)
     listing.add_argument("--limit", type=int, default=50)
 
+    async def on_store(config: str | None, work: Callable[[Store], Coroutine[Any, Any, int]]) -> int:
+        db, store = await opener(load_or_exit(config))
+        try:
+            return await work(store)
+        finally:
+            await db.close()
+
     def run_list(args: argparse.Namespace) -> int:
-        return asyncio.run(lister(load_or_exit(args.config), args.failed, args.limit))
+        return asyncio.run(on_store(args.config, lambda store: lister(store, args.failed, args.limit)))
 
     listing.set_defaults(func=run_list)
 
@@ -82,7 +100,8 @@ def register_list_retry(
     retry.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the outcome")
 
     def run_retry(args: argparse.Namespace) -> int:
-        return asyncio.run(retrier(load_or_exit(args.config), getattr(args, id_name), args.wait))
+        record_id = getattr(args, id_name)
+        return asyncio.run(on_store(args.config, lambda store: retrier(store, record_id, args.wait)))
 
     retry.set_defaults(func=run_retry)
 

@@ -35,14 +35,10 @@ def _where(entry: InboxEntry) -> str:
     return f"{m.provider}:{m.chat}"
 
 
-async def _list(settings: Settings, failed: bool, limit: int) -> int:
+async def _list(inbox: Inbox, failed: bool, limit: int) -> int:
     from bot.tracing import trace_id_of
 
-    db, inbox = await _open_inbox(settings)
-    try:
-        entries = await inbox.entries(failed_only=failed, limit=limit)
-    finally:
-        await db.close()
+    entries = await inbox.entries(failed_only=failed, limit=limit)
     if not entries:
         print("no failed messages" if failed else "no messages recorded")
         return 0
@@ -58,7 +54,7 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
     return 0
 
 
-async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
+async def _retry(inbox: Inbox, entry_id: str, wait: float) -> int:
     from bot.inbox import DEAD, DONE, FAILED
 
     def outcome(current: InboxEntry) -> tuple[int, str] | None:
@@ -68,21 +64,17 @@ async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
             return EXIT_FAILED, f"retry failed: {current.error}"
         return None
 
-    db, inbox = await _open_inbox(settings)
-    try:
-        return await retry_and_wait(
-            inbox,
-            entry_id,
-            wait,
-            noun="inbox entry",
-            retryable="failed or dead-lettered messages",
-            label=_where,
-            outcome=outcome,
-            pending="not finished after {wait}s: no running service has picked it up yet, or it is still "
-            "running; it runs when `switchboard serve` is running",
-        )
-    finally:
-        await db.close()
+    return await retry_and_wait(
+        inbox,
+        entry_id,
+        wait,
+        noun="inbox entry",
+        retryable="failed or dead-lettered messages",
+        label=_where,
+        outcome=outcome,
+        pending="not finished after {wait}s: no running service has picked it up yet, or it is still "
+        "running; it runs when `switchboard serve` is running",
+    )
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
@@ -95,6 +87,7 @@ def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) ->
         failed_help="only failed and dead-lettered messages",
         retry_help="run a failed or dead-lettered message again in the running service",
         id_name="entry_id",
+        opener=_open_inbox,
         lister=_list,
         retrier=_retry,
     )

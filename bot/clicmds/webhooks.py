@@ -43,12 +43,8 @@ def _summary(delivery: Any) -> str:
     return "fired: -" + (f" ({reasons})" if reasons else "")
 
 
-async def _list(settings: Settings, failed: bool, limit: int) -> int:
-    db, store = await _open_store(settings)
-    try:
-        deliveries = await store.list(failed_only=failed, limit=limit)
-    finally:
-        await db.close()
+async def _list(store: Any, failed: bool, limit: int) -> int:
+    deliveries = await store.list(failed_only=failed, limit=limit)
     if not deliveries:
         print("no failed deliveries" if failed else "no deliveries recorded")
         return 0
@@ -61,7 +57,7 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
     return 0
 
 
-async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
+async def _retry(store: Any, delivery_id: str, wait: float) -> int:
     from webhooks.store import RECEIVED, RETRY
 
     def outcome(current: Any) -> tuple[int, str] | None:
@@ -72,21 +68,17 @@ async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
         fired = ", ".join((current.dispatch or {}).get("fired", [])) or "no agent (already delivered)"
         return 0, f"retried: {fired}"
 
-    db, store = await _open_store(settings)
-    try:
-        return await retry_and_wait(
-            store,
-            delivery_id,
-            wait,
-            noun="delivery",
-            retryable="failed or stuck deliveries",
-            label=lambda before: before.event,
-            outcome=outcome,
-            pending="still queued after {wait}s: no running service has picked it up yet; "
-            "it runs when `switchboard serve` is running",
-        )
-    finally:
-        await db.close()
+    return await retry_and_wait(
+        store,
+        delivery_id,
+        wait,
+        noun="delivery",
+        retryable="failed or stuck deliveries",
+        label=lambda before: before.event,
+        outcome=outcome,
+        pending="still queued after {wait}s: no running service has picked it up yet; "
+        "it runs when `switchboard serve` is running",
+    )
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
@@ -99,6 +91,7 @@ def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) ->
         failed_help="only failed (or stuck) deliveries",
         retry_help="re-run a failed delivery through the running service",
         id_name="delivery_id",
+        opener=_open_store,
         lister=_list,
         retrier=_retry,
     )
