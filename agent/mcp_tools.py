@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from agent.egress import (
@@ -41,8 +41,6 @@ from config.schema import McpServerConfig, SandboxConfig
 log = logging.getLogger(__name__)
 
 SEPARATOR = "__"
-#: Top-level directories bound read-only from the host (nothing can be made inside them).
-SYSTEM_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev"})
 #: Made by us with their own modes (a 1777 tmpfs): their subdirectories are made, they are not.
 OWN_TOP = frozenset({"/tmp", "/home"})
 MAX_RESULT_CHARS = 100_000
@@ -88,7 +86,7 @@ def isolated_argv(
 
     ``egress``: the socket of the server's egress proxy; the relay starts the server (network: true).
     """
-    from agent.sandbox_bwrap import system_mounts
+    from agent.sandbox_bwrap import mount_parents, system_mounts
 
     assert server.command is not None
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
@@ -102,7 +100,7 @@ def isolated_argv(
     args += ["--perms", "0755", "--dir", "/home", "--perms", "1777", "--tmpfs", "/home/mcp"]
     made: set[str] = set()
     for path in [*python_mounts(server.command), *server.mounts, *([server.cwd] if server.cwd else [])]:
-        args += _parents(path, made)
+        args += mount_parents(path, made, OWN_TOP)
         args += ["--ro-bind-try", path, path]
     if server.cwd:
         args += ["--chdir", server.cwd]
@@ -129,6 +127,8 @@ def python_mounts(command: str) -> list[str]:
     dangling link in the sandbox, so the venv, that base installation (as named and as its real path)
     and the real interpreter file are mounted too (read-only). Empty for a command that is no Python.
     """
+    from agent.sandbox_bwrap import SYSTEM_TOP
+
     found = shutil.which(command)
     if found is None:
         return []
@@ -173,22 +173,6 @@ def _install_prefix(interpreter: Path) -> Path | None:
         if any(folder.glob("lib/python3*/os.py")):
             return folder
     return None
-
-
-def _parents(path: str, made: set[str]) -> list[str]:
-    """``--dir`` for each missing ancestor of a mount point, world-traversable.
-
-    bubblewrap creates missing parents as 0700 root; an unprivileged server could not walk through.
-    """
-    args: list[str] = []
-    parts = PurePosixPath(path).parts[1:-1]
-    for depth in range(1, len(parts) + 1):
-        ancestor = "/" + "/".join(parts[:depth])
-        if ancestor in made or ancestor in OWN_TOP or parts[0] in SYSTEM_TOP:
-            continue
-        made.add(ancestor)
-        args += ["--perms", "0755", "--dir", ancestor]
-    return args
 
 
 class McpHub:

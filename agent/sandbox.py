@@ -526,6 +526,38 @@ class LocalSandbox(Sandbox):
         )
         return ProcessLaunch(process, exited, process.stderr if stdio is not None else None)
 
+    async def _start(
+        self,
+        command: str,
+        env: Mapping[str, str],
+        stdio: tuple[int, int] | None = None,
+        mounts: Sequence[str] = (),
+    ) -> tuple[Launched, CommandGuard, RunPlan]:
+        """Start a command under the sandbox's limits (quota, cgroup) and track it for :meth:`release`.
+
+        :meth:`run` and :meth:`start_process` both start this way, so a live process gets exactly a
+        ``bash`` command's limits and kill-on-release. A start that fails gives the guard's slot back.
+        """
+        workspace = self.paths.workspace
+        workspace.mkdir(parents=True, exist_ok=True)
+        guard = CommandGuard(self.limits, self.quota, self.cgroups)
+        plan = await guard.begin()
+        try:
+            launched = await self._launch(command, plan, env, workspace, stdio, mounts)
+        except BaseException:
+            guard.spawned(None)
+            await asyncio.shield(guard.end())
+            raise
+        guard.spawned(launched.pid)
+        self._live.add(launched)
+        return launched, guard, plan
+
+    async def _stop(self, launched: Launched, guard: CommandGuard) -> None:
+        """End everything a command started (even while the caller is cancelled), then its guard."""
+        await asyncio.shield(launched.finish())
+        await asyncio.shield(guard.end())
+        self._live.discard(launched)
+
     def agent_cwd(self) -> str:
         return str(self.paths.workspace.resolve())
 
@@ -535,46 +567,29 @@ class LocalSandbox(Sandbox):
     async def start_process(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, mounts: Sequence[str] = ()
     ) -> LiveProcess:
-        workspace = self.paths.workspace
-        workspace.mkdir(parents=True, exist_ok=True)
-        guard = CommandGuard(self.limits, self.quota, self.cgroups)
-        plan = await guard.begin()
         in_read, in_write = os.pipe2(os.O_CLOEXEC)
         out_read, out_write = os.pipe2(os.O_CLOEXEC)
         try:
-            launched = await self._launch(
-                "exec " + shlex.join(argv),
-                plan,
-                self._environment(env or {}),
-                workspace,
-                (in_read, out_write),
-                mounts,
+            launched, guard, _plan = await self._start(
+                "exec " + shlex.join(argv), self._environment(env or {}), (in_read, out_write), mounts
             )
         except BaseException:
             for fd in (in_write, out_read):
                 os.close(fd)
-            guard.spawned(None)
-            await asyncio.shield(guard.end())
             raise
         finally:
             os.close(in_read)
             os.close(out_write)
-        guard.spawned(launched.pid)
-        self._live.add(launched)
         try:
             stdin, stdout, reading = await _connect_pipes(in_write, out_read)
         except BaseException:  # cancelled while connecting: it must not outlive this call
-            await asyncio.shield(launched.finish())
-            await asyncio.shield(guard.end())
-            self._live.discard(launched)
+            await self._stop(launched, guard)
             raise
 
         async def end() -> None:
-            await launched.finish()
-            await guard.end()
+            await self._stop(launched, guard)
             reading.close()
             drain.cancel()
-            self._live.discard(launched)
 
         live = LiveProcess(launched, stdin, stdout, end)
         drain = asyncio.create_task(_keep_tail(launched.output, live.stderr_tail))
@@ -583,21 +598,10 @@ class LocalSandbox(Sandbox):
     async def run(
         self, command: str, *, secrets: Mapping[str, str], time_limit: float, max_output: int
     ) -> CommandResult:
-        workspace = self.paths.workspace
-        workspace.mkdir(parents=True, exist_ok=True)
         masker = SecretMasker.of(secrets)
         # Keep a little extra so a secret straddling the cut is masked whole before cutting.
         collector = _BoundedCollector(max_output + masker.longest)
-        guard = CommandGuard(self.limits, self.quota, self.cgroups)
-        plan = await guard.begin()
-        try:
-            launched = await self._launch(command, plan, self._environment(secrets), workspace)
-        except BaseException:
-            guard.spawned(None)
-            await asyncio.shield(guard.end())
-            raise
-        guard.spawned(launched.pid)
-        self._live.add(launched)
+        launched, guard, plan = await self._start(command, self._environment(secrets))
         reader = asyncio.create_task(collector.drain(launched.output))
         timed_out = False
         try:
@@ -609,14 +613,12 @@ class LocalSandbox(Sandbox):
                 timed_out = True
         finally:
             # Always end everything it started: on timeout, on cancel (/stop), and leftovers after exit.
-            await asyncio.shield(launched.finish())
-            await asyncio.shield(guard.end())
+            await self._stop(launched, guard)
             # Something that left the group (setsid) may still hold the pipe open; don't wait for it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), KILL_GRACE_SECONDS)
             if not reader.done():
                 reader.cancel()
-            self._live.discard(launched)
         output = masker(self._to_virtual(collector.text()))
         dropped = collector.dropped + max(0, len(output) - max_output)
         output = output[:max_output]

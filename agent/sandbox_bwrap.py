@@ -122,21 +122,25 @@ def system_mounts() -> list[str]:
     return args
 
 
-#: Top directories every thread sandbox has already (a mount's missing parents are made only below them).
-_PRESENT_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev"})
+#: Top directories every sandbox of ours has from :func:`system_mounts`, ``--proc`` and ``--dev``, bound
+#: read-only: a mount's missing parents are never made inside them.
+SYSTEM_TOP = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev"})
+#: Directories a thread sandbox makes itself, with modes of their own.
 _PRESENT = frozenset({"/tmp", "/var", "/var/tmp", "/mnt"})
 
 
-def mount_parents(path: str, made: set[str]) -> list[str]:
+def mount_parents(path: str, made: set[str], present: frozenset[str] = _PRESENT) -> list[str]:
     """``--dir`` for each missing ancestor of a mount point, world-traversable.
 
     bubblewrap creates missing parents as 0700 root; the sandbox user could not walk through them.
+    ``present``: directories the sandbox makes itself (a thread sandbox's, by default; an MCP server's
+    sandbox has others), which are not made again.
     """
     args: list[str] = []
     parts = PurePosixPath(path).parts[1:-1]
     for depth in range(1, len(parts) + 1):
         ancestor = "/" + "/".join(parts[:depth])
-        if ancestor in made or ancestor in _PRESENT or parts[0] in _PRESENT_TOP:
+        if ancestor in made or ancestor in present or parts[0] in SYSTEM_TOP:
             continue
         made.add(ancestor)
         args += ["--perms", "0755", "--dir", ancestor]

@@ -50,52 +50,46 @@ class Label(msgspec.Struct):
     name: str | None = None
 
 
-class Issue(msgspec.Struct):
+class Authored(msgspec.Struct):
+    """What an issue, a pull request, a comment and a review all are: something a GitHub user wrote.
+
+    ``parse_event`` reads these fields of whichever one an event is about alike (its author, the
+    author's association, its id for the event's identity, its link and text), so they are declared once.
+    """
+
     id: int | None = None
-    number: int | None = None
-    updated_at: str | None = None
     author_association: str | None = None
-    title: str | None = None
     body: str | None = None
     html_url: str | None = None
     user: User | None = None
+
+
+class Issue(Authored):
+    number: int | None = None
+    updated_at: str | None = None
+    title: str | None = None
     #: Only its presence is read (an issue that is a pull request); its contents are a few links.
     pull_request: Any = None
 
 
-class Comment(msgspec.Struct):
-    id: int | None = None
+class Comment(Authored):
     updated_at: str | None = None
-    author_association: str | None = None
-    body: str | None = None
-    html_url: str | None = None
-    user: User | None = None
     path: str | None = None
     line: int | None = None
     original_line: int | None = None
 
 
-class PullRequest(msgspec.Struct):
-    id: int | None = None
+class PullRequest(Authored):
     number: int | None = None
     updated_at: str | None = None
-    author_association: str | None = None
     title: str | None = None
-    body: str | None = None
-    html_url: str | None = None
-    user: User | None = None
     head: Ref | None = None
     base: Ref | None = None
 
 
-class Review(msgspec.Struct):
-    id: int | None = None
+class Review(Authored):
     submitted_at: str | None = None
-    author_association: str | None = None
     state: str | None = None
-    body: str | None = None
-    html_url: str | None = None
-    user: User | None = None
 
 
 class Payload(msgspec.Struct):

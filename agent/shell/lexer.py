@@ -90,14 +90,7 @@ class Lexer(WordReader):
                 not out or out[-1].kind == "op" or (out[-1].word is not None and out[-1].word.text == "for")
             ):
                 self.i += 2  # an arithmetic command: data, but it may hide a $(…)
-                level = 2
-                start = self.i
-                while self.i < len(s) and level:
-                    level += {"(": 1, ")": -1}.get(s[self.i], 0)
-                    self.i += 1
-                if level:
-                    raise self.error("unterminated ((")
-                self.scan_substitutions(s[start : self.i - 2])
+                self.scan_substitutions(self.arithmetic("(("))
                 out.append(Token("word", word=Word("((…))", dynamic=True)))
             elif ch in "<>" and s.startswith("(", self.i + 1):
                 out.append(Token("word", word=self.word()))

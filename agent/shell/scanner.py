@@ -53,6 +53,18 @@ class Scanner:
             self.i += 1
         raise self.error("unbalanced parenthesis")
 
+    def arithmetic(self, opening: str) -> str:
+        """The body of an arithmetic ``((…))`` or ``$((…))`` whose ``opening`` was just read: data, but it
+        may hide a ``$(…)``, so the caller scans it. Only parentheses count: ``((`` opened two levels."""
+        level = 2
+        start = self.i
+        while self.i < len(self.s) and level:
+            level += {"(": 1, ")": -1}.get(self.s[self.i], 0)
+            self.i += 1
+        if level:
+            raise self.error(f"unterminated {opening}")
+        return self.s[start : self.i - 2]
+
     def skip_double_quoted(self) -> None:
         self.i += 1
         while self.i < len(self.s):

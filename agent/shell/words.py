@@ -53,14 +53,7 @@ class WordReader(Scanner):
         s, i = self.s, self.i
         if s.startswith("$((", i):
             self.i += 3
-            level = 2
-            start = self.i
-            while self.i < len(s) and level:
-                level += {"(": 1, ")": -1}.get(s[self.i], 0)
-                self.i += 1
-            if level:
-                raise self.error("unterminated $((")
-            body = s[start : self.i - 2]
+            body = self.arithmetic("$((")
             self.scan_substitutions(body)
             out.append(f"$(({body}))")
             word.dynamic = True

@@ -8,19 +8,16 @@ on its next poll and runs it as if it had just arrived, and this command waits f
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bot.clicmds._list_retry import age, register_list_retry
+from bot.clicmds._list_retry import EXIT_FAILED, age, register_list_retry, retry_and_wait
 from config.schema import Settings
 
 if TYPE_CHECKING:
     from bot.db import Database
     from bot.inbox import Inbox, InboxEntry
-
-EXIT_FAILED = 1
 
 
 async def _open_inbox(settings: Settings) -> tuple[Database, Inbox]:
@@ -38,14 +35,10 @@ def _where(entry: InboxEntry) -> str:
     return f"{m.provider}:{m.chat}"
 
 
-async def _list(settings: Settings, failed: bool, limit: int) -> int:
+async def _list(inbox: Inbox, failed: bool, limit: int) -> int:
     from bot.tracing import trace_id_of
 
-    db, inbox = await _open_inbox(settings)
-    try:
-        entries = await inbox.entries(failed_only=failed, limit=limit)
-    finally:
-        await db.close()
+    entries = await inbox.entries(failed_only=failed, limit=limit)
     if not entries:
         print("no failed messages" if failed else "no messages recorded")
         return 0
@@ -61,40 +54,27 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
     return 0
 
 
-async def _retry(settings: Settings, entry_id: str, wait: float) -> int:
+async def _retry(inbox: Inbox, entry_id: str, wait: float) -> int:
     from bot.inbox import DEAD, DONE, FAILED
 
-    db, inbox = await _open_inbox(settings)
-    try:
-        before = await inbox.get(entry_id)
-        if before is None:
-            print(f"unknown inbox entry {entry_id}")
-            return EXIT_FAILED
-        if not await inbox.request_retry(entry_id):
-            now = await inbox.get(entry_id)
-            state = now.status if now else "unknown"
-            print(f"inbox entry {entry_id} is {state}; only failed or dead-lettered messages can be retried")
-            return EXIT_FAILED
-        print(f"queued {entry_id} ({_where(before)}) for retry")
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            current = await inbox.get(entry_id)
-            if current is None:
-                continue
-            if current.status == DONE:
-                print("retried: answered")
-                return 0
-            if current.status in (FAILED, DEAD):
-                print(f"retry failed: {current.error}")
-                return EXIT_FAILED
-        print(
-            f"not finished after {wait:g}s: no running service has picked it up yet, or it is still "
-            "running; it runs when `switchboard serve` is running"
-        )
-        return 0
-    finally:
-        await db.close()
+    def outcome(current: InboxEntry) -> tuple[int, str] | None:
+        if current.status == DONE:
+            return 0, "retried: answered"
+        if current.status in (FAILED, DEAD):
+            return EXIT_FAILED, f"retry failed: {current.error}"
+        return None
+
+    return await retry_and_wait(
+        inbox,
+        entry_id,
+        wait,
+        noun="inbox entry",
+        retryable="failed or dead-lettered messages",
+        label=_where,
+        outcome=outcome,
+        pending="not finished after {wait}s: no running service has picked it up yet, or it is still "
+        "running; it runs when `switchboard serve` is running",
+    )
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
@@ -107,6 +87,7 @@ def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) ->
         failed_help="only failed and dead-lettered messages",
         retry_help="run a failed or dead-lettered message again in the running service",
         id_name="entry_id",
+        opener=_open_inbox,
         lister=_list,
         retrier=_retry,
     )

@@ -8,15 +8,12 @@ running, the delivery runs when one starts.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bot.clicmds._list_retry import age, register_list_retry
+from bot.clicmds._list_retry import EXIT_FAILED, age, register_list_retry, retry_and_wait
 from config.schema import Settings
-
-EXIT_FAILED = 1
 
 
 async def _open_store(settings: Settings) -> tuple[Any, Any]:
@@ -46,12 +43,8 @@ def _summary(delivery: Any) -> str:
     return "fired: -" + (f" ({reasons})" if reasons else "")
 
 
-async def _list(settings: Settings, failed: bool, limit: int) -> int:
-    db, store = await _open_store(settings)
-    try:
-        deliveries = await store.list(failed_only=failed, limit=limit)
-    finally:
-        await db.close()
+async def _list(store: Any, failed: bool, limit: int) -> int:
+    deliveries = await store.list(failed_only=failed, limit=limit)
     if not deliveries:
         print("no failed deliveries" if failed else "no deliveries recorded")
         return 0
@@ -64,40 +57,28 @@ async def _list(settings: Settings, failed: bool, limit: int) -> int:
     return 0
 
 
-async def _retry(settings: Settings, delivery_id: str, wait: float) -> int:
+async def _retry(store: Any, delivery_id: str, wait: float) -> int:
     from webhooks.store import RECEIVED, RETRY
 
-    db, store = await _open_store(settings)
-    try:
-        before = await store.get(delivery_id)
-        if before is None:
-            print(f"unknown delivery {delivery_id}")
-            return EXIT_FAILED
-        if not await store.request_retry(delivery_id):
-            now = await store.get(delivery_id)
-            state = now.status if now else "unknown"
-            print(f"delivery {delivery_id} is {state}; only failed or stuck deliveries can be retried")
-            return EXIT_FAILED
-        print(f"queued {delivery_id} ({before.event}) for retry")
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            current = await store.get(delivery_id)
-            if current is None or current.status in (RETRY, RECEIVED):
-                continue
-            if current.status == "failed":
-                print(f"retry failed: {current.error}")
-                return EXIT_FAILED
-            fired = ", ".join((current.dispatch or {}).get("fired", [])) or "no agent (already delivered)"
-            print(f"retried: {fired}")
-            return 0
-        print(
-            f"still queued after {wait:g}s: no running service has picked it up yet; "
-            "it runs when `switchboard serve` is running"
-        )
-        return 0
-    finally:
-        await db.close()
+    def outcome(current: Any) -> tuple[int, str] | None:
+        if current.status in (RETRY, RECEIVED):
+            return None
+        if current.status == "failed":
+            return EXIT_FAILED, f"retry failed: {current.error}"
+        fired = ", ".join((current.dispatch or {}).get("fired", [])) or "no agent (already delivered)"
+        return 0, f"retried: {fired}"
+
+    return await retry_and_wait(
+        store,
+        delivery_id,
+        wait,
+        noun="delivery",
+        retryable="failed or stuck deliveries",
+        label=lambda before: before.event,
+        outcome=outcome,
+        pending="still queued after {wait}s: no running service has picked it up yet; "
+        "it runs when `switchboard serve` is running",
+    )
 
 
 def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) -> None:
@@ -110,6 +91,7 @@ def register(subparsers: Any, load_or_exit: Callable[[str | None], Settings]) ->
         failed_help="only failed (or stuck) deliveries",
         retry_help="re-run a failed delivery through the running service",
         id_name="delivery_id",
+        opener=_open_store,
         lister=_list,
         retrier=_retry,
     )

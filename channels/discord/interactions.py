@@ -54,11 +54,11 @@ from channels.discord.buttons import (
 from channels.discord.commands import ARGS_OPTION
 from channels.discord.host import DiscordHost
 from channels.discord.transport import (
-    MAX_FILES_PER_MESSAGE,
     NO_MENTIONS,
     DiscordTransport,
     discord_errors,
     map_discord_error,
+    send_files_in_batches,
 )
 from channels.errors import Backpressure, ChannelError, EditFailed
 from channels.reply import ReplyTransport
@@ -319,26 +319,16 @@ class InteractionTransport(ReplyTransport):
         return not self.private and interaction_message_id(ref) is not None
 
     async def send_files(self, files: Sequence[Path]) -> None:
-        limit = self.channel.config.max_file_bytes
-        fitting = [p for p in files if p.stat().st_size <= limit]
-        too_big = [p.name for p in files if p.stat().st_size > limit]
-        for start in range(0, len(fitting), MAX_FILES_PER_MESSAGE):
-            batch = fitting[start : start + MAX_FILES_PER_MESSAGE]
-            uploads = [discord.File(path, filename=path.name) for path in batch]
-            try:
-                if self._fallback is None and self.live is not None:
-                    try:
-                        await self.live.send_files(uploads, private=self.private)
-                        continue
-                    except _Gone:
-                        pass
-                await (await self._fallen_back()).send_files(batch)
-            finally:
-                for upload in uploads:
-                    upload.close()
-        if too_big:
-            mib = limit // (1024 * 1024)
-            await self.send(f"(not attached, larger than {mib} MiB: {', '.join(too_big)})")
+        async def send_batch(batch: list[Path], uploads: list[discord.File]) -> None:
+            if self._fallback is None and self.live is not None:
+                try:
+                    await self.live.send_files(uploads, private=self.private)
+                    return
+                except _Gone:
+                    pass
+            await (await self._fallen_back()).send_files(batch)
+
+        await send_files_in_batches(files, self.channel.config.max_file_bytes, send_batch, self.send)
 
     async def typing(self) -> None:
         """While the interaction is live its "thinking…" or answer already shows that work goes on."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -45,6 +45,34 @@ UNKNOWN_MESSAGE = 10008
 
 #: Never ping anyone: not @everyone/@here, not roles, not users, not the replied-to author.
 NO_MENTIONS = discord.AllowedMentions.none()
+
+
+async def send_files_in_batches(
+    files: Sequence[Path],
+    limit: int,
+    send_batch: Callable[[list[Path], list[discord.File]], Awaitable[None]],
+    say: Callable[[str], Awaitable[object]],
+) -> None:
+    """Send ``files`` as Discord allows them: at most :data:`MAX_FILES_PER_MESSAGE` a message, none
+    larger than ``limit`` bytes; those are named in one line (``say``) instead.
+
+    ``send_batch`` gets each batch as paths and as opened uploads (a channel message sends the uploads;
+    an interaction's fallback opens its own from the paths); the uploads are closed after it returns.
+    The channel transport and the interaction transport both send files this way.
+    """
+    fitting = [p for p in files if p.stat().st_size <= limit]
+    too_big = [p.name for p in files if p.stat().st_size > limit]
+    for start in range(0, len(fitting), MAX_FILES_PER_MESSAGE):
+        batch = fitting[start : start + MAX_FILES_PER_MESSAGE]
+        uploads = [discord.File(path, filename=path.name) for path in batch]
+        try:
+            await send_batch(batch, uploads)
+        finally:
+            for upload in uploads:
+                upload.close()
+    if too_big:
+        mib = limit // (1024 * 1024)
+        await say(f"(not attached, larger than {mib} MiB: {', '.join(too_big)})")
 
 
 def map_discord_error(exc: BaseException) -> ChannelError:
@@ -136,21 +164,11 @@ class DiscordTransport(ReplyTransport):
             )
 
     async def send_files(self, files: Sequence[Path]) -> None:
-        limit = self.channel.config.max_file_bytes
-        fitting = [p for p in files if p.stat().st_size <= limit]
-        too_big = [p.name for p in files if p.stat().st_size > limit]
-        for start in range(0, len(fitting), MAX_FILES_PER_MESSAGE):
-            batch = fitting[start : start + MAX_FILES_PER_MESSAGE]
-            uploads = [discord.File(path, filename=path.name) for path in batch]
-            try:
-                with discord_errors():
-                    await self._target().send(files=uploads, allowed_mentions=NO_MENTIONS)
-            finally:
-                for upload in uploads:
-                    upload.close()
-        if too_big:
-            mib = limit // (1024 * 1024)
-            await self.send(f"(not attached, larger than {mib} MiB: {', '.join(too_big)})")
+        async def send_batch(_batch: list[Path], uploads: list[discord.File]) -> None:
+            with discord_errors():
+                await self._target().send(files=uploads, allowed_mentions=NO_MENTIONS)
+
+        await send_files_in_batches(files, self.channel.config.max_file_bytes, send_batch, self.send)
 
     async def typing(self) -> None:
         """Trigger Discord's "<bot> is typing…" once; it is cosmetic, so failures are only logged."""

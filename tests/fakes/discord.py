@@ -1477,6 +1477,16 @@ class FakeDiscord(ThreadedServer):
         body["interaction_metadata"] = metadata
         return body
 
+    def _webhook_interaction(self, request: web.Request) -> FakeInteraction | web.Response:
+        """The interaction an interaction-webhook request's token names, or Discord's answer when there
+        is none to act on (unknown, token expired, not answered yet). Call with the state lock held."""
+        interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
+        problem = self._webhook_problem(interaction)
+        if problem is not None:
+            return problem
+        assert interaction is not None
+        return interaction
+
     def _webhook_problem(self, interaction: FakeInteraction | None) -> web.Response | None:
         if interaction is None:
             return _json({"message": "Unknown Webhook", "code": 10015}, 404)
@@ -1492,11 +1502,9 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         with self._state_lock:
-            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
-            problem = self._webhook_problem(interaction)
-            if problem is not None:
-                return problem
-            assert interaction is not None
+            interaction = self._webhook_interaction(request)
+            if isinstance(interaction, web.Response):
+                return interaction
             message = self.messages.get(interaction.original or "")
             if message is None:
                 return _json({"message": "Unknown Message", "code": 10008}, 404)
@@ -1505,17 +1513,23 @@ class FakeDiscord(ThreadedServer):
                 interaction.original = None
                 return web.Response(status=204)
             if request.method == "PATCH":
-                body = body if isinstance(body, dict) else {}
-                problem_text = self._content_problem({k: v for k, v in body.items() if k != "flags"})
-                if problem_text is not None:
-                    return self._form_error({"content": problem_text})
-                if "content" in body:
-                    message.history.append(body["content"] or "")
-                    message.loading = False
-                if "components" in body:
-                    message.set_components(body["components"])
-                message.allowed_mentions.append(body.get("allowed_mentions"))
+                return self._edit_webhook_message(message, body)
             return _json(self._webhook_message(message))
+
+    def _edit_webhook_message(self, message: FakeMessage, body: Any) -> web.Response:
+        """Edit Original Interaction Response and Edit Followup Message: both are Discord's Edit Webhook
+        Message, the same fields checked and applied the same way (``flags`` cannot change)."""
+        body = body if isinstance(body, dict) else {}
+        problem_text = self._content_problem({k: v for k, v in body.items() if k != "flags"})
+        if problem_text is not None:
+            return self._form_error({"content": problem_text})
+        if "content" in body:
+            message.history.append(body["content"] or "")
+            message.loading = False
+        if "components" in body:
+            message.set_components(body["components"])
+        message.allowed_mentions.append(body.get("allowed_mentions"))
+        return _json(self._webhook_message(message))
 
     async def _followup(self, request: web.Request) -> web.Response:
         """Create Followup Message; after a deferral the first one fills the "thinking" original."""
@@ -1523,11 +1537,9 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         with self._state_lock:
-            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
-            problem = self._webhook_problem(interaction)
-            if problem is not None:
-                return problem
-            assert interaction is not None
+            interaction = self._webhook_interaction(request)
+            if isinstance(interaction, web.Response):
+                return interaction
             body = body if isinstance(body, dict) else {}
             problem_text = self._content_problem(body)
             if problem_text is not None:
@@ -1557,25 +1569,13 @@ class FakeDiscord(ThreadedServer):
         if failure is not None:
             return failure
         with self._state_lock:
-            interaction = self._interaction_for_token(request.match_info["app"], request.match_info["token"])
-            problem = self._webhook_problem(interaction)
-            if problem is not None:
-                return problem
-            assert interaction is not None
+            interaction = self._webhook_interaction(request)
+            if isinstance(interaction, web.Response):
+                return interaction
             message = self.messages.get(request.match_info["mid"])
             if message is None or message.interaction != interaction.id:
                 return _json({"message": "Unknown Message", "code": 10008}, 404)
-            body = body if isinstance(body, dict) else {}
-            problem_text = self._content_problem({k: v for k, v in body.items() if k != "flags"})
-            if problem_text is not None:
-                return self._form_error({"content": problem_text})
-            if "content" in body:
-                message.history.append(body["content"] or "")
-                message.loading = False
-            if "components" in body:
-                message.set_components(body["components"])
-            message.allowed_mentions.append(body.get("allowed_mentions"))
-            return _json(self._webhook_message(message))
+            return self._edit_webhook_message(message, body)
 
     # --- gateway ----------------------------------------------------------------------------------
     async def _gateway(self, request: web.Request) -> web.StreamResponse:

@@ -30,13 +30,12 @@ from tests.fakes import acp_agent
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import card_body, card_status, is_card, stop_heartbeat_on_card
 
 pytestmark = pytest.mark.slow  # platform fake, the fake model and a sandboxed agent process
 
 PARENT = "PARENT-PROMPT-7720"
 CHAT = 6262
-STOP = "⏹ Stop"
 MODES = pytest.mark.parametrize("mode", ["bwrap", "host"])
 #: The fake agent runs on the sandbox's own Python, from its source (the test tree is not mounted there).
 AGENT = ["/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable, "-I", "-c"]
@@ -139,16 +138,9 @@ async def test_stop_on_the_card_kills_the_agent_and_what_it_started(
 ):
     llm.script_for(PARENT, delegate("HANG until told"), Reply(text="The coder was stopped."))
     async with telegram_bot(tmp_path, llm, mode) as (h, tg):
-        tg.user_message(CHAT, "have the coder watch the disk", user_id=CHAT)
-        await wait_until(lambda: beat(tmp_path) != "", timeout=60)
-        assert await beating(tmp_path, within=10)
-        live = await tg.wait_until(
-            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
-            30,
+        live = await stop_heartbeat_on_card(
+            h, tg, tmp_path, CHAT, "have the coder watch the disk", "The coder was stopped.", timeout=60
         )
-        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
-        await tg.wait_for_bot_text(CHAT, "The coder was stopped.", timeout=60)
-        await h.idle(timeout=30)
         assert not await beating(tmp_path), "the agent's child still runs after Stop"
         assert (workspace_of(h) / "cancelled").read_text() == "sess-1", "the agent never got session/cancel"
     assert card_status(live.text) == "⏹ Stopped"

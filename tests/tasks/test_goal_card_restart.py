@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 
 from agent.goals import EVALUATOR_MARKER
-from bench.reliability_telegram import write_config
 from tests.agent.helpers import system_text
-from tests.fakes.openai_server import FakeOpenAI, Reply, last_user_text
-from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, telegram_card_posts, telegram_cards
-from tests.tasks.restart_kit import kill_while, restart_until
-
-from ..channels.telegram.conftest import BOT_USERNAME
+from tests.fakes.openai_server import Reply, last_user_text
+from tests.tasks.kit import card_body, card_status
+from tests.tasks.restart_kit import telegram_restart
 
 pytestmark = pytest.mark.slow  # real `serve` processes
 
@@ -45,30 +41,22 @@ def model(request: dict[str, Any]) -> Reply:
     return Reply(text=FIRST)
 
 
-def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return telegram_cards(tg, CHAT)
-
-
 @pytest.mark.timeout(300)
 def test_a_goal_killed_mid_step_continues_in_the_same_card_and_ends_once(tmp_path: Path):
-    log = tmp_path / "serve.log"
-    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
-        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        kill_while(
-            config,
-            log,
-            start=lambda: tg.user_message(CHAT, f"/goal {OBJECTIVE}", user_id=CHAT),  # type: ignore[attr-defined]
+    with telegram_restart(tmp_path, model, CHAT) as chat:
+        chat.kill_while(
+            f"/goal {OBJECTIVE}",
             running=lambda: any(
-                card_status(m.text) == "▶️ Running — step 2 of 8" and "part20" in m.text for m in cards(tg)
+                card_status(m.text) == "▶️ Running — step 2 of 8" and "part20" in m.text for m in chat.cards()
             ),
         )
-        [before] = cards(tg)
+        [before] = chat.cards()
         assert "part119" not in before.text, "the kill came after step 2 had finished"
 
-        restart_until(config, log, lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)))
-        after = cards(tg)
-        card_posts = telegram_card_posts(tg)
-        texts = [m.text for m in tg.bot_messages(CHAT)]
+        chat.restart_until(lambda: any("✅ Done" in card_status(m.text) for m in chat.cards()))
+        after = chat.cards()
+        card_posts = chat.card_posts()
+        texts = chat.texts()
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
     assert card_posts == 1, "no second card was ever posted"
     assert card_body(after[0].text) == f"{STEP_2}\n\n🎯 Goal reached: counted"

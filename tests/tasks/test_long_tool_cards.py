@@ -18,22 +18,25 @@ from typing import Any
 import pytest
 
 from agent.long_tools import TURN_STOPPED
-from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
-from tests.agent.helpers import agent_settings, all_tool_results, wait_until
-from tests.agent.test_sandbox import HEARTBEAT, beat, beating
-from tests.channels.slack.conftest import slack_section
+from tests.agent.helpers import agent_settings, all_tool_results
+from tests.agent.test_sandbox import HEARTBEAT, beating
 from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
-from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import (
+    card_body,
+    card_status,
+    is_card,
+    running_card,
+    slack_dm_turn,
+    stop_heartbeat_on_card,
+)
 
 pytestmark = pytest.mark.slow  # platform fakes, the fake model and sandboxed processes
 
 CHAT = 6161
-STOP = "⏹ Stop"
 #: Long enough to pass the threshold on a loaded machine with room to spare; short enough for a test.
 SLOW = "sleep 3; echo BUILD-RESULT-5521"
 
@@ -98,16 +101,9 @@ async def test_stop_on_a_long_commands_card_kills_the_command_and_the_turn_still
 ):
     llm.script(bash(HEARTBEAT), Reply(text="All right, I stopped watching."))
     async with telegram_bot(tmp_path, llm) as (h, tg):
-        tg.user_message(CHAT, "keep a heartbeat going", user_id=CHAT)
-        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path, within=10)
-        live = await tg.wait_until(
-            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
-            30,
+        live = await stop_heartbeat_on_card(
+            h, tg, tmp_path, CHAT, "keep a heartbeat going", "All right, I stopped watching."
         )
-        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
-        await tg.wait_for_bot_text(CHAT, "All right, I stopped watching.", timeout=30)
-        await h.idle(timeout=30)
         assert not await beating(tmp_path), "the command still runs after Stop on its card"
     assert card_status(live.text) == "⏹ Stopped"
     assert live.buttons == []
@@ -119,23 +115,15 @@ async def test_a_long_commands_card_on_slack_is_one_message_posted_once_then_upd
     tmp_path: Path, llm: FakeOpenAI
 ):
     llm.script(bash(SLOW), Reply(text="The build is finished."))
-    with FakeSlack() as slack:
-        settings = settings_for(tmp_path, llm, channels={"slack": slack_section(slack)})
-        channel = SlackChannel(settings.channels.slack, settings=settings)
-        async with Harness.running(settings, channels={"slack": channel}) as h:  # type: ignore[dict-item]
-            await slack.wait_connected()
-            slack.dm("U1", "run the build")
-            await slack.wait_for_text("The build is finished.", "DU1")
-            await h.idle(timeout=30)
-            cards = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
-            posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
-            answers = [m for m in slack.channel_messages("DU1") if "The build is finished." in m.text]
+    cards, posts, answers = await slack_dm_turn(
+        lambda **extra: settings_for(tmp_path, llm, **extra), "run the build", "The build is finished."
+    )
     [card] = cards
-    assert len(posts) == 1, "the card was posted once and then only updated"
+    assert posts == 1, "the card was posted once and then only updated"
     assert card_status(card.text) == "✅ Done"
     assert "BUILD-RESULT-5521" in card_body(card.text)
     assert card.labels == []
-    assert len(answers) == 1
+    assert answers == 1
 
 
 async def test_a_long_subagent_shows_its_own_card_only_not_a_second_one_for_its_task_call(
@@ -174,10 +162,7 @@ async def test_stop_of_the_whole_turn_still_stops_it_ends_the_card_and_the_next_
     llm.script(bash(f"echo run >> runs.txt; {HEARTBEAT}"), Reply(text="Hello again."))
     async with telegram_bot(tmp_path, llm) as (h, tg):
         tg.user_message(CHAT, "keep a heartbeat going", user_id=CHAT)
-        live = await tg.wait_until(
-            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
-            30,
-        )
+        live = await running_card(tg, CHAT)
         assert await beating(tmp_path, within=10)
         tg.user_message(CHAT, "/stop", user_id=CHAT)
         await tg.wait_for_bot_text(CHAT, "⏹ Stopped.", timeout=30)

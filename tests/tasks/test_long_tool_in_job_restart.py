@@ -9,19 +9,14 @@ while it runs; once a tool result is in the conversation, it answers.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import write_config
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, echo_reply, last_user_text
-from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, telegram_card_posts, telegram_cards
-from tests.tasks.restart_kit import kill_while, restart_until
-
-from ..channels.telegram.conftest import BOT_USERNAME
+from tests.fakes.openai_server import Reply, ToolCall, echo_reply, last_user_text
+from tests.tasks.kit import card_body, card_status
+from tests.tasks.restart_kit import runs, stored_rows, telegram_restart
 
 pytestmark = pytest.mark.slow  # real `serve` processes
 
@@ -40,50 +35,30 @@ def model(request: dict[str, Any]) -> Reply:
     return echo_reply(request)
 
 
-def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return telegram_cards(tg, CHAT)
-
-
 def call_recorded(tmp_path: Path) -> bool:
     """The call became long and is recorded (kind ``tool``): what the redelivered run resumes from."""
-    for db in tmp_path.rglob("sb.db"):
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
-                rows = conn.execute("SELECT status FROM agent_tasks WHERE kind = 'tool'").fetchall()
-        except sqlite3.Error:
-            return False
-        return any(status == "running" for (status,) in rows)
-    return False
-
-
-def runs(tmp_path: Path) -> int:
-    return sum(p.read_text().count("run") for p in tmp_path.rglob("runs.txt"))
+    rows = stored_rows(tmp_path, "SELECT status FROM agent_tasks WHERE kind = 'tool'")
+    return any(status == "running" for (status,) in rows)
 
 
 @pytest.mark.timeout(300)
 def test_a_scheduled_run_killed_in_its_long_command_continues_its_one_card_after_restart(tmp_path: Path):
-    log = tmp_path / "serve.log"
-    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
-        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        with config.open("a") as extra:
-            extra.write("agent: {long_tool_seconds: 1}\n")
-        kill_while(
-            config,
-            log,
-            start=lambda: tg.user_message(CHAT, f"/schedule in 3s {WHAT}", user_id=CHAT),  # type: ignore[attr-defined]
+    with telegram_restart(tmp_path, model, CHAT, "agent: {long_tool_seconds: 1}\n") as chat:
+        chat.kill_while(
+            f"/schedule in 3s {WHAT}",
             running=lambda: (
-                any("runs.txt" in card_status(m.text) for m in cards(tg)) and call_recorded(tmp_path)
+                any("runs.txt" in card_status(m.text) for m in chat.cards()) and call_recorded(tmp_path)
             ),
         )
-        [before] = cards(tg)
+        [before] = chat.cards()
         assert before.text.startswith("🗂 Scheduled task"), before.text
         assert "✅ Done" not in before.text, "the kill came after the run had finished"
         assert runs(tmp_path) == 1
 
-        restart_until(config, log, lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)))
-        after = cards(tg)
-        posts = telegram_card_posts(tg)
-        everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
+        chat.restart_until(lambda: any("✅ Done" in card_status(m.text) for m in chat.cards()))
+        after = chat.cards()
+        posts = chat.card_posts()
+        everything = "\n".join(chat.texts())
     assert runs(tmp_path) == 2, "the redelivered run ran the cut-off command again"
     assert [m.message_id for m in after] == [before.message_id], "the run's one card, edited in place"
     assert posts == 1, "no second card was ever posted"

@@ -9,18 +9,14 @@ once a tool result is in the conversation, it answers.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import ServeProcess, wait_for, write_config
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
-from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, is_card
-
-from ..channels.telegram.conftest import BOT_USERNAME
+from tests.fakes.openai_server import Reply, ToolCall
+from tests.tasks.kit import card_body, card_status
+from tests.tasks.restart_kit import runs, stored_rows, telegram_restart
 
 pytestmark = pytest.mark.slow  # real `serve` processes
 
@@ -37,65 +33,35 @@ def model(request: dict[str, Any]) -> Reply:
     return Reply(tool_calls=[ToolCall("bash", {"command": COMMAND})])
 
 
-def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return [m for m in tg.bot_messages(CHAT) if is_card(m.text)]
-
-
 def card_kept(tmp_path: Path) -> bool:
     """The card's message is recorded with its row (a kill before that would post it again: the platform
     and the database cannot be written at once, docs/tasks.md)."""
-    for db in tmp_path.rglob("sb.db"):
-        try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
-                rows = conn.execute("SELECT reply_state FROM task_cards WHERE kind = 'tool'").fetchall()
-        except sqlite3.Error:
-            return False
-        return any(state for (state,) in rows)
-    return False
-
-
-def runs(tmp_path: Path) -> int:
-    return sum(p.read_text().count("run") for p in tmp_path.rglob("runs.txt"))
+    rows = stored_rows(tmp_path, "SELECT reply_state FROM task_cards WHERE kind = 'tool'")
+    return any(state for (state,) in rows)
 
 
 @pytest.mark.timeout(300)
 def test_a_long_tool_call_killed_mid_run_finishes_in_the_same_card_and_its_result_arrives_once(
     tmp_path: Path,
 ):
-    log = tmp_path / "serve.log"
-    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
-        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        with config.open("a") as extra:
-            extra.write("agent: {long_tool_seconds: 1}\n")
-        service = ServeProcess(config, log)
-        try:
-            tg.user_message(CHAT, "please run the port audit", user_id=CHAT)  # type: ignore[attr-defined]
-            running = wait_for(
-                lambda: (
-                    any(card_status(m.text).startswith("▶️ Running") for m in cards(tg))
-                    and card_kept(tmp_path)
-                ),
-                timeout=120,
-            )
-            assert running, log.read_text()[-3000:]
-        finally:
-            service.kill()
-        [before] = cards(tg)
+    with telegram_restart(tmp_path, model, CHAT, "agent: {long_tool_seconds: 1}\n") as chat:
+        chat.kill_while(
+            "please run the port audit",
+            running=lambda: (
+                any(card_status(m.text).startswith("▶️ Running") for m in chat.cards()) and card_kept(tmp_path)
+            ),
+        )
+        [before] = chat.cards()
         assert "✅ Done" not in before.text, "the kill came after the command had finished"
         assert runs(tmp_path) == 1
 
-        again = ServeProcess(config, log)
-        try:
-            answered = wait_for(lambda: any(ANSWER in m.text for m in tg.bot_messages(CHAT)), timeout=120)
-            assert answered, log.read_text()[-3000:]
-        finally:
-            again.terminate()
-        after = cards(tg)
-        card_posts = [c for c in tg.calls("sendMessage") if is_card(str(c["params"].get("text", "")))]
-        everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
+        chat.restart_until(lambda: any(ANSWER in t for t in chat.texts()))
+        after = chat.cards()
+        card_posts = chat.card_posts()
+        everything = "\n".join(chat.texts())
     assert runs(tmp_path) == 2, "the redelivered turn ran the cut-off command again"
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
-    assert len(card_posts) == 1, "no second card was ever posted"
+    assert card_posts == 1, "no second card was ever posted"
     assert any("started again after a restart" in v for v in after[0].history), after[0].history
     assert card_status(after[0].text) == "✅ Done"
     assert MARK in card_body(after[0].text)

@@ -16,23 +16,19 @@ from typing import Any
 
 import pytest
 
-from channels.slack.channel import SlackChannel
 from channels.telegram.channel import TelegramChannel
-from tests.agent.helpers import agent_settings, wait_until
-from tests.agent.test_sandbox import HEARTBEAT, beat, beating
-from tests.channels.slack.conftest import slack_section
+from tests.agent.helpers import agent_settings
+from tests.agent.test_sandbox import HEARTBEAT, beating
 from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
-from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import card_body, card_status, is_card, slack_dm_turn, stop_heartbeat_on_card
 
 pytestmark = pytest.mark.slow  # platform fakes, the fake model and sandboxed processes
 
 PARENT = "PARENT-PROMPT-4410"
 CHAT = 5151
-STOP = "⏹ Stop"
 
 
 def settings_for(tmp_path: Path, llm: FakeOpenAI, **extra: Any) -> Any:
@@ -88,16 +84,9 @@ async def test_stop_on_a_subagents_card_stops_its_sandbox_commands_and_the_turn_
     )
     llm.script_for("JOB-WATCH", Reply(tool_calls=[ToolCall("bash", {"command": HEARTBEAT})]))
     async with telegram_bot(tmp_path, llm) as (h, tg):
-        tg.user_message(CHAT, "watch the disk for me", user_id=CHAT)
-        await wait_until(lambda: beat(tmp_path) != "", timeout=30)
-        assert await beating(tmp_path, within=10)
-        live = await tg.wait_until(
-            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
-            30,
+        live = await stop_heartbeat_on_card(
+            h, tg, tmp_path, CHAT, "watch the disk for me", "The watcher was stopped."
         )
-        tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
-        await tg.wait_for_bot_text(CHAT, "The watcher was stopped.", timeout=30)
-        await h.idle(timeout=30)
         assert not await beating(tmp_path), "the subagent's sandbox command still runs after Stop"
     assert card_status(live.text) == "⏹ Stopped"
     assert live.buttons == []
@@ -108,20 +97,12 @@ async def test_a_subagents_card_on_slack_is_one_message_posted_once_then_updated
 ):
     llm.script_for(PARENT, delegate("size the repo", "JOB-SIZE: measure it"), Reply(text="It is 12 MB."))
     llm.script_for("JOB-SIZE", Reply(text="RESULT: 12 MB", chunk_size=4, delay=0.05))
-    with FakeSlack() as slack:
-        settings = settings_for(tmp_path, llm, channels={"slack": slack_section(slack)})
-        channel = SlackChannel(settings.channels.slack, settings=settings)
-        async with Harness.running(settings, channels={"slack": channel}) as h:  # type: ignore[dict-item]
-            await slack.wait_connected()
-            slack.dm("U1", "how big is the repo?")
-            await slack.wait_for_text("It is 12 MB.", "DU1")
-            await h.idle(timeout=30)
-            cards = [m for m in slack.channel_messages("DU1") if is_card(m.text)]
-            posts = [c for c in slack.calls_to("chat.postMessage") if is_card(str(c.args.get("text", "")))]
-            answers = [m for m in slack.channel_messages("DU1") if "It is 12 MB." in m.text]
+    cards, posts, answers = await slack_dm_turn(
+        lambda **extra: settings_for(tmp_path, llm, **extra), "how big is the repo?", "It is 12 MB."
+    )
     [card] = cards
-    assert len(posts) == 1, "the card was posted once and then only updated"
+    assert posts == 1, "the card was posted once and then only updated"
     assert card_status(card.text) == "✅ Done"
     assert card_body(card.text) == "RESULT: 12 MB"
     assert card.labels == []
-    assert len(answers) == 1
+    assert answers == 1

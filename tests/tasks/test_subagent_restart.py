@@ -14,13 +14,9 @@ from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import write_config
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall, prompt_text
-from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, telegram_card_posts, telegram_cards
-from tests.tasks.restart_kit import kill_while, restart_until
-
-from ..channels.telegram.conftest import BOT_USERNAME
+from tests.fakes.openai_server import Reply, ToolCall, prompt_text
+from tests.tasks.kit import card_body, card_status
+from tests.tasks.restart_kit import telegram_restart
 
 pytestmark = pytest.mark.slow  # real `serve` processes
 
@@ -41,33 +37,24 @@ def model(request: dict[str, Any]) -> Reply:
     )
 
 
-def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return telegram_cards(tg, CHAT)
-
-
 @pytest.mark.timeout(300)
 def test_a_subagent_killed_mid_task_finishes_in_the_same_card_and_its_result_arrives_once(tmp_path: Path):
-    log = tmp_path / "serve.log"
-    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg, FakeOpenAI(model) as llm:
-        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        with config.open("a") as extra:
-            extra.write(f"agent: {{system_prompt: '{PARENT}', subagents: {{enabled: true}}}}\n")
-        kill_while(
-            config,
-            log,
-            start=lambda: tg.user_message(CHAT, "please audit the open ports", user_id=CHAT),  # type: ignore[attr-defined]
+    config = f"agent: {{system_prompt: '{PARENT}', subagents: {{enabled: true}}}}\n"
+    with telegram_restart(tmp_path, model, CHAT, config) as chat:
+        chat.kill_while(
+            "please audit the open ports",
             running=lambda: (
-                any(card_status(m.text).startswith("▶️ Running") for m in cards(tg))
-                and any("JOB-AUDIT" in prompt_text(b) for b in llm.completions)
+                any(card_status(m.text).startswith("▶️ Running") for m in chat.cards())
+                and any("JOB-AUDIT" in prompt_text(b) for b in chat.llm.completions)
             ),
         )
-        [before] = cards(tg)
+        [before] = chat.cards()
         assert "✅ Done" not in before.text, "the kill came after the task had finished"
 
-        restart_until(config, log, lambda: any(ANSWER in m.text for m in tg.bot_messages(CHAT)))
-        after = cards(tg)
-        card_posts = telegram_card_posts(tg)
-        everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
+        chat.restart_until(lambda: any(ANSWER in t for t in chat.texts()))
+        after = chat.cards()
+        card_posts = chat.card_posts()
+        everything = "\n".join(chat.texts())
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
     assert card_posts == 1, "no second card was ever posted"
     assert card_status(after[0].text) == "✅ Done"

@@ -13,15 +13,12 @@ from typing import Any
 
 import pytest
 
-from bench.reliability_telegram import wait_for, write_config
+from bench.reliability_telegram import wait_for
 from tests.channels import resume_kit
 from tests.fakes.openai_server import FakeOpenAI, Reply, echo_reply, last_user_text
 from tests.fakes.slack import FakeSlack
-from tests.fakes.telegram import FakeMessage, FakeTelegram
-from tests.tasks.kit import card_body, card_status, is_card, telegram_card_posts, telegram_cards
-from tests.tasks.restart_kit import kill_while, restart_until
-
-from ..channels.telegram.conftest import BOT_USERNAME
+from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.restart_kit import kill_while, restart_until, telegram_restart
 
 pytestmark = pytest.mark.slow  # real `serve` processes
 
@@ -37,33 +34,22 @@ def answering(request: dict[str, Any]) -> Reply:
     return echo_reply(request)
 
 
-def cards(tg: FakeTelegram) -> list[FakeMessage]:
-    return telegram_cards(tg, CHAT)
-
-
 @pytest.mark.timeout(300)
 def test_a_schedule_killed_mid_run_finishes_in_the_same_card_once_after_restart(tmp_path: Path):
-    log = tmp_path / "serve.log"
-    with (
-        FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=1.0) as tg,
-        FakeOpenAI(answering) as llm,
-    ):
-        config = write_config(tmp_path, tg, llm)  # type: ignore[arg-type]
-        kill_while(
-            config,
-            log,
-            start=lambda: tg.user_message(CHAT, f"/schedule in 3s {WHAT}", user_id=CHAT),  # type: ignore[attr-defined]
+    with telegram_restart(tmp_path, answering, CHAT) as chat:
+        chat.kill_while(
+            f"/schedule in 3s {WHAT}",
             running=lambda: any(
-                card_status(m.text).startswith("▶️ Running") and "alert20" in m.text for m in cards(tg)
+                card_status(m.text).startswith("▶️ Running") and "alert20" in m.text for m in chat.cards()
             ),
         )
-        [before] = cards(tg)
+        [before] = chat.cards()
         assert "✅ Done" not in before.text, "the kill came after the run had finished"
 
-        restart_until(config, log, lambda: any("✅ Done" in card_status(m.text) for m in cards(tg)))
-        after = cards(tg)
-        card_posts = telegram_card_posts(tg)
-        everything = "\n".join(m.text for m in tg.bot_messages(CHAT))
+        chat.restart_until(lambda: any("✅ Done" in card_status(m.text) for m in chat.cards()))
+        after = chat.cards()
+        card_posts = chat.card_posts()
+        everything = "\n".join(chat.texts())
     assert [m.message_id for m in after] == [before.message_id], "the same card, edited in place"
     assert card_posts == 1, "no second card was ever posted"
     assert card_body(after[0].text) == ANSWER

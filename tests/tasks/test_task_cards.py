@@ -33,14 +33,13 @@ from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeMessage, FakeTelegram
 from tests.harness import Harness
 from tests.schedules.test_schedules import TZ, Clock
-from tests.tasks.kit import card_body, card_status, is_card
+from tests.tasks.kit import STOP, card_body, card_status, is_card, running_card
 
 pytestmark = pytest.mark.slow  # platform fakes and the fake model on real sockets
 
 START = datetime(2026, 12, 1, 8, 0, tzinfo=ZoneInfo(TZ))
 WHAT = "summarize the overnight alerts"
 RESULT = "Overnight: two disk alerts on db-2, both cleared by 03:10. Nothing else."
-STOP = "⏹ Stop"
 CHAT = 4242
 
 
@@ -129,10 +128,7 @@ async def test_stop_on_a_telegram_card_stops_the_job_and_the_card_says_so(tmp_pa
         tg.user_message(CHAT, f"/schedule in 5m {WHAT}", user_id=CHAT)
         await tg.wait_for_bot_text(CHAT, "⏰ Scheduled")
         await fire(h, clock)
-        live = await tg.wait_until(
-            lambda: next((m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None),
-            30,
-        )
+        live = await running_card(tg, CHAT)
         tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
         await tg.wait_until(lambda: "⏹ Stopped" in card_status(live.text), 30)
         await h.idle(timeout=30)
@@ -268,12 +264,7 @@ async def test_a_reported_task_gets_its_own_card_that_a_restart_continues_and_de
             tasks = h.manager.tasks.reporter(origin, owner=owner, thread_id=thread)
             await tasks.started(task_id="call-1", title="research the outage", kind="subagent")
             await tasks.step(task_id="call-1", text="reading the incident log")
-            live = await tg.wait_until(
-                lambda: next(
-                    (m for m in tg.bot_messages(CHAT) if is_card(m.text) and m.buttons == [STOP]), None
-                ),
-                15,
-            )
+            live = await running_card(tg, CHAT, 15)
             stop = tasks.stop_requested("call-1")
             tg.press(CHAT, live.message_id, STOP, user_id=CHAT)
             await asyncio.wait_for(stop.wait(), 15)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,31 +96,32 @@ async def _rig(
     return Rig(fake, channel, harness, mode)
 
 
-@pytest.fixture(params=["card", "markdown"])
-async def rig(request, tmp_path: Path, llm: FakeOpenAI, fake_dingtalk: FakeDingTalk) -> AsyncIterator[Rig]:
-    r = await _rig(tmp_path, llm, fake_dingtalk, request.param)
+@asynccontextmanager
+async def _running_rig(tmp_path: Path, llm: FakeOpenAI, fake: FakeDingTalk, mode: str) -> AsyncIterator[Rig]:
+    """A rig in ``mode`` with the default settings, stopped when the test is done."""
+    r = await _rig(tmp_path, llm, fake, mode)
     try:
         yield r
     finally:
         await r.harness.stop()
+
+
+@pytest.fixture(params=["card", "markdown"])
+async def rig(request, tmp_path: Path, llm: FakeOpenAI, fake_dingtalk: FakeDingTalk) -> AsyncIterator[Rig]:
+    async with _running_rig(tmp_path, llm, fake_dingtalk, request.param) as r:
+        yield r
 
 
 @pytest.fixture
 async def card_rig(tmp_path: Path, llm: FakeOpenAI, fake_dingtalk: FakeDingTalk) -> AsyncIterator[Rig]:
-    r = await _rig(tmp_path, llm, fake_dingtalk, "card")
-    try:
+    async with _running_rig(tmp_path, llm, fake_dingtalk, "card") as r:
         yield r
-    finally:
-        await r.harness.stop()
 
 
 @pytest.fixture
 async def markdown_rig(tmp_path: Path, llm: FakeOpenAI, fake_dingtalk: FakeDingTalk) -> AsyncIterator[Rig]:
-    r = await _rig(tmp_path, llm, fake_dingtalk, "markdown")
-    try:
+    async with _running_rig(tmp_path, llm, fake_dingtalk, "markdown") as r:
         yield r
-    finally:
-        await r.harness.stop()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -52,14 +53,20 @@ async def live_card(rig: Rig, conversation: str) -> Bubble:
     return await rig.fake.wait_for(found)
 
 
-async def test_pressing_stop_stops_the_answer_and_the_button_goes_away(start_rig, llm):
+async def alice_presses_stop(start_rig: Any, llm: FakeOpenAI) -> tuple[Rig, Bubble, str]:
+    """Alice asks for a long story in her private chat and presses ⏹ Stop on its card while it streams;
+    the press is acknowledged. Returns the rig, the card and the press's message id."""
     rig = await buttons_rig(start_rig)
     slow_answer(llm)
     rig.fake.send_bot_message("1", "tell me a long story", sender_id="alice")
     card = await live_card(rig, rig.p2p("alice"))
-
     press = rig.fake.press_button(card, STOP, user_id="alice")
     assert await rig.fake.wait_ack(press) == 200
+    return rig, card, press
+
+
+async def test_pressing_stop_stops_the_answer_and_the_button_goes_away(start_rig, llm):
+    rig, card, _press = await alice_presses_stop(start_rig, llm)
     await rig.harness.idle(timeout=20)
 
     assert card.params["content"].endswith("⏹ Stopped."), card.params["content"]
@@ -87,13 +94,7 @@ async def test_somebody_elses_press_is_refused_and_the_answer_goes_on(start_rig,
 
 
 async def test_a_press_delivered_twice_acts_once(start_rig, llm):
-    rig = await buttons_rig(start_rig)
-    slow_answer(llm)
-    rig.fake.send_bot_message("1", "tell me a long story", sender_id="alice")
-    card = await live_card(rig, rig.p2p("alice"))
-
-    press = rig.fake.press_button(card, STOP, user_id="alice")
-    assert await rig.fake.wait_ack(press) == 200
+    rig, card, press = await alice_presses_stop(start_rig, llm)
     rig.fake.push_again(press)  # the gateway missed the ACK and pushes the same callback again
     await rig.fake.wait_for(lambda: [code for mid, code in rig.fake.ack_log if mid == press] == [200, 200])
     await rig.harness.idle(timeout=20)
