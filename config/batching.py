@@ -30,12 +30,13 @@ import itertools
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, bindparam, or_
 from sqlalchemy.sql.elements import ColumnElement
 
 K = TypeVar("K", bound=Hashable)
 D = TypeVar("D")
 V = TypeVar("V")
+S = TypeVar("S")
 
 DEFAULT_MAX_BATCH = 500
 
@@ -132,9 +133,6 @@ def match_keys(
     one group, and the statement's shape — hence SQLAlchemy's compiled-statement cache — stays the same.
     """
     varying %= len(columns)
-    groups: dict[tuple[Any, ...], list[Any]] = {}
-    for key in keys:
-        groups.setdefault(tuple(v for i, v in enumerate(key) if i != varying), []).append(key[varying])
     fixed = [column for i, column in enumerate(columns) if i != varying]
     return or_(
         *(
@@ -142,6 +140,66 @@ def match_keys(
                 *(column == value for column, value in zip(fixed, group, strict=True)),
                 columns[varying].in_(values),
             )
-            for group, values in groups.items()
+            for group, values in _groups(keys, varying).items()
         )
     )
+
+
+def _groups(keys: Iterable[Sequence[Any]], varying: int) -> dict[tuple[Any, ...], list[Any]]:
+    """The keys grouped by their other columns: other columns' values -> the ``varying`` column's."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for key in keys:
+        groups.setdefault(tuple(v for i, v in enumerate(key) if i != varying), []).append(key[varying])
+    return groups
+
+
+class KeyQuery(Generic[S]):
+    """:func:`match_keys` in a statement built once per number of key groups, with bound parameters:
+    the statement, and its cache key, are made once per store instead of once per batch.
+
+    In a burst of new chats every batched read (conversations, owners) built a fresh ``select`` with the
+    batch's values in it, and SQLAlchemy coerced each value and walked the statement for its cache key —
+    a measurable part of a first message's cost (docs/PERFORMANCE.md). Here group ``g``'s fixed columns
+    are ``k{g}_0``, ``k{g}_1``, … and its varying column an expanding ``k{g}_in``; ``build`` makes the
+    statement around the WHERE clause. Still one statement per batch, whatever its groups.
+    """
+
+    MAX_SHAPES = 16  # statements kept (by number of groups); more groups than that are built each time
+
+    def __init__(
+        self,
+        columns: Sequence[ColumnElement[Any]],
+        build: Callable[[ColumnElement[bool]], S],
+        *,
+        varying: int = -1,
+    ) -> None:
+        self._columns = list(columns)
+        self._varying = varying % len(columns)
+        self._build = build
+        self._shapes: dict[int, S] = {}
+
+    def __call__(self, keys: Iterable[Sequence[Any]]) -> tuple[S, dict[str, Any]]:
+        """The statement for ``keys`` and the parameters to execute it with (once)."""
+        groups = _groups(keys, self._varying)
+        statement = self._shapes.get(len(groups))
+        if statement is None:
+            statement = self._build(self._where(len(groups)))
+            if len(groups) <= self.MAX_SHAPES:
+                self._shapes[len(groups)] = statement
+        params: dict[str, Any] = {}
+        for g, (group, values) in enumerate(groups.items()):
+            params.update((f"k{g}_{i}", value) for i, value in enumerate(group))
+            params[f"k{g}_in"] = values
+        return statement, params
+
+    def _where(self, count: int) -> ColumnElement[bool]:
+        fixed = [column for i, column in enumerate(self._columns) if i != self._varying]
+        return or_(
+            *(
+                and_(
+                    *(column == bindparam(f"k{g}_{i}") for i, column in enumerate(fixed)),
+                    self._columns[self._varying].in_(bindparam(f"k{g}_in", expanding=True)),
+                )
+                for g in range(count)
+            )
+        )
