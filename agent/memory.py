@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -126,6 +126,14 @@ class MemoryStore:
         # stops after a burst of new owners, thousands of extractions end at once.
         self._dropping: Batcher[tuple[str, frozenset[str]], None, None] = Batcher(
             self._drop_many, max_batch=IN_CHUNK, name="memory-drop-pending"
+        )
+        # The notes' statements, built once (their cache keys too) rather than per batch of notes: in a
+        # burst of new owners every batch is a rewrite (docs/PERFORMANCE.md, GC section).
+        self._insert_pending = (sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert)(
+            memory_pending
+        ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
+        self._delete_pending = delete(memory_pending).where(
+            memory_pending.c.owner.in_(bindparam("owners", expanding=True))
         )
 
     async def view(self, owner: str) -> tuple[FactIndex, str | None]:
@@ -313,19 +321,15 @@ class MemoryStore:
         (owner, thread, model) are added where missing — a thread already recorded keeps its first due
         time. Many owners in one commit is what keeps a burst of new chats from queueing thousands of
         small transactions behind each other (docs/PERFORMANCE.md, GC section)."""
-        insert_new = (sqlite.insert if self.engine.dialect.name == "sqlite" else postgresql.insert)(
-            memory_pending
-        ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
         values = [
             {"owner": owner, "thread_id": thread_id, "model": model, "due_at": due_at}
             for owner, thread_id, model in rows
         ]
         async with self.engine.begin() as conn:
             for start in range(0, len(rewrite), IN_CHUNK):  # bound parameters per statement
-                chunk = list(rewrite[start : start + IN_CHUNK])
-                await conn.execute(delete(memory_pending).where(memory_pending.c.owner.in_(chunk)))
+                await conn.execute(self._delete_pending, {"owners": list(rewrite[start : start + IN_CHUNK])})
             if values:
-                await conn.execute(insert_new, values)
+                await conn.execute(self._insert_pending, values)
 
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
         """Forget the owner's pending rows of ``thread_ids`` (committed when this returns; a drop asked
