@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -126,6 +126,14 @@ class MemoryStore:
         # stops after a burst of new owners, thousands of extractions end at once.
         self._dropping: Batcher[tuple[str, frozenset[str]], None, None] = Batcher(
             self._drop_many, max_batch=IN_CHUNK, name="memory-drop-pending"
+        )
+        # The notes' statements, built once (their cache keys too) rather than per batch of notes: in a
+        # burst of new owners every batch is a rewrite (docs/PERFORMANCE.md, GC section).
+        self._insert_pending = (sqlite.insert if engine.dialect.name == "sqlite" else postgresql.insert)(
+            memory_pending
+        ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
+        self._delete_pending = delete(memory_pending).where(
+            memory_pending.c.owner.in_(bindparam("owners", expanding=True))
         )
 
     async def view(self, owner: str) -> tuple[FactIndex, str | None]:
@@ -313,19 +321,15 @@ class MemoryStore:
         (owner, thread, model) are added where missing — a thread already recorded keeps its first due
         time. Many owners in one commit is what keeps a burst of new chats from queueing thousands of
         small transactions behind each other (docs/PERFORMANCE.md, GC section)."""
-        insert_new = (sqlite.insert if self.engine.dialect.name == "sqlite" else postgresql.insert)(
-            memory_pending
-        ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
         values = [
             {"owner": owner, "thread_id": thread_id, "model": model, "due_at": due_at}
             for owner, thread_id, model in rows
         ]
         async with self.engine.begin() as conn:
             for start in range(0, len(rewrite), IN_CHUNK):  # bound parameters per statement
-                chunk = list(rewrite[start : start + IN_CHUNK])
-                await conn.execute(delete(memory_pending).where(memory_pending.c.owner.in_(chunk)))
+                await conn.execute(self._delete_pending, {"owners": list(rewrite[start : start + IN_CHUNK])})
             if values:
-                await conn.execute(insert_new, values)
+                await conn.execute(self._insert_pending, values)
 
     async def drop_pending(self, owner: str, thread_ids: set[str]) -> None:
         """Forget the owner's pending rows of ``thread_ids`` (committed when this returns; a drop asked
@@ -424,7 +428,8 @@ class MemoryService:
         #: Notes not yet written, by owner: threads added to a waiting entry, or None to rewrite the
         #: owner's rows (a new entry or model). Written in batches by :meth:`_write_notes`.
         self._notes: dict[str, set[str] | None] = {}
-        self._batch: asyncio.Future[None] | None = None  # resolves when the queued notes are committed
+        #: One future per hook waiting for the queued notes' commit (resolved together when it commits).
+        self._batch: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -475,24 +480,25 @@ class MemoryService:
     async def _noted(self) -> None:
         """Wait until the batch holding the notes queued so far has committed (its error is raised).
 
-        The wait is shielded: a turn cancelled while it waits (shutdown) does not cancel the write the
-        other turns of the batch wait for — and its own note is still written."""
-        if self._batch is None:
-            self._batch = asyncio.get_running_loop().create_future()
-        batch = self._batch
+        Each waiting turn has a future of its own: a turn cancelled while it waits (shutdown) cancels
+        only that future, not the write the other turns of the batch wait for — and its own note is
+        still written. (A shield over one shared future did the same with one more future and two more
+        event-loop callbacks per turn.)"""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._batch.append(waiter)
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_notes(), name="memory-notes")
-        await asyncio.shield(batch)
+        await waiter
 
     async def _write_notes(self) -> None:
         """Write the queued notes, batch after batch, until none are left: one writer at a time, so a
         slower rewrite of an owner's rows can never commit after a later write and drop a thread from
         the durable record. Each batch reads the owners' current entries when it is taken."""
-        batch: asyncio.Future[None] | None = None
+        batch: list[asyncio.Future[None]] = []
         try:
             while self._notes:
                 notes, self._notes = self._notes, {}
-                batch, self._batch = self._batch, None
+                batch, self._batch = self._batch, []
                 rewrite: list[str] = []
                 rows: list[tuple[str, str, str | None]] = []
                 for owner, added in notes.items():
@@ -512,17 +518,19 @@ class MemoryService:
                     log.warning(
                         "recording %d pending memory note(s) failed: %s", len(rows), type(exc).__name__
                     )
-                    if batch is not None and not batch.done():
-                        batch.set_exception(exc)
+                    for waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
                     continue
-                if batch is not None and not batch.done():
-                    batch.set_result(None)
+                for waiter in batch:
+                    if not waiter.done():  # a cancelled turn's future is done
+                        waiter.set_result(None)
         finally:
             self._writer = None
-            for waited in (batch, self._batch):  # cancelled mid-write: nobody waits forever
-                if waited is not None and not waited.done():
-                    waited.cancel()
-            self._batch = None
+            for waiter in (*batch, *self._batch):  # cancelled mid-write: nobody waits forever
+                if not waiter.done():
+                    waiter.cancel()
+            self._batch = []
 
     def _schedule(self, owner: str, threads: set[str], model: str | None, delay: float) -> None:
         """A new entry for ``owner`` (replacing any waiting one), due after ``delay`` seconds."""

@@ -245,6 +245,7 @@ async def _drive(
         "gc_collections": collections,
         "gc_longest_ms": pauses.longest * 1000,
         "gc_longest_cpu_ms": pauses.longest_cpu * 1000,
+        "gc_cpu_ms_per_message": pauses.total_cpu / total * 1000,
         **{f"gc_longest_gen{g}_ms": pauses.by_generation[g] * 1000 for g in range(3)},
     }
 
@@ -256,6 +257,7 @@ class GcPauses:
         self.started = self.cpu_started = 0.0
         self.longest = self.longest_cpu = 0.0
         self.by_generation = [0.0, 0.0, 0.0]  # the longest of each generation (CPU time)
+        self.total_cpu = 0.0  # all collections together (CPU time of the collecting threads)
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -266,6 +268,7 @@ class GcPauses:
         took, cpu = time.perf_counter() - self.started, time.thread_time() - self.cpu_started
         self.longest = max(self.longest, took)
         self.longest_cpu = max(self.longest_cpu, cpu)
+        self.total_cpu += cpu
         generation = info["generation"]
         self.by_generation[generation] = max(self.by_generation[generation], cpu)
 
@@ -448,7 +451,8 @@ def main() -> None:
             f"CPU {m['cpu_ms_per_message']:.3f} ms/message ({m['cpu_ms_per_message_settled']:.3f} with the "
             f"after-turn hooks settled, {m['settle_ms']:.0f} ms later), {m['gc_collections']:.0f} GC collections "
             f"(longest {m['gc_longest_ms']:.1f} ms wall, {m['gc_longest_cpu_ms']:.1f} ms CPU; CPU by generation "
-            f"{m['gc_longest_gen0_ms']:.1f}/{m['gc_longest_gen1_ms']:.1f}/{m['gc_longest_gen2_ms']:.1f}), "
+            f"{m['gc_longest_gen0_ms']:.1f}/{m['gc_longest_gen1_ms']:.1f}/{m['gc_longest_gen2_ms']:.1f}; "
+            f"all collections {m['gc_cpu_ms_per_message']:.3f} ms CPU/message), "
             f"{m['not_done']:.0f} not done, "
             f"peak RSS {m['peak_rss_mib']:.0f} MiB (medians of {len(runs)})"
         )

@@ -21,7 +21,6 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Column, Float, MetaData, String, Table, UniqueConstraint, select, update
@@ -29,7 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from bot.db import Database
-from config.batching import Batcher, match_keys
+from config.batching import Batcher, KeyQuery
 
 metadata = MetaData()
 conversations_table = Table(
@@ -69,6 +68,14 @@ class ThreadStore:
         self.db = db
         self._cache: OrderedDict[ConversationKey, Conversation] = OrderedDict()
         self._insert = (sqlite.insert if db.is_sqlite else postgresql.insert)(conversations_table)
+        # Built once (their cache keys too), not per batch: see config.batching.KeyQuery.
+        self._insert_new = self._insert.on_conflict_do_nothing(
+            index_elements=["provider", "workspace", "chat", "topic"]
+        )
+        c = conversations_table.c
+        self._select_keys = KeyQuery(
+            [c.provider, c.workspace, c.chat, c.topic], select(conversations_table).where, varying=2
+        )
         # Conversations to create in the next batch: key -> (owner, thread id) of its first caller.
         self._creating: Batcher[ConversationKey, tuple[str, str | None], Conversation] = Batcher(
             self._create_many, max_batch=MAX_CREATE_BATCH, name="threads-create"
@@ -93,9 +100,8 @@ class ThreadStore:
 
     async def _read_many(self, batch: dict[ConversationKey, None]) -> dict[ConversationKey, Conversation]:
         """One SELECT for a batch of cache misses (see :class:`config.batching.Batcher` for the rules)."""
-        query = select(conversations_table).where(self._keys_in(batch))
         async with self.db.engine.connect() as conn:
-            read = (await conn.execute(query)).mappings().all()
+            read = (await conn.execute(*self._select_keys(batch))).mappings().all()
         found = {conv.key: conv for conv in map(self._from_row, read)}
         answers: dict[ConversationKey, Conversation] = {}
         for key in batch:
@@ -142,20 +148,15 @@ class ThreadStore:
             for i, (key, (owner, thread_id)) in enumerate(batch.items())
         ]
         async with self.db.engine.begin() as conn:
-            inserted = await conn.execute(
-                self._insert.on_conflict_do_nothing(
-                    index_elements=["provider", "workspace", "chat", "topic"]
-                ),
-                rows,
-            )
+            inserted = await conn.execute(self._insert_new, rows)
             if inserted.rowcount == len(rows):  # all new: nobody else had created any of them
                 created = [
                     Conversation(key, str(row["thread_id"]), str(row["owner"]), None)
                     for key, row in zip(batch, rows, strict=True)
                 ]
             else:
-                query = select(conversations_table).where(self._keys_in(batch))
-                created = [self._from_row(row) for row in (await conn.execute(query)).mappings()]
+                read = (await conn.execute(*self._select_keys(batch))).mappings()
+                created = [self._from_row(row) for row in read]
         return {conv.key: self._remember(conv) for conv in created}  # committed: only now cached
 
     async def start_new_thread(self, key: ConversationKey, owner: str) -> Conversation:
@@ -190,12 +191,6 @@ class ThreadStore:
                 .values(approval=mode, updated_at=time.time())
             )
         return self._remember(replace(current, approval=mode))
-
-    @staticmethod
-    def _keys_in(keys: Iterable[ConversationKey]) -> ColumnElement[bool]:
-        """The rows of ``keys``, by the primary key's index (a row-value IN scans the table on SQLite)."""
-        c = conversations_table.c
-        return match_keys([c.provider, c.workspace, c.chat, c.topic], keys, varying=2)
 
     @staticmethod
     def _match(key: ConversationKey) -> list[ColumnElement[bool]]:

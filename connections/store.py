@@ -29,10 +29,23 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from config.batching import match_keys
+from config.batching import KeyQuery
 from connections.attempts import AttemptLimiter
 from connections.identity import PlatformIdentity, validate_user_id
 from connections.tables import ACTIVE, REVOKED, connect_codes_table, connections_table, users_table
+
+# owners_of's statement, built once per number of (provider, workspace) groups (config.batching.KeyQuery)
+# — not a row-value IN, for which SQLite walks the whole active-identity index.
+_OWNERS_OF = KeyQuery(
+    [connections_table.c.provider, connections_table.c.workspace, connections_table.c.external_id],
+    lambda where: select(
+        connections_table.c.provider,
+        connections_table.c.workspace,
+        connections_table.c.external_id,
+        connections_table.c.owner,
+    ).where(where, connections_table.c.status == ACTIVE),
+    varying=2,
+)
 
 MAX_PENDING_CODES = 5
 CODE_BYTES = 18  # 144 bits of randomness → 24 URL-safe characters (Telegram deep links allow 64)
@@ -496,14 +509,9 @@ class ConnectionStore:
 
     async def owners_of(self, identities: list[PlatformIdentity]) -> dict[PlatformIdentity, str]:
         """The active owner of each of ``identities`` that has one, in one SELECT (a burst of new senders)."""
-        t = connections_table.c
         keys = [(i.provider, i.workspace, i.external_id) for i in identities]
-        # match_keys, not a row-value IN: SQLite walks the whole active-identity index for the latter.
-        where = match_keys([t.provider, t.workspace, t.external_id], keys, varying=2)
         async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(t.provider, t.workspace, t.external_id, t.owner).where(where, t.status == ACTIVE)
-            )
+            rows = await conn.execute(*_OWNERS_OF(keys))
             return {PlatformIdentity(r.provider, r.workspace, r.external_id): r.owner for r in rows}
 
     async def owner_of(self, identity: PlatformIdentity) -> str | None:

@@ -207,3 +207,34 @@ async def test_a_burst_of_new_senders_is_an_index_search_that_finds_exactly_the_
     async with db.engine.connect() as conn:
         plan = [row[3] for row in await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
     assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+async def test_on_postgres_batched_reads_of_several_groups_find_exactly_their_keys(pg_url: str) -> None:
+    """The batched reads' statements are built once with bound parameters and an expanding IN per group
+    of keys (config.batching.KeyQuery); asyncpg must get them right too, across groups and batch sizes."""
+    db = Database(pg_url)
+    await db.create_schema([threads_metadata, connections_metadata])
+    try:
+        made = await asyncio.gather(
+            *(
+                ThreadStore(db).get_or_create((provider, workspace, f"chat-{i}", topic), "alice")
+                for provider, workspace, topic in [("slack", "T1", ""), ("discord", "", "9")]
+                for i in range(3)
+            )
+        )
+        by_key = {conv.key: conv for conv in made}
+        reader = ThreadStore(db)
+        for wanted in (
+            [("slack", "T1", "chat-0", ""), ("discord", "", "chat-2", "9"), ("slack", "T1", "chat-1", "9")],
+            [("discord", "", "chat-1", "9"), ("slack", "T1", "chat-2", ""), ("slack", "T1", "chat-7", "")],
+        ):  # the same shape twice (two groups), other values
+            found = await asyncio.gather(*(reader.get(key) for key in wanted))
+            assert found == [by_key[wanted[0]], by_key[wanted[1]], None]
+        store = ConnectionStore(db.engine)
+        issued = await store.create_code("bob", "telegram")
+        await store.bind_with_code(issued.code, PlatformIdentity("telegram", "", "1"))
+        asked = [PlatformIdentity("telegram", "", "1"), PlatformIdentity("slack", "T1", "1")]
+        assert await store.owners_of(asked) == {asked[0]: "bob"}
+        assert await store.owners_of(asked[1:]) == {}
+    finally:
+        await db.close()
