@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
 from bot.bus import MessageBus
 from bot.identity import Identity
@@ -21,7 +22,7 @@ from bot.logs import trace_id_var
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
-from bot.turns import Lane, StopResult, Turn, TurnAsk, new_token
+from bot.turns import Lane, StopResult, StopScope, Turn, TurnAsk, new_token
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.reply import ReplyStream
@@ -40,18 +41,48 @@ QUEUED_NOTICE_WAIT_SECONDS = 2.0
 RECANCEL_SECONDS = 0.25
 
 
-async def _keep_cancelling(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` again until it ends: one cancellation can be lost.
+async def stoppable(lane: Lane, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` as the part of the lane's running turn ``/stop`` may cancel: True when a person
+    stopped it (``/stop``, ⏹ Stop), False when it finished. Any other cancellation (shutdown, a lost
+    cluster claim) is passed on.
+
+    ``work`` runs in the lane's task, not a task of its own (one task per message fewer): a stop is a
+    cancellation of the lane's task that :meth:`LaneScheduler.cancel_running` counts in the scope. The
+    task's cancellation count beyond the counted stops tells another cancellation apart, and the stops
+    are taken back (``uncancel``) when the scope ends, however it ends, so what runs after it — the
+    reply's delivery checks ``cancelling()`` — sees only cancellations that are not stops. A cancel sent
+    while the scope is open is always raised inside ``work`` (the task is suspended there), never after.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    scope = lane.stoppable = StopScope(task, task.cancelling())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if task.cancelling() - scope.baseline > scope.stops:  # not (only) a stop: shutdown, abandon
+            raise
+        return True
+    finally:
+        lane.stoppable = None
+        for _ in range(scope.stops):
+            task.uncancel()
+    return False
+
+
+async def _keep_cancelling(lane: Lane, scope: StopScope) -> None:
+    """Cancel the stopped ``scope`` again until it ends: one cancellation can be lost.
 
     Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
     awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
     that step used to take effect only when the model's stream ended (20 s and more, measured on the
     Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
+    Only while the scope is open: the lane's task goes on to deliver the reply, then to the next turn.
     """
-    while not task.done():
+    while lane.stoppable is scope:
         await asyncio.sleep(RECANCEL_SECONDS)
-        if not task.done():
-            task.cancel()
+        if lane.stoppable is scope:
+            scope.stops += 1
+            scope.task.cancel()
 
 
 async def _shown_soon(turn: Turn) -> bool:
@@ -198,14 +229,14 @@ class LaneScheduler:
     def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
         """Cancel the thread's running turn (only the one ``token`` names, when given)."""
         lane = self._lanes.get(thread_id)
-        if lane is None or lane.agent_task is None or lane.agent_task.done():
+        scope = lane.stoppable if lane is not None else None
+        if lane is None or scope is None:
             return False
         if token is not None and (lane.current is None or lane.current.token != token):
             return False
-        lane.stop_requested = True
-        task = lane.agent_task
-        task.cancel()
-        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
+        scope.stops += 1
+        scope.task.cancel()
+        watch = asyncio.create_task(_keep_cancelling(lane, scope), name="stop-watch")
         self._watchers.add(watch)
         watch.add_done_callback(self._watchers.discard)
         return True
@@ -315,20 +346,17 @@ class LaneScheduler:
                         turn.shown.set()
                         continue
                 lane.current = turn
-                lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
                 try:
                     delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
                     # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
                     # so a message sent right after the reply starts next instead of reading "Queued".
                     lane.current = None
-                    lane.agent_task = None
                     if delivered is not None:
                         await self._finish_turn(turn, *delivered)
                 finally:
                     trace_id_var.reset(token)
                     lane.current = None
-                    lane.agent_task = None
                     turn.shown.set()
                     if turn.hold is not None:
                         self.bus.release(turn.hold)
