@@ -160,6 +160,9 @@ class LaneScheduler:
         self.stopping = False
         #: Task cards (bot/tasks/): a scheduled run waiting in a busy lane shows as its queued card.
         self.cards: TaskDesk | None = None
+        #: Routing tasks that run the lane their message starts themselves, once routing is done
+        #: (:meth:`carry`): the lane they took, or None while they have not taken one.
+        self._carriers: dict[asyncio.Task[None], Lane | None] = {}
 
     @property
     def active(self) -> int:
@@ -298,7 +301,39 @@ class LaneScheduler:
                 await turn.reply.start(ask.notice)
         lane.pending.append(turn)
         if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+            task = asyncio.current_task()
+            if task is not None and task in self._carriers and self._carriers[task] is None:
+                self._carriers[task] = lane  # the routing task runs it next (carry): no task of its own
+                lane.worker = task
+            else:
+                lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def carry(self, route: Awaitable[None]) -> None:
+        """Await ``route`` (a message's routing), then run here the lane it started, if it started one.
+
+        An idle conversation's message is one task, not two: the routing task becomes the lane's worker
+        (``lane.worker``) for the one lane whose worker it would have created, and drains it once routing
+        is over — after the conversation's arrival-order lock and the routing slot are released, so the
+        next message of the conversation routes meanwhile and joins the lane's queue as before. Another
+        lane the routing starts (a command's turn elsewhere) gets a task of its own, as does every lane
+        started outside routing (follow-ups, goal steps, scheduled runs). Shutdown and ``abandon`` cancel
+        ``lane.worker`` as before, which is this task once it drains.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._carriers[task] = None
+        try:
+            await route
+        except BaseException:
+            lane = self._carriers.pop(task, None)
+            if lane is not None:  # cancelled after queuing its turn (shutdown): leave it for the next start
+                self._release_pending(lane)
+                if self._lanes.get(lane.thread_id) is lane and lane.current is None:
+                    del self._lanes[lane.thread_id]
+            raise
+        lane = self._carriers.pop(task, None)
+        if lane is not None:
+            await self._drain_lane(lane)
 
     async def _open_card(self, turn: Turn) -> CardStream | None:
         """A scheduled run's task card, queued (bot/tasks/); None for other turns, or when the card
@@ -361,16 +396,20 @@ class LaneScheduler:
                     if turn.hold is not None:
                         self.bus.release(turn.hold)
         except asyncio.CancelledError:
-            for turn in lane.pending:  # left for the next start: still pending in the inbox
-                turn.shown.set()
-                if turn.entry_id:
-                    self.bus.release(turn.entry_id)
-                if turn.hold is not None:
-                    self.bus.release(turn.hold)
+            self._release_pending(lane)
             raise
         finally:
             if not lane.pending and self._lanes.get(lane.thread_id) is lane:
                 del self._lanes[lane.thread_id]
+
+    def _release_pending(self, lane: Lane) -> None:
+        """The lane's queued turns are left for the next start: still pending in the inbox."""
+        for turn in lane.pending:
+            turn.shown.set()
+            if turn.entry_id:
+                self.bus.release(turn.entry_id)
+            if turn.hold is not None:
+                self.bus.release(turn.hold)
 
     async def _acquire_thread(self, turn: Turn) -> str | None:
         """Cluster only: wait until this instance may run a hidden turn of the thread (no other

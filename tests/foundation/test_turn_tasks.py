@@ -1,10 +1,11 @@
-"""Issue 32, item 1: a message's turn runs in its lane's task, and ``/stop`` still stops only that turn.
+"""Issue 32, item 1: a message is one task, and ``/stop`` still stops only the running turn.
 
-The part of a turn ``/stop`` may cancel (the agent's stream) used to run in a task of its own, one of
-three tasks per message. It now runs in the lane's task (bot/lanes.py, ``stoppable``): a stop is a
-cancellation of that task which is counted and taken back when the stream ends, so the rest of the
-turn — delivering what was written, marking the entry done, the hooks — and the next turn in the same
-lane run as if nothing had been cancelled.
+A message used to cost three tasks: its routing, its lane's worker, and the part of its turn ``/stop``
+may cancel (the agent's stream). The routing task now goes on to run the lane it starts
+(``LaneScheduler.carry``), and the agent's stream runs in the lane's task (``bot/lanes.py``,
+``stoppable``): a stop is a cancellation of that task which is counted and taken back when the stream
+ends, so the rest of the turn — delivering what was written, marking the entry done, the hooks — and
+the next turn in the same lane run as if nothing had been cancelled.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.foundation.instant_agent import InstantAgent
 from tests.harness import Harness
 
 
-async def test_a_message_costs_two_tasks_not_three(tmp_path: Path) -> None:
+async def test_a_message_is_one_task(tmp_path: Path) -> None:
     async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
         assert (await h.ask("warm up", chat="warm")).startswith("ok: warm up")
         created: Counter[str] = Counter()
@@ -48,14 +49,13 @@ async def test_a_message_costs_two_tasks_not_three(tmp_path: Path) -> None:
             loop.set_task_factory(None)
         answers = [m.text for m in h.chat.messages.values() if m.text.startswith("ok: hello")]
         assert len(answers) == messages
-        # The router's task and the lane's task; the agent's stream has no task of its own.
-        assert created["bot.router:Router.handle"] == messages
-        assert created["bot.lanes:LaneScheduler._drain_lane"] == messages
+        # One task routes the message and then runs its lane; the agent's stream has no task of its own.
+        assert created["bot.lanes:LaneScheduler.carry"] == messages
         turn_path = ("bot.router", "bot.lanes", "bot.turn_runner", "bot.manager")
         ours = sum(
             n for name, n in created.items() if name.split(":")[0] in turn_path and "wait_idle" not in name
         )
-        assert ours == 2 * messages, created
+        assert ours == messages, created
 
 
 async def test_a_stop_is_taken_back_before_the_turn_delivers_and_the_next_turn_runs_clean(
