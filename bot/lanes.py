@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
 from bot.bus import MessageBus
 from bot.identity import Identity
@@ -21,7 +22,7 @@ from bot.logs import trace_id_var
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
-from bot.turns import Lane, StopResult, Turn, TurnAsk, new_token
+from bot.turns import Lane, StopResult, StopScope, Turn, TurnAsk, new_token
 from channels.base import Channel
 from channels.errors import ChannelError
 from channels.reply import ReplyStream
@@ -40,18 +41,48 @@ QUEUED_NOTICE_WAIT_SECONDS = 2.0
 RECANCEL_SECONDS = 0.25
 
 
-async def _keep_cancelling(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` again until it ends: one cancellation can be lost.
+async def stoppable(lane: Lane, work: Coroutine[Any, Any, None]) -> bool:
+    """Run ``work`` as the part of the lane's running turn ``/stop`` may cancel: True when a person
+    stopped it (``/stop``, ⏹ Stop), False when it finished. Any other cancellation (shutdown, a lost
+    cluster claim) is passed on.
+
+    ``work`` runs in the lane's task, not a task of its own (one task per message fewer): a stop is a
+    cancellation of the lane's task that :meth:`LaneScheduler.cancel_running` counts in the scope. The
+    task's cancellation count beyond the counted stops tells another cancellation apart, and the stops
+    are taken back (``uncancel``) when the scope ends, however it ends, so what runs after it — the
+    reply's delivery checks ``cancelling()`` — sees only cancellations that are not stops. A cancel sent
+    while the scope is open is always raised inside ``work`` (the task is suspended there), never after.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    scope = lane.stoppable = StopScope(task, task.cancelling())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if task.cancelling() - scope.baseline > scope.stops:  # not (only) a stop: shutdown, abandon
+            raise
+        return True
+    finally:
+        lane.stoppable = None
+        for _ in range(scope.stops):
+            task.uncancel()
+    return False
+
+
+async def _keep_cancelling(lane: Lane, scope: StopScope) -> None:
+    """Cancel the stopped ``scope`` again until it ends: one cancellation can be lost.
 
     Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives in the same loop step as the
     awaited result, and langchain-openai wraps every chunk of a model stream in it: a /stop landing in
     that step used to take effect only when the model's stream ended (20 s and more, measured on the
     Feishu channel, whose presses wake the loop from the SDK's thread). The turn still ends as a stop.
+    Only while the scope is open: the lane's task goes on to deliver the reply, then to the next turn.
     """
-    while not task.done():
+    while lane.stoppable is scope:
         await asyncio.sleep(RECANCEL_SECONDS)
-        if not task.done():
-            task.cancel()
+        if lane.stoppable is scope:
+            scope.stops += 1
+            scope.task.cancel()
 
 
 async def _shown_soon(turn: Turn) -> bool:
@@ -129,6 +160,9 @@ class LaneScheduler:
         self.stopping = False
         #: Task cards (bot/tasks/): a scheduled run waiting in a busy lane shows as its queued card.
         self.cards: TaskDesk | None = None
+        #: Routing tasks that run the lane their message starts themselves, once routing is done
+        #: (:meth:`carry`): the lane they took, or None while they have not taken one.
+        self._carriers: dict[asyncio.Task[None], Lane | None] = {}
 
     @property
     def active(self) -> int:
@@ -198,14 +232,14 @@ class LaneScheduler:
     def cancel_running(self, thread_id: str, token: str | None = None) -> bool:
         """Cancel the thread's running turn (only the one ``token`` names, when given)."""
         lane = self._lanes.get(thread_id)
-        if lane is None or lane.agent_task is None or lane.agent_task.done():
+        scope = lane.stoppable if lane is not None else None
+        if lane is None or scope is None:
             return False
         if token is not None and (lane.current is None or lane.current.token != token):
             return False
-        lane.stop_requested = True
-        task = lane.agent_task
-        task.cancel()
-        watch = asyncio.create_task(_keep_cancelling(task), name="stop-watch")
+        scope.stops += 1
+        scope.task.cancel()
+        watch = asyncio.create_task(_keep_cancelling(lane, scope), name="stop-watch")
         self._watchers.add(watch)
         watch.add_done_callback(self._watchers.discard)
         return True
@@ -267,7 +301,39 @@ class LaneScheduler:
                 await turn.reply.start(ask.notice)
         lane.pending.append(turn)
         if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+            task = asyncio.current_task()
+            if task is not None and task in self._carriers and self._carriers[task] is None:
+                self._carriers[task] = lane  # the routing task runs it next (carry): no task of its own
+                lane.worker = task
+            else:
+                lane.worker = asyncio.create_task(self._drain_lane(lane), name=f"lane-{lane.thread_id[:8]}")
+
+    async def carry(self, route: Awaitable[None]) -> None:
+        """Await ``route`` (a message's routing), then run here the lane it started, if it started one.
+
+        An idle conversation's message is one task, not two: the routing task becomes the lane's worker
+        (``lane.worker``) for the one lane whose worker it would have created, and drains it once routing
+        is over — after the conversation's arrival-order lock and the routing slot are released, so the
+        next message of the conversation routes meanwhile and joins the lane's queue as before. Another
+        lane the routing starts (a command's turn elsewhere) gets a task of its own, as does every lane
+        started outside routing (follow-ups, goal steps, scheduled runs). Shutdown and ``abandon`` cancel
+        ``lane.worker`` as before, which is this task once it drains.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._carriers[task] = None
+        try:
+            await route
+        except BaseException:
+            lane = self._carriers.pop(task, None)
+            if lane is not None:  # cancelled after queuing its turn (shutdown): leave it for the next start
+                self._release_pending(lane)
+                if self._lanes.get(lane.thread_id) is lane and lane.current is None:
+                    del self._lanes[lane.thread_id]
+            raise
+        lane = self._carriers.pop(task, None)
+        if lane is not None:
+            await self._drain_lane(lane)
 
     async def _open_card(self, turn: Turn) -> CardStream | None:
         """A scheduled run's task card, queued (bot/tasks/); None for other turns, or when the card
@@ -315,34 +381,35 @@ class LaneScheduler:
                         turn.shown.set()
                         continue
                 lane.current = turn
-                lane.stop_requested = False
                 token = trace_id_var.set(turn.trace_id)
                 try:
                     delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
                     # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
                     # so a message sent right after the reply starts next instead of reading "Queued".
                     lane.current = None
-                    lane.agent_task = None
                     if delivered is not None:
                         await self._finish_turn(turn, *delivered)
                 finally:
                     trace_id_var.reset(token)
                     lane.current = None
-                    lane.agent_task = None
                     turn.shown.set()
                     if turn.hold is not None:
                         self.bus.release(turn.hold)
         except asyncio.CancelledError:
-            for turn in lane.pending:  # left for the next start: still pending in the inbox
-                turn.shown.set()
-                if turn.entry_id:
-                    self.bus.release(turn.entry_id)
-                if turn.hold is not None:
-                    self.bus.release(turn.hold)
+            self._release_pending(lane)
             raise
         finally:
             if not lane.pending and self._lanes.get(lane.thread_id) is lane:
                 del self._lanes[lane.thread_id]
+
+    def _release_pending(self, lane: Lane) -> None:
+        """The lane's queued turns are left for the next start: still pending in the inbox."""
+        for turn in lane.pending:
+            turn.shown.set()
+            if turn.entry_id:
+                self.bus.release(turn.entry_id)
+            if turn.hold is not None:
+                self.bus.release(turn.hold)
 
     async def _acquire_thread(self, turn: Turn) -> str | None:
         """Cluster only: wait until this instance may run a hidden turn of the thread (no other

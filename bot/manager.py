@@ -193,7 +193,8 @@ class ChannelManager:
 
     async def _dispatch_loop(self) -> None:
         while (entry := await self.bus.get()) is not None:
-            task = asyncio.create_task(self.router.handle(entry))
+            # One task per message: it routes the message, then runs the lane it starts (LaneScheduler.carry).
+            task = asyncio.create_task(self.lanes.carry(self.router.handle(entry)))
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from agent.errors import describe_error
 from agent.events import (
@@ -35,7 +34,7 @@ from bot.approvals import ApprovalDesk, ChatApproval
 from bot.bus import MessageBus
 from bot.faults import StorageRetry, StorageUnavailable, is_storage_error
 from bot.inbox import Inbox
-from bot.lanes import open_turn_reply
+from bot.lanes import open_turn_reply, stoppable
 from bot.redelivery import FinalDelivery
 from bot.schedule_desk import ScheduleDesk
 from bot.schedules import ScheduleBook
@@ -71,21 +70,6 @@ log = logging.getLogger(__name__)
 
 #: The level a message's sender has now (their identity resolved again): see :meth:`TurnRunner._turn_level`.
 LevelNow = Callable[[InboundMessage, Channel], Awaitable[TrustLevel]]
-
-
-async def stoppable(lane: Lane, work: Coroutine[Any, Any, None], name: str) -> bool:
-    """Run ``work`` as the lane's stoppable task: True when a person stopped it (``/stop``, ⏹ Stop), False
-    when it finished. A cancellation of the turn itself (shutdown) is passed on, after cancelling ``work``."""
-    lane.agent_task = asyncio.create_task(work, name=name)
-    try:
-        await lane.agent_task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if not lane.stop_requested or (current is not None and current.cancelling()):
-            lane.agent_task.cancel()
-            raise
-        return True
-    return False
 
 
 class TurnRunner:
@@ -273,11 +257,8 @@ class TurnRunner:
         async def check() -> None:
             refusal[0] = await spend.before_turn(turn)
 
-        try:
-            if await stoppable(lane, check(), "budget-check"):
-                return STOPPED_NOTE
-        finally:
-            lane.agent_task = None
+        if await stoppable(lane, check()):
+            return STOPPED_NOTE
         return refusal[0]
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
@@ -404,7 +385,7 @@ class TurnRunner:
                 reply.update(render())
 
         try:
-            stopped = await stoppable(lane, consume(), "agent-turn")
+            stopped = await stoppable(lane, consume())
         except Exception as exc:
             if is_storage_error(exc):
                 raise StorageUnavailable(reply, "".join(parts)) from exc

@@ -136,14 +136,29 @@ class Turn:
 
 
 @dataclass(slots=True)
+class StopScope:
+    """The part of the running turn ``/stop`` may cancel (the agent's stream, the budget check).
+
+    It runs in the lane's own task (:func:`bot.lanes.stoppable`) rather than a task of its own, so a stop
+    is a cancellation of that task which the scope counts: a cancellation it did not count (shutdown,
+    a lost cluster claim) is passed on, and the counted ones are taken back when the scope ends, so the
+    rest of the turn (delivering what was written) never mistakes a stop for a shutdown."""
+
+    task: asyncio.Task[None]
+    #: The task's cancellation count when the scope began: cancellations from before it are not stops.
+    baseline: int
+    #: Cancellations ``/stop`` (and its re-cancelling watcher) sent into this scope.
+    stops: int = 0
+
+
+@dataclass(slots=True)
 class Lane:
-    """One thread's queue. ``agent_task`` is the cancellable part of the running turn."""
+    """One thread's queue. ``stoppable`` is the part of the running turn ``/stop`` may cancel now."""
 
     thread_id: str
     pending: deque[Turn] = field(default_factory=deque)
     current: Turn | None = None
-    agent_task: asyncio.Task[None] | None = None
-    stop_requested: bool = False
+    stoppable: StopScope | None = None
     worker: asyncio.Task[None] | None = None
 
 

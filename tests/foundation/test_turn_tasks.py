@@ -1,0 +1,86 @@
+"""Issue 32, item 1: a message is one task, and ``/stop`` still stops only the running turn.
+
+A message used to cost three tasks: its routing, its lane's worker, and the part of its turn ``/stop``
+may cancel (the agent's stream). The routing task now goes on to run the lane it starts
+(``LaneScheduler.carry``), and the agent's stream runs in the lane's task (``bot/lanes.py``,
+``stoppable``): a stop is a cancellation of that task which is counted and taken back when the stream
+ends, so the rest of the turn — delivering what was written, marking the entry done, the hooks — and
+the next turn in the same lane run as if nothing had been cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Coroutine, Generator
+from pathlib import Path
+from typing import Any
+
+from bot.manager import FollowUp, TurnOutcome
+from tests.conftest import make_settings
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.foundation.instant_agent import InstantAgent
+from tests.harness import Harness
+
+
+async def test_a_message_is_one_task(tmp_path: Path) -> None:
+    async with Harness.running(make_settings(tmp_path), agent=InstantAgent()) as h:
+        assert (await h.ask("warm up", chat="warm")).startswith("ok: warm up")
+        created: Counter[str] = Counter()
+        loop = asyncio.get_running_loop()
+
+        def factory(
+            loop: asyncio.AbstractEventLoop,
+            coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any],
+            **kwargs: Any,
+        ) -> asyncio.Task[Any]:
+            frame = getattr(coro, "cr_frame", None)
+            module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
+            created[f"{module}:{getattr(coro, '__qualname__', '?')}"] += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        loop.set_task_factory(factory)
+        try:
+            messages = 20
+            for n in range(messages):
+                await h.chat.say(f"hello {n}", chat=f"chat-{n}", message_id=f"m-{n}")
+            await h.idle()
+        finally:
+            loop.set_task_factory(None)
+        answers = [m.text for m in h.chat.messages.values() if m.text.startswith("ok: hello")]
+        assert len(answers) == messages
+        # One task routes the message and then runs its lane; the agent's stream has no task of its own.
+        assert created["bot.lanes:LaneScheduler.carry"] == messages
+        turn_path = ("bot.router", "bot.lanes", "bot.turn_runner", "bot.manager")
+        ours = sum(
+            n for name, n in created.items() if name.split(":")[0] in turn_path and "wait_idle" not in name
+        )
+        assert ours == messages, created
+
+
+async def test_a_stop_is_taken_back_before_the_turn_delivers_and_the_next_turn_runs_clean(
+    tmp_path: Path, llm: FakeOpenAI
+) -> None:
+    llm.script(Reply(text="this will take a very long time " * 20, chunk_size=1, delay=0.05))
+    async with Harness.running(make_settings(tmp_path, llm=llm)) as h:
+        seen: list[tuple[str, bool, int]] = []
+
+        async def hook(outcome: TurnOutcome) -> FollowUp | None:
+            # Runs in the lane's task, after the reply is delivered: no cancellation may be left on it.
+            task = asyncio.current_task()
+            assert task is not None
+            seen.append((outcome.text, outcome.stopped, task.cancelling()))
+            return None
+
+        h.manager.after_turn_hooks.append(hook)
+        await h.chat.say("write an essay", message_id="essay")
+        await h.chat.wait_for(lambda ch: any(m.text.startswith("this") for m in ch.messages.values()))
+        await h.chat.say("and then this", message_id="second")  # queued behind it, in the same lane
+        await h.chat.wait_for_text("Queued")
+        await h.chat.say("/stop")
+        await h.chat.wait_for_text("⏹ Stopped.")
+        await h.idle(timeout=20)
+        assert [(stopped, cancelling) for _text, stopped, cancelling in seen] == [(True, 0), (False, 0)]
+        assert seen[1][0] == "echo: and then this"
+        texts = [m.text for m in h.chat.in_chat("chat-1")]
+        assert texts[0].endswith("⏹ Stopped.") and "echo: and then this" in texts
