@@ -272,34 +272,14 @@ class ApprovalDesk:
         approvers = approvers_for(message, trust, channel.approvers if channel is not None else None)
         self._waiting[approval_id] = _Asked(thread_id, approvers, tuple(patterns), future)
         posted = self._posted[approval_id] = asyncio.Event()
+        # Posting runs in a task of its own that a /stop does not cut: a request the chat shows has its
+        # message id stored before the stop withdraws it, so the withdrawal edits that message (buttons
+        # gone) instead of leaving live buttons above a second message.
+        posting = asyncio.ensure_future(
+            self._post(message, approval_id, thread_id, command, reason, subject, approvers, patterns)
+        )
         try:
-            async with self.db.engine.begin() as conn:
-                await conn.execute(
-                    approvals_table.insert().values(
-                        id=approval_id,
-                        thread_id=thread_id,
-                        requester=_who(message),
-                        message=json.dumps(message.to_json()),
-                        command=command,
-                        reason=reason,
-                        status=PENDING,
-                        created_at=time.time(),
-                    )
-                )
-            ref = await self.notify(
-                message,
-                f"🔐 Approval needed — this {subject} {reason}:\n```\n{command}\n```\n"
-                f"Reply /approve {approval_id} to run it or /deny {approval_id} to refuse "
-                + self._who_may(message, approvers, patterns).replace("ID", approval_id),
-                actions=_buttons(approval_id, bool(patterns)),
-            )
-            if ref:
-                async with self.db.engine.begin() as conn:
-                    await conn.execute(
-                        update(approvals_table)
-                        .where(approvals_table.c.id == approval_id)
-                        .values(notice_ref=ref)
-                    )
+            await asyncio.shield(posting)
             posted.set()
             try:
                 return await asyncio.wait_for(asyncio.shield(future), self.timeout)
@@ -324,11 +304,49 @@ class ApprovalDesk:
         except asyncio.CancelledError:
             # /stop, or a shutdown cutting the turn off: withdrawn for good, and the chat says so (the
             # turn resumed after a restart asks again).
-            await asyncio.shield(self._withdraw(approval_id))
+            await asyncio.shield(self._withdraw(approval_id, posting))
             raise
         finally:
             self._waiting.pop(approval_id, None)
             self._posted.pop(approval_id, None)
+
+    async def _post(
+        self,
+        message: InboundMessage,
+        approval_id: str,
+        thread_id: str,
+        command: str,
+        reason: str,
+        subject: str,
+        approvers: Approvers,
+        patterns: Sequence[str],
+    ) -> None:
+        """Store the request, show it in the chat and store where it was shown."""
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                approvals_table.insert().values(
+                    id=approval_id,
+                    thread_id=thread_id,
+                    requester=_who(message),
+                    message=json.dumps(message.to_json()),
+                    command=command,
+                    reason=reason,
+                    status=PENDING,
+                    created_at=time.time(),
+                )
+            )
+        ref = await self.notify(
+            message,
+            f"🔐 Approval needed — this {subject} {reason}:\n```\n{command}\n```\n"
+            f"Reply /approve {approval_id} to run it or /deny {approval_id} to refuse "
+            + self._who_may(message, approvers, patterns).replace("ID", approval_id),
+            actions=_buttons(approval_id, bool(patterns)),
+        )
+        if ref:
+            async with self.db.engine.begin() as conn:
+                await conn.execute(
+                    update(approvals_table).where(approvals_table.c.id == approval_id).values(notice_ref=ref)
+                )
 
     async def _row(self, approval_id: str) -> dict[str, Any]:
         async with self.db.engine.connect() as conn:
@@ -437,7 +455,10 @@ class ApprovalDesk:
             edited=bool(row.get("notice_ref")),
         )
 
-    async def _withdraw(self, approval_id: str) -> None:
+    async def _withdraw(self, approval_id: str, posting: asyncio.Future[None]) -> None:
+        await asyncio.wait([posting])
+        if not posting.cancelled() and (error := posting.exception()) is not None:
+            log.warning("approval %s was not shown before its turn stopped: %s", approval_id, error)
         try:
             if not await self._settle(approval_id, CANCELLED, "stop"):
                 return

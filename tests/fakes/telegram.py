@@ -274,6 +274,7 @@ class FakeTelegram(ThreadedServer):
         self.files: dict[str, StoredFile] = {}
         self.chat_types: dict[int, str] = {}
         self._failures: dict[str, list[Failure]] = {}
+        self._late: dict[str, list[tuple[float, Callable[[dict[str, Any]], bool] | None]]] = {}
         self._share: tuple[frozenset[str], float, Failure, Callable[[dict[str, Any]], bool] | None] | None = (
             None
         )
@@ -367,6 +368,9 @@ class FakeTelegram(ThreadedServer):
             result = await handler(params, uploads) if method == "getUpdates" else handler(params, uploads)
         except _ApiError as exc:
             return self._finish(entry, self._error_response(exc.status, exc.description, exc.retry_after))
+        late = self._take_late(method, params)
+        if late:
+            await asyncio.sleep(late)
         return self._finish(entry, web.json_response({"ok": True, "result": result}))
 
     def _finish(self, entry: dict[str, Any], response: web.Response) -> web.Response:
@@ -1046,6 +1050,24 @@ class FakeTelegram(ThreadedServer):
         with self._state:
             self._share = (frozenset(methods), share, Failure(status, text, retry_after), when)
             self._share_rng = random.Random(seed)
+
+    def answer_late(
+        self, method: str, seconds: float, *, when: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
+        """Carry out the next call of ``method`` (one whose parameters ``when`` accepts) at once but answer
+        it ``seconds`` late, as a slow network does: the chat already shows the message while the bot
+        still waits for its id."""
+        with self._state:
+            self._late.setdefault(method, []).append((seconds, when))
+
+    def _take_late(self, method: str, params: dict[str, Any]) -> float:
+        with self._state:
+            waiting = self._late.get(method, [])
+            for index, (seconds, when) in enumerate(waiting):
+                if when is None or when(params):
+                    del waiting[index]
+                    return seconds
+            return 0.0
 
     def _random_failure(self, method: str, params: dict[str, Any]) -> Failure | None:
         with self._state:

@@ -187,6 +187,28 @@ async def test_stop_withdraws_a_waiting_budget_request_and_nothing_runs(
     assert llm.completions == [], "the model was never asked"
 
 
+async def test_a_stop_pressed_before_the_request_is_confirmed_withdraws_that_same_message(
+    tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
+):
+    """The chat shows the budget request while Telegram's answer (its message id) is still on the way and
+    the person presses Stop: the request is still edited to say it was withdrawn, its buttons gone, and no
+    second message repeats it."""
+    llm.default_reply = answer
+    settings = priced_settings(tmp_path, llm, {"per_chat": {"day": "0"}})
+    channel = TelegramChannel(telegram_config(tg, admins=[str(ADMIN)]), settings=settings)
+    tg.answer_late("sendMessage", 3.0, when=lambda params: "over budget" in str(params.get("text", "")))
+    async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+        say(tg, "question 1")
+        request = await tg.wait_for_bot_text(GROUP, "this turn is over budget", timeout=30)
+        placeholder = next(m for m in tg.bot_messages(GROUP) if m.buttons == ["⏹ Stop"])
+        tg.press(GROUP, placeholder.message_id, "⏹ Stop")
+        await tg.wait_until(lambda: placeholder.text.endswith("⏹ Stopped."), timeout=20)
+        await tg.wait_until(lambda: "withdrawn" in request.text and request.keyboard is None, timeout=20)
+        await h.idle(timeout=20)
+    assert [t for t in tg.bot_texts(GROUP) if "Approval" in t] == [request.text]
+    assert llm.completions == [], "the model was never asked"
+
+
 async def test_a_named_agents_budget_counts_its_own_turns_and_stops_only_that_agent(
     tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
 ):
