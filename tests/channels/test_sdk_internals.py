@@ -8,7 +8,9 @@ file is what to run before raising a pin.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from typing import Any
 
 import pytest
 
@@ -81,6 +83,30 @@ def test_sdk_request_paths_the_platform_tables_describe():
     assert "files_getUploadURLExternal" in upload and "files_completeUploadExternal" in upload
 
 
+def _lark_ws_client_on_its_own_loop(lark: Any) -> Any:
+    """A ``lark.ws.Client`` built the way ``FeishuChannel._run_ws`` builds one: on a loop of its own.
+
+    The client's ``ExpiringCache`` schedules a clear-cron task on the current loop as it is constructed.
+    Built outside a running loop and never run, that task's coroutine was garbage-collected unawaited
+    ("coroutine 'ExpiringCache._start_clear_cron' was never awaited", surfacing in whichever test ran
+    next). Here it is built inside a running loop, whose tasks are then cancelled and awaited before it
+    closes, as ``_run_ws`` does when the long connection stops.
+    """
+
+    async def build() -> Any:
+        return lark.ws.Client("app", "secret")
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(build())
+    finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+
+
 def test_lark_oapi_internals_used_by_channels_feishu():
     import lark_oapi as lark
     import lark_oapi.ws.client as ws_module
@@ -89,7 +115,7 @@ def test_lark_oapi_internals_used_by_channels_feishu():
     assert hasattr(ws_module, "loop")
     # _shutdown_ws: no public stop(); start() runs the private _select() until it is cancelled.
     assert inspect.iscoroutinefunction(ws_module._select)
-    client = lark.ws.Client("app", "secret")
+    client = _lark_ws_client_on_its_own_loop(lark)
     # _wait_connected reads _conn (no "connected" event); _shutdown_ws turns _auto_reconnect off.
     assert client._conn is None
     assert client._auto_reconnect is True
