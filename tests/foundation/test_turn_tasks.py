@@ -16,7 +16,10 @@ from collections.abc import Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
+from bot.commands import Command, CommandContext, CommandRegistry
+from bot.identity import Identity
 from bot.manager import FollowUp, TurnOutcome
+from channels.memory import MemoryChannel
 from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.foundation.instant_agent import InstantAgent
@@ -84,3 +87,47 @@ async def test_a_stop_is_taken_back_before_the_turn_delivers_and_the_next_turn_r
         assert seen[1][0] == "echo: and then this"
         texts = [m.text for m in h.chat.in_chat("chat-1")]
         assert texts[0].endswith("⏹ Stopped.") and "echo: and then this" in texts
+
+
+async def test_a_shutdown_after_routing_queued_the_turn_leaves_it_for_the_next_start(tmp_path: Path) -> None:
+    """The routing task that queued an idle conversation's turn is that lane's worker (``carry``) before
+    it has started it. Built-in commands queue their turn last, but a command may go on after queuing —
+    here it says something more. A shutdown landing there cancels the routing task with the lane taken:
+    the turn must not run in the stopping service, the stopped service must not show the conversation as
+    busy (``/status``, the console), and the next start must answer the message exactly once."""
+    queued, say_more = asyncio.Event(), asyncio.Event()
+
+    async def later(ctx: CommandContext) -> None:
+        await ctx.start_turn("the work")
+        queued.set()
+        await say_more.wait()  # still answering the command when the service stops
+        await ctx.reply("I'll get to it.")
+
+    def harness(chat: MemoryChannel) -> Harness:
+        h = Harness(make_settings(tmp_path), channels={"memory": chat}, agent=InstantAgent())
+        h.service.commands = CommandRegistry(
+            [*h.service.commands.commands, Command("later", "queue work", later)]
+        )
+        return h
+
+    chat = MemoryChannel("memory")
+    first = harness(chat)
+    await first.start()
+    message = await chat.say("/later", message_id="later")
+    await asyncio.wait_for(queued.wait(), 10)
+    thread = (await first.manager.conversation_for(message, Identity(owner="local", bound=False))).thread_id
+    await asyncio.wait_for(first.stop(grace=0.1), 10)
+    assert [m.text for m in chat.in_chat()] == []  # neither the turn nor the command's reply ran
+    assert first.manager.lane_state(thread) == "idle"  # what /status and the console would say
+    await asyncio.wait_for(first.manager.wait_idle(), 2)
+    assert await first.service.inbox.counts() == {"pending": 1}
+
+    say_more.set()
+    second = harness(chat)
+    await second.start()
+    try:
+        await second.idle(timeout=20)
+    finally:
+        await second.stop()
+    texts = [m.text for m in chat.in_chat()]
+    assert texts.count("ok: the work") == 1 and texts.count("I'll get to it.") == 1, texts
