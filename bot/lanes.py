@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from bot.bus import MessageBus
 from bot.identity import Identity
 from bot.inbox import PENDING, Inbox
 from bot.logs import trace_id_var
+from bot.own_context import OwnContext
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
@@ -373,16 +375,11 @@ class LaneScheduler:
                         turn.shown.set()
                         continue
                 lane.current = turn
-                token = trace_id_var.set(turn.trace_id)
                 try:
-                    delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
-                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
-                    # so a message sent right after the reply starts next instead of reading "Queued".
-                    lane.current = None
-                    if delivered is not None:
-                        await self._finish_turn(turn, *delivered)
+                    # In a context of its own: what a turn sets (its trace id, whatever the agent's runtime
+                    # keeps in a context variable) is not what the next turn this task runs starts with.
+                    await OwnContext(self._turn(turn, lane), contextvars.Context())
                 finally:
-                    trace_id_var.reset(token)
                     lane.current = None
                     turn.shown.set()
                     if turn.hold is not None:
@@ -393,6 +390,16 @@ class LaneScheduler:
         finally:
             if not lane.pending and self._lanes.get(lane.thread_id) is lane:
                 del self._lanes[lane.thread_id]
+
+    async def _turn(self, turn: Turn, lane: Lane) -> None:
+        """One turn of the lane, up to its after-turn hooks (in the turn's own context: see _drain_lane)."""
+        trace_id_var.set(turn.trace_id)  # every log line of the turn carries it; the context ends with it
+        delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
+        # The reply is out: the lane is free before the bookkeeping and after-turn hooks run, so a
+        # message sent right after the reply starts next instead of reading "Queued".
+        lane.current = None
+        if delivered is not None:
+            await self._finish_turn(turn, *delivered)
 
     def _release_pending(self, lane: Lane) -> None:
         """The lane's queued turns are left for the next start: still pending in the inbox."""

@@ -11,13 +11,16 @@ the next turn in the same lane run as if nothing had been cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import Counter
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from pathlib import Path
 from typing import Any
 
+from agent.events import TurnRequest
 from bot.commands import Command, CommandContext, CommandRegistry
 from bot.identity import Identity
+from bot.logs import trace_id_var
 from bot.manager import FollowUp, TurnOutcome
 from channels.memory import MemoryChannel
 from tests.conftest import make_settings
@@ -131,3 +134,40 @@ async def test_a_shutdown_after_routing_queued_the_turn_leaves_it_for_the_next_s
         await second.stop()
     texts = [m.text for m in chat.in_chat()]
     assert texts.count("ok: the work") == 1 and texts.count("I'll get to it.") == 1, texts
+
+
+#: State a runtime library might keep for "the current run" and never reset (as an agent framework's
+#: tracing or config variables can): set during one turn's agent stream, in the lane's task.
+_run_state: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_run_state", default=None)
+
+
+class StickyAgent(InstantAgent):
+    """An agent that notes what context it starts in, then leaves a context variable of its own set."""
+
+    def __init__(self) -> None:
+        super().__init__(wait=True)
+        self.starts: list[tuple[str, asyncio.Task[Any] | None, str | None, str | None]] = []
+
+    async def run(self, request: TurnRequest) -> AsyncIterator[Any]:
+        self.starts.append((request.text, asyncio.current_task(), _run_state.get(), trace_id_var.get()))
+        _run_state.set(f"run of {request.text!r}")
+        async for event in super().run(request):
+            yield event
+
+
+async def test_a_turn_starts_with_none_of_the_previous_turns_context_in_the_same_task(tmp_path: Path) -> None:
+    """The task that routes a message runs its lane, and with it every turn queued there meanwhile —
+    another person's, in a group. Context variables one turn set (its trace id, whatever the agent's
+    runtime keeps in one) must not be what the next turn run by that task starts with: its log lines
+    would carry the other message's trace id, a library would read the other run's state."""
+    agent = StickyAgent()
+    async with Harness.running(make_settings(tmp_path), agent=agent) as h:
+        for n, sender in enumerate(("alice", "bob")):
+            await h.chat.say(f"@bot question {n}", chat="group", sender=sender, private=False, mentioned=True)
+        await h.chat.wait_for_text("Queued", chat="group")  # bob's turn waits in alice's turn's lane
+        agent.release.set()
+        await h.idle()
+    (_first, task, state, first_trace), (_second, same_task, left_over, second_trace) = agent.starts
+    assert same_task is task  # one task ran both: the routing task of the first message (carry)
+    assert state is None and left_over is None, left_over
+    assert first_trace is not None and second_trace is not None and second_trace != first_trace
