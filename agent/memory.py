@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agent.context import HIDDEN_ID_PREFIX
 from agent.memory_index import FactIndex
 from agent.tables import memory_cursors, memory_facts, memory_pending, memory_profiles
-from config.batching import Batcher, match_keys
+from config.batching import Batcher, KeyQuery
 from config.schema import MemoryConfig
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,10 @@ class MemoryStore:
         ).on_conflict_do_nothing(index_elements=["owner", "thread_id"])
         self._delete_pending = delete(memory_pending).where(
             memory_pending.c.owner.in_(bindparam("owners", expanding=True))
+        )
+        # Finished extractions' (owner, thread) rows: grouped by owner, an index search on SQLite too.
+        self._delete_pairs = KeyQuery(
+            [memory_pending.c.owner, memory_pending.c.thread_id], delete(memory_pending).where
         )
 
     async def view(self, owner: str) -> tuple[FactIndex, str | None]:
@@ -338,11 +342,9 @@ class MemoryStore:
 
     async def _drop_many(self, batch: dict[tuple[str, frozenset[str]], None]) -> dict[Any, None]:
         pairs = sorted({(owner, thread) for owner, threads in batch for thread in threads})
-        c = memory_pending.c
         async with self.engine.begin() as conn:
             for start in range(0, len(pairs), IN_CHUNK):  # bound parameters per statement
-                chunk = pairs[start : start + IN_CHUNK]
-                await conn.execute(delete(memory_pending).where(match_keys([c.owner, c.thread_id], chunk)))
+                await conn.execute(*self._delete_pairs(pairs[start : start + IN_CHUNK]))
         return {}
 
     async def all_pending(self) -> dict[str, tuple[set[str], str | None, float]]:

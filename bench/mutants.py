@@ -120,7 +120,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "done-before-delivered",
         "bot/turn_runner.py",
         "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
-        "                if turn.entry_id:\n                    await self.inbox.mark_done(turn.entry_id)\n"
+        "                if turn.ask.entry_id:\n                    await self.inbox.mark_done(turn.ask.entry_id)\n"
         "                try:\n                    # A rate limit or a 5xx is retried until the answer lands",
         (f"{F}/test_order_and_delivery.py",),
         "the inbox marks a message done before its answer is delivered; a crash between loses it",

@@ -186,10 +186,19 @@ class StorageUnavailable(Exception):
         self.partial = partial
 
 
+class RetriedAsk(Protocol):
+    """What :meth:`StorageRetry.run_turn` needs of a turn's ``TurnAsk``."""
+
+    @property
+    def entry_id(self) -> str | None: ...
+
+
 class RetriedTurn(Protocol):
     """What :meth:`StorageRetry.run_turn` needs of the manager's ``Turn``."""
 
-    entry_id: str | None
+    @property
+    def ask(self) -> RetriedAsk: ...
+
     resume: ReplyState | None
     reply: ReplyStream | None
 
@@ -284,7 +293,7 @@ class StorageRetry:
             turn.reply = None  # finished: the next attempt opens the same messages again by their refs
             if state is not None and state.parts:
                 turn.resume = state
-            entry_id, stored = turn.entry_id, turn.resume
+            entry_id, stored = turn.ask.entry_id, turn.resume
             try:
                 await self._pause(failures)
                 if entry_id is not None and stored is not None:

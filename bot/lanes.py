@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from bot.bus import MessageBus
 from bot.identity import Identity
 from bot.inbox import PENDING, Inbox
 from bot.logs import trace_id_var
+from bot.own_context import OwnContext
 from bot.tasks.card import CardStream
 from bot.tasks.desk import TaskDesk
 from bot.threads import Conversation, ThreadStore
@@ -104,7 +106,7 @@ def open_turn_reply(channels: Mapping[str, Channel], inbox: Inbox, turn: Turn) -
     """The turn's reply, continuing what a run before a restart showed; each new message or card it
     makes is stored with the inbox entry before it shows more (channels/resume.py)."""
     channel = channels[turn.message.provider]
-    if turn.entry_id is None:
+    if turn.ask.entry_id is None:
         return channel.open_reply(turn.message, resume=turn.resume)
     keeper = _StateKeeper(inbox, turn)
     keeper.reply = channel.open_reply(turn.message, resume=turn.resume, on_change=keeper)
@@ -121,7 +123,7 @@ class _StateKeeper:
         self.reply: ReplyStream | None = None
 
     async def __call__(self, state: ReplyState) -> None:
-        entry_id = self.turn.entry_id
+        entry_id = self.turn.ask.entry_id
         assert entry_id is not None
         self.turn.resume = state
         if self.reply is not None and self.reply.settling:
@@ -182,7 +184,7 @@ class LaneScheduler:
             current = lane.current
             if (
                 current is not None
-                and entry_id in (current.entry_id, current.hold)
+                and entry_id in (current.ask.entry_id, current.hold)
                 and lane.worker is not None
             ):
                 lane.worker.cancel()
@@ -253,18 +255,10 @@ class LaneScheduler:
             message=message,
             identity=identity,
             conversation=conversation,
-            text=ask.text,
+            ask=ask,
             trace_id=trace_id_var.get() or "-",
-            entry_id=ask.entry_id,
             resume=ask.resume,
             reply_text=ask.reply_text,
-            hidden=ask.hidden,
-            system_prompt=ask.system_prompt,
-            skill=ask.skill,
-            before_start=ask.before_start,
-            after_delivery=ask.after_delivery,
-            trust=ask.trust,
-            task=ask.task,
             # Its entry id names a message's turn (no random token drawn for it); others get a fresh one.
             token=ask.entry_id if ask.entry_id is not None else new_token(),
         )
@@ -353,10 +347,10 @@ class LaneScheduler:
         reference and edits the notice into its answer instead of leaving a stale "Queued" behind.
         """
         state = turn.reply.state if turn.reply is not None else None
-        if turn.entry_id is None or state is None or not state.parts or state == turn.resume:
+        if turn.ask.entry_id is None or state is None or not state.parts or state == turn.resume:
             return
         try:
-            await self.inbox.save_reply_ref(turn.entry_id, state)
+            await self.inbox.save_reply_ref(turn.ask.entry_id, state)
         except Exception as exc:  # the turn still runs; only a crash before it starts would cost a notice
             log.warning("saving the queued notice's reference failed: %s", exc)
             return
@@ -366,7 +360,7 @@ class LaneScheduler:
         try:
             while lane.pending:
                 turn = lane.pending.popleft()
-                if self.stopping and turn.hidden:
+                if self.stopping and turn.ask.hidden:
                     log.info("not starting a hidden follow-up during shutdown; it resumes at next start")
                     if turn.reply is not None:  # its notice ("continuing…") must not look like work
                         with contextlib.suppress(Exception):
@@ -375,22 +369,17 @@ class LaneScheduler:
                         self.bus.release(turn.hold)
                     turn.shown.set()
                     continue
-                if turn.hidden and self.bus.cluster is not None and turn.hold is None:
+                if turn.ask.hidden and self.bus.cluster is not None and turn.hold is None:
                     turn.hold = await self._acquire_thread(turn)
                     if turn.hold is None:  # shutting down meanwhile: the step resumes at next start
                         turn.shown.set()
                         continue
                 lane.current = turn
-                token = trace_id_var.set(turn.trace_id)
                 try:
-                    delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
-                    # The reply is out: the lane is free before the bookkeeping and after-turn hooks run,
-                    # so a message sent right after the reply starts next instead of reading "Queued".
-                    lane.current = None
-                    if delivered is not None:
-                        await self._finish_turn(turn, *delivered)
+                    # In a context of its own: what a turn sets (its trace id, whatever the agent's runtime
+                    # keeps in a context variable) is not what the next turn this task runs starts with.
+                    await OwnContext(self._turn(turn, lane), contextvars.Context())
                 finally:
-                    trace_id_var.reset(token)
                     lane.current = None
                     turn.shown.set()
                     if turn.hold is not None:
@@ -402,12 +391,22 @@ class LaneScheduler:
             if not lane.pending and self._lanes.get(lane.thread_id) is lane:
                 del self._lanes[lane.thread_id]
 
+    async def _turn(self, turn: Turn, lane: Lane) -> None:
+        """One turn of the lane, up to its after-turn hooks (in the turn's own context: see _drain_lane)."""
+        trace_id_var.set(turn.trace_id)  # every log line of the turn carries it; the context ends with it
+        delivered = await self._run_turn(turn, lane)  # metrics, storage retries, the turn
+        # The reply is out: the lane is free before the bookkeeping and after-turn hooks run, so a
+        # message sent right after the reply starts next instead of reading "Queued".
+        lane.current = None
+        if delivered is not None:
+            await self._finish_turn(turn, *delivered)
+
     def _release_pending(self, lane: Lane) -> None:
         """The lane's queued turns are left for the next start: still pending in the inbox."""
         for turn in lane.pending:
             turn.shown.set()
-            if turn.entry_id:
-                self.bus.release(turn.entry_id)
+            if turn.ask.entry_id:
+                self.bus.release(turn.ask.entry_id)
             if turn.hold is not None:
                 self.bus.release(turn.hold)
 

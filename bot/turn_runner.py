@@ -133,7 +133,7 @@ class TurnRunner:
         """Run the turn up to its delivered final reply: ``(text, stopped, failed)``, or None when it
         did not run or its failure is already recorded. :meth:`_finish_turn` does the rest."""
         channel = self.channels[turn.message.provider]
-        if turn.before_start is not None and not await self._may_start(turn, channel):
+        if turn.ask.before_start is not None and not await self._may_start(turn, channel):
             return None
         reply: ReplyStream | None = None
         try:
@@ -158,22 +158,22 @@ class TurnRunner:
                 try:
                     # A rate limit or a 5xx is retried until the answer lands (bot/redelivery.py).
                     with tracing.span("reply", turn.message):
-                        await self.delivery.finish(reply, final, files, entry_id=turn.entry_id)
+                        await self.delivery.finish(reply, final, files, entry_id=turn.ask.entry_id)
                 except Exception as exc:
                     log.warning("delivering the final reply failed: %s", exc)
                     metrics.mark_outcome("delivery_failed")
                     await self._report(turn, "delivery", exc)
-                    if turn.entry_id:
+                    if turn.ask.entry_id:
                         await self._fail(
-                            turn.entry_id,
+                            turn.ask.entry_id,
                             f"reply delivery failed: {exc}",
                             reply_text=final,
                             message=turn.message,
                         )
                     return None
         except asyncio.CancelledError:
-            if turn.entry_id:
-                self.bus.release(turn.entry_id)  # shutdown: stays pending in the inbox
+            if turn.ask.entry_id:
+                self.bus.release(turn.ask.entry_id)  # shutdown: stays pending in the inbox
             raise
         except Exception as exc:
             if is_storage_error(exc):  # not the message's fault: run again once storage is back
@@ -184,10 +184,10 @@ class TurnRunner:
             log.exception("turn failed outside the agent")
             metrics.mark_outcome("error")
             await self._report(turn, "turn", exc)
-            if turn.entry_id:
+            if turn.ask.entry_id:
                 shown = reply.ref if reply is not None else (turn.resume.first_ref if turn.resume else None)
                 await self._fail(
-                    turn.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
+                    turn.ask.entry_id, f"{type(exc).__name__}: {exc}", message=turn.message, shown=shown
                 )
             return None
         return final, stopped, failed
@@ -217,15 +217,15 @@ class TurnRunner:
         cluster = self.bus.cluster
         finishing = cluster.hold(turn.message) if cluster is not None else None
         try:
-            if turn.entry_id:
+            if turn.ask.entry_id:
                 try:
-                    await self._complete(turn.entry_id)
+                    await self._complete(turn.ask.entry_id)
                 except asyncio.CancelledError:
-                    self.bus.release(turn.entry_id)  # shutdown: the delivered turn re-runs at next start
+                    self.bus.release(turn.ask.entry_id)  # shutdown: the delivered turn re-runs at next start
                     raise
-            if turn.after_delivery is not None:
+            if turn.ask.after_delivery is not None:
                 try:
-                    await turn.after_delivery(final, stopped, failed)
+                    await turn.ask.after_delivery(final, stopped, failed)
                 except Exception:
                     log.exception("after-delivery callback failed")
             await self._after_turn(turn, final, stopped=stopped, failed=failed)
@@ -238,7 +238,9 @@ class TurnRunner:
         further: the turn's reply and inbox entry end exactly as they would without a hook."""
         if self.on_turn_error is None:
             return
-        failure = TurnError(turn.message, turn.conversation.thread_id, turn.trace_id, stage, exc, turn.hidden)
+        failure = TurnError(
+            turn.message, turn.conversation.thread_id, turn.trace_id, stage, exc, turn.ask.hidden
+        )
         try:
             await self.on_turn_error(failure)
         except Exception:
@@ -263,15 +265,15 @@ class TurnRunner:
 
     async def _may_start(self, turn: Turn, channel: Channel) -> bool:
         """Ask the turn's guard; a refused turn's reply (e.g. its notice) ends with the guard's reason."""
-        assert turn.before_start is not None
+        assert turn.ask.before_start is not None
         try:
-            refusal = await turn.before_start()
+            refusal = await turn.ask.before_start()
         except Exception:
             log.exception("a turn's start check failed; not running it")
             refusal = "⚠️ Something went wrong, so I did not run this step."
         if refusal is None:
             return True
-        if turn.task is not None:  # its guard showed the refusal on the turn's task card
+        if turn.ask.task is not None:  # its guard showed the refusal on the turn's task card
             return False
         reply = turn.reply or channel.open_reply(turn.message)
         try:
@@ -289,8 +291,8 @@ class TurnRunner:
             chat=m.chat,
             thread=turn.conversation.thread_id,
             model=self.model_for(turn.conversation),
-            hidden=turn.hidden,
-            received_at=None if turn.hidden else m.received_at,
+            hidden=turn.ask.hidden,
+            received_at=None if turn.ask.hidden else m.received_at,
         )
 
     async def _stream_agent(
@@ -306,7 +308,7 @@ class TurnRunner:
                 return f"{body}\n\n{progress[0]}" if body else progress[0]
             return body or PLACEHOLDER
 
-        text = turn.text
+        text = turn.ask.text
         attachments, notices = await self._store_files(turn, channel)
         if notices:
             progress[0] = " ".join(notices)
@@ -322,11 +324,11 @@ class TurnRunner:
             text=text,
             model=self.model_for(turn.conversation),
             attachments=attachments,
-            hidden=turn.hidden,
-            system_prompt=turn.system_prompt,
+            hidden=turn.ask.hidden,
+            system_prompt=turn.ask.system_prompt,
             secrets=await channel.run_secrets(turn.message) if profile.secrets else {},
             sender_name=turn.message.sender.name,
-            skill=turn.skill,
+            skill=turn.ask.skill,
             scheduler=(
                 ScheduleDesk(self.schedules, turn.message, turn.identity.owner, level)
                 if self.schedules and level != "guest"
@@ -407,10 +409,10 @@ class TurnRunner:
     async def _turn_level(self, turn: Turn, channel: Channel) -> TrustLevel:
         """The level a turn runs at: the one decided when it was asked for; a follow-up (a goal step,
         perhaps resumed after a restart) also never above its creator's level now."""
-        if turn.trust is not None and not turn.hidden:
-            return turn.trust
+        if turn.ask.trust is not None and not turn.ask.hidden:
+            return turn.ask.trust
         now = await self.level_now(turn.message, channel)
-        return now if turn.trust is None else lowest(turn.trust, now)
+        return now if turn.ask.trust is None else lowest(turn.ask.trust, now)
 
     async def _store_files(self, turn: Turn, channel: Channel) -> tuple[list[str], list[str]]:
         """Save inbound files into the owner's uploads; return agent-visible paths and user notices."""
@@ -446,7 +448,14 @@ class TurnRunner:
 
     async def _after_turn(self, turn: Turn, text: str, *, stopped: bool, failed: bool) -> None:
         outcome = TurnOutcome(
-            turn.message, turn.identity, turn.conversation, text, turn.hidden, stopped, failed, turn.task
+            turn.message,
+            turn.identity,
+            turn.conversation,
+            text,
+            turn.ask.hidden,
+            stopped,
+            failed,
+            turn.ask.task,
         )
         for hook in self.after_turn_hooks:
             try:
@@ -465,7 +474,7 @@ class TurnRunner:
                         notice=follow.notice,
                         before_start=follow.before_start,
                         after_delivery=follow.after_delivery,
-                        trust=turn.trust,
+                        trust=turn.ask.trust,
                         task=follow.task,
                     ),
                 )

@@ -100,29 +100,28 @@ def new_token() -> str:
 
 @dataclass(slots=True)
 class Turn:
+    """A turn on its way through a lane: what was asked (:class:`TurnAsk`), who asked and where, and
+    the state of its run.
+
+    The ask is kept whole rather than copied field by field: the router, commands, goals and follow-ups
+    build a :class:`TurnAsk`, and a field added there reaches the turn runner without a second list to
+    keep in step. ``resume`` and ``reply_text`` start as the ask's and change while the turn waits or
+    runs (a queued notice's stored reference, a task card's finished result), so they are the turn's own.
+    """
+
     message: InboundMessage
     identity: Identity
     conversation: Conversation
-    text: str
+    ask: TurnAsk
     trace_id: str
-    entry_id: str | None = None
-    #: What of its reply a run before a restart made visible (channels/resume.py).
+    #: What of its reply is visible so far (channels/resume.py): the ask's, then each stored change.
     resume: ReplyState | None = None
+    #: The answer already known (a task card's stored result): the ask's, or the card's.
     reply_text: str | None = None
-    hidden: bool = False
-    system_prompt: str | None = None
-    skill: str | None = None
     reply: ReplyStream | None = None
-    before_start: BeforeStart | None = None
-    after_delivery: AfterDelivery | None = None
-    #: The task card this turn answers in (a goal step: its goal's card); None: a reply of its own.
-    #: Its guard (``before_start``) shows a refusal on that card, so none is posted beside it.
-    task: str | None = None
     #: The named agent answering (bot/agents/), decided before the budget check so spending counts for
     #: it; None: not decided yet (or no named agents).
     agent: AgentChoice | None = None
-    #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide when it runs.
-    trust: TrustLevel | None = None
     #: Names this turn in its Stop button (``/stop TOKEN``): a press stops this turn and no later one.
     #: Its inbox entry id where it has one, so any instance can look up who asked.
     token: str = field(default_factory=new_token)
@@ -197,8 +196,7 @@ class TurnAsk:
 
     One value instead of a dozen keyword arguments, so the router, commands, goals and after-turn
     follow-ups hand the lane scheduler the same thing and a new field is added in one place.
-    ``trust`` None decides the level from the message when the turn runs (bot/trust.py); ``task`` is
-    the task card the turn answers in (a goal step's card).
+    The running turn keeps it whole (:attr:`Turn.ask`).
     """
 
     text: str
@@ -209,10 +207,16 @@ class TurnAsk:
     hidden: bool = False
     system_prompt: str | None = None
     skill: str | None = None
+    #: Shown in the chat at once, unless the turn waits behind another (then "⏳ Queued" is shown).
     notice: str | None = None
+    #: Asked right before the turn starts; its sentence, if any, ends the reply instead.
     before_start: BeforeStart | None = None
     after_delivery: AfterDelivery | None = None
+    #: The sender's trust level when the turn was asked for (bot/trust.py); None: decide from the
+    #: message when it runs.
     trust: TrustLevel | None = None
+    #: The task card the turn answers in (a goal step: its goal's card); None: a reply of its own.
+    #: Its guard (``before_start``) shows a refusal on that card, so none is posted beside it.
     task: str | None = None
 
 

@@ -119,32 +119,6 @@ class Batcher(Generic[K, D, V]):
                         future.set_result(value)
 
 
-def match_keys(
-    columns: Sequence[ColumnElement[Any]], keys: Iterable[Sequence[Any]], *, varying: int = -1
-) -> ColumnElement[bool]:
-    """A WHERE clause for the rows whose ``columns`` equal one of ``keys`` — what
-    ``tuple_(*columns).in_(keys)`` means, written so that SQLite can use an index on ``columns``.
-
-    SQLite plans a row-value ``IN`` list (``(a, b, c) IN (VALUES (?, ?, ?), …)``) as a scan of the whole
-    table, whatever the primary key: with 100,000 conversations a batch of ten keys took 130–190 ms, and a
-    burst of new chats scanned the growing table once per batch (docs/PERFORMANCE.md). Grouped by the
-    other columns, with the ``varying`` one in a plain ``IN`` list, each group is an index search on
-    SQLite and PostgreSQL alike; a burst's keys usually differ in one column only (the chat), so this is
-    one group, and the statement's shape — hence SQLAlchemy's compiled-statement cache — stays the same.
-    """
-    varying %= len(columns)
-    fixed = [column for i, column in enumerate(columns) if i != varying]
-    return or_(
-        *(
-            and_(
-                *(column == value for column, value in zip(fixed, group, strict=True)),
-                columns[varying].in_(values),
-            )
-            for group, values in _groups(keys, varying).items()
-        )
-    )
-
-
 def _groups(keys: Iterable[Sequence[Any]], varying: int) -> dict[tuple[Any, ...], list[Any]]:
     """The keys grouped by their other columns: other columns' values -> the ``varying`` column's."""
     groups: dict[tuple[Any, ...], list[Any]] = {}
@@ -154,14 +128,24 @@ def _groups(keys: Iterable[Sequence[Any]], varying: int) -> dict[tuple[Any, ...]
 
 
 class KeyQuery(Generic[S]):
-    """:func:`match_keys` in a statement built once per number of key groups, with bound parameters:
-    the statement, and its cache key, are made once per store instead of once per batch.
+    """The one way our stores write a batched keyed lookup (a SELECT or a DELETE): the rows whose
+    ``columns`` equal one of the keys — what ``tuple_(*columns).in_(keys)`` means, written so that SQLite
+    can use an index on ``columns``, in a statement built once per number of key groups.
 
-    In a burst of new chats every batched read (conversations, owners) built a fresh ``select`` with the
-    batch's values in it, and SQLAlchemy coerced each value and walked the statement for its cache key —
-    a measurable part of a first message's cost (docs/PERFORMANCE.md). Here group ``g``'s fixed columns
-    are ``k{g}_0``, ``k{g}_1``, … and its varying column an expanding ``k{g}_in``; ``build`` makes the
-    statement around the WHERE clause. Still one statement per batch, whatever its groups.
+    SQLite plans a row-value ``IN`` list (``(a, b, c) IN (VALUES (?, ?, ?), …)``) as a scan of the whole
+    table, whatever the primary key: with 100,000 conversations a batch of ten keys took 130–190 ms, and a
+    burst of new chats scanned the growing table once per batch (docs/PERFORMANCE.md). Grouped by the
+    other columns, with the ``varying`` one in a plain ``IN`` list, each group is an index search on
+    SQLite and PostgreSQL alike; a burst's keys usually differ in one column only (the chat), so this is
+    one group, and the statement's shape stays the same.
+
+    Bound parameters, not values in the statement: in a burst of new chats every batched read
+    (conversations, owners) built a fresh ``select`` with the batch's values in it, and SQLAlchemy coerced
+    each value and walked the statement for its cache key — a measurable part of a first message's cost
+    (docs/PERFORMANCE.md). Here group ``g``'s fixed columns are ``k{g}_0``, ``k{g}_1``, … and its varying
+    column an expanding ``k{g}_in``; ``build`` makes the statement around the WHERE clause. Still one
+    statement per batch, whatever its groups. (This replaced ``match_keys``, the same clause with the
+    values in it: two builders of one clause drift apart.)
     """
 
     MAX_SHAPES = 16  # statements kept (by number of groups); more groups than that are built each time

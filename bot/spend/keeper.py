@@ -87,7 +87,7 @@ class SpendKeeper:
         if not reached:
             return None
         desk = self.approvals
-        if self.settings.budgets.on_limit != "ask_admin" or desk is None or turn.hidden or key.schedule:
+        if self.settings.budgets.on_limit != "ask_admin" or desk is None or turn.ask.hidden or key.schedule:
             return self.refusal(reached, turn.message)
         need = "; ".join(self._state(r, turn.message, "is used up") for r in reached)
         decision = await desk.request(

@@ -99,8 +99,8 @@ class TaskDesk:
         before a restart is delivered into it without running the model again (``turn.reply_text``)."""
         if isinstance(turn.reply, CardStream):
             return turn.reply
-        if turn.task is not None:  # a goal step: it streams into its goal's card
-            goal_card = await self.goals.for_turn(turn.task, turn.token)
+        if turn.ask.task is not None:  # a goal step: it streams into its goal's card
+            goal_card = await self.goals.for_turn(turn.ask.task, turn.token)
             if goal_card is not None:
                 turn.reply = goal_card
             return goal_card
@@ -109,7 +109,7 @@ class TaskDesk:
             turn.message,
             owner=turn.identity.owner,
             thread_id=turn.conversation.thread_id,
-            entry_id=turn.entry_id,
+            entry_id=turn.ask.entry_id,
             token=turn.token,
             shown=shown if shown is not None and shown.parts else turn.resume,
         )

@@ -190,7 +190,17 @@ async def test_on_postgres_a_batch_rewrites_and_adds_many_owners_rows(pg_url: st
         assert rows == {"alice"} | {f"owner-{i}" for i in range(600)}  # 600: more than one IN (...) chunk
         threads, model, _due = (await memory.store.all_pending())["alice"]
         assert threads == {f"t{i}" for i in range(5)} and model == "large"
+        # Drops of several owners in one batch (a key group each): exactly those pairs go.
+        await asyncio.gather(
+            memory.store.drop_pending("alice", {"t0", "t1"}),
+            memory.store.drop_pending("owner-1", {"thread-1"}),
+            memory.store.drop_pending("owner-2", {"thread-3"}),  # owner-3's thread, not owner-2's
+        )
+        pending = await memory.store.all_pending()
+        assert pending["alice"][0] == {"t2", "t3", "t4"} and "owner-1" not in pending
+        assert pending["owner-2"][0] == {"thread-2"} and pending["owner-3"][0] == {"thread-3"}
         await memory.close()
+        assert await memory.store.all_pending() == {}  # the flush dropped every pending row
     finally:
         await engine.dispose()
 
