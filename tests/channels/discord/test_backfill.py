@@ -127,8 +127,8 @@ async def test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answer
 
     The stop begins while the first answer is still held, so it lands while the bus is full. Stopping only
     after the first turn ended would race the channel's next retry, which finds room and rightly answers
-    the message before the stop (a loaded machine once lost that race; the product promises "once", not
-    "in the next lifetime")."""
+    the message before the stop (the likely cause of its one failure under load; the product promises
+    "once", not "in the next lifetime")."""
     settings = make_settings(tmp_path, llm, bus={"queue_size": 1})
     busy, waiting = discord_fake.new_id(), discord_fake.new_id()
     hold = Hold()  # the first answer waits until the service is stopping
