@@ -12,6 +12,7 @@ personal).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from agent.events import TurnFinished
@@ -40,6 +41,8 @@ class SpendKeeper:
         self.ledger = SpendLedger(db)
         self.gate = BudgetGate(settings, self.ledger)
         self.notify = notify
+        #: Costs being written (see :meth:`after_turn`): referenced here until done, as asyncio asks.
+        self._writing: set[asyncio.Task[None]] = set()
         #: Where an over-budget turn asks an admin (``ask_admin``); None: it stops.
         self.approvals: ApprovalDesk | None = None
 
@@ -111,6 +114,16 @@ class SpendKeeper:
         benchmark's instant model) costs nothing and writes nothing: no database write on that path."""
         if not (finished.input_tokens or finished.output_tokens):
             return
+        # Written in a task of its own that a /stop does not cut: the model has answered and been paid,
+        # so a ⏹ pressed while the cost is written (a busy database) must not let the turn escape the
+        # budget, nor mark a warning as given without giving it.
+        writing = asyncio.create_task(self._account(turn, finished), name="spend after a turn")
+        self._writing.add(writing)
+        writing.add_done_callback(self._writing.discard)
+        await asyncio.shield(writing)
+
+    async def _account(self, turn: Turn, finished: TurnFinished) -> None:
+        """Price and record ``finished``; then the warnings it crossed (marked once, then said)."""
         key = self.key(turn)
         model = finished.model or "default"
         cost = turn_cost_micros(

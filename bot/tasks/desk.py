@@ -181,6 +181,8 @@ class TurnTasks:
         self._steps: dict[str, str] = {}
         self._quiet_stops: dict[str, asyncio.Event] = {}
         self._own: set[str] = set()  # tasks started with a card of their own (subagents)
+        #: Cards being posted (see :meth:`started`): what ends or changes a card waits for its posting.
+        self._showing: dict[str, asyncio.Future[None]] = {}
 
     async def started(self, *, task_id: str, title: str, kind: str) -> None:
         if self.job is not None and kind == "tool":
@@ -191,16 +193,30 @@ class TurnTasks:
         # Its stop event exists before its ⏹ does: a press handled while the card is still being shown
         # (the task asks for the event only after this returns) must not find "nothing running" and be lost.
         self.desk.stop_event(task_id)
+        # Posted in a task of its own that a /stop does not cut: once the chat shows the card, its message
+        # id is kept, so the stop's end edits that card (its ⏹ gone) instead of posting a second one
+        # below a card whose ⏹ stays live.
+        showing = self._showing[task_id] = asyncio.ensure_future(self._show(task_id, title, kind))
+        await asyncio.shield(showing)
+
+    async def _show(self, task_id: str, title: str, kind: str) -> None:
         with _quietly("starting a task card"):
             card = await self._card(task_id, title=title, kind=kind)
             if card is None or card.row.final:
                 return
             await card.start("…", (stop_action(card.row.short),))
 
+    async def _posted(self, task_id: str) -> None:
+        """Wait until the card of ``task_id`` is posted (or its posting failed), if it is being posted."""
+        showing = self._showing.get(task_id)
+        if showing is not None and not showing.done():
+            await asyncio.wait((showing,))
+
     async def step(self, *, task_id: str, text: str, status: TaskStatus = "running") -> None:
         if await self._is_job_step(task_id):
             await self._job_step(f"{self._steps[task_id]}{STEP_JOIN}{text}", status)
             return
+        await self._posted(task_id)
         with _quietly("updating a task card"):
             card = self._cards.get(task_id) or await self._card(task_id)
             if card is not None and not card.row.final:
@@ -212,10 +228,12 @@ class TurnTasks:
             await self._job_step(f"{self._steps.pop(task_id)}{STEP_JOIN}{line}")
             self._quiet_stops.pop(task_id, None)
             return
+        await self._posted(task_id)
         with _quietly("finishing a task card"):
             card = self._cards.get(task_id) or await self._card(task_id)
             if card is not None and card.row.delivered_at is None:
                 await card.close(status if status in FINAL else "done", result)
+        self._showing.pop(task_id, None)
         self.desk.forget(task_id)
 
     def stop_requested(self, task_id: str) -> asyncio.Event:
@@ -252,6 +270,8 @@ class TurnTasks:
     async def stopped_with_turn(self) -> None:
         """The turn was stopped (``/stop``, its ⏹): every task of it is asked to stop, and a card its
         task did not end (the agent was cancelled first) ends as stopped instead of staying "running"."""
+        if self._showing:  # a card the stop caught while it was being posted is ended, not re-posted
+            await asyncio.wait(list(self._showing.values()))
         for task_id, card in list(self._cards.items()):
             self.desk.request_stop(task_id)
             if card.finished:

@@ -231,7 +231,9 @@ class Cursors:
             cursor.dirty = False
         try:
             await self.store.save(changed, forgotten)
-        except Exception:
+        except BaseException:
+            # Also when the write is cut off (:meth:`stop` cancels the flusher mid-save): the rows were
+            # not written, so the final flush at stop must write them again, not find nothing dirty.
             for cursor in changed.values():
                 cursor.dirty = True
             self._forgotten.extend(forgotten)

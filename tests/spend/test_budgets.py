@@ -209,6 +209,62 @@ async def test_a_stop_pressed_before_the_request_is_confirmed_withdraws_that_sam
     assert llm.completions == [], "the model was never asked"
 
 
+async def test_a_stop_pressed_while_a_finished_turns_cost_is_being_written_still_records_that_cost(
+    tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI, pg_url: str
+):
+    """The model has answered (and been paid) and the turn is writing its cost when the person presses ⏹
+    Stop (the ledger's table is locked by another writer, so the write waits): the stop ends the turn,
+    but the cost is still recorded. A stop used to cut the write short, and the turn escaped the budget."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    llm.default_reply = lambda body: Reply(
+        text=f"echo: {last_user_text(body)}",
+        chunk_size=4,
+        delay=0.05,
+        prompt_tokens=1000,
+        cached_tokens=400,
+        completion_tokens=200,
+    )
+    settings = priced_settings(tmp_path, llm, {"per_chat": {"day": "1"}})
+    settings.database.url = pg_url
+    channel = TelegramChannel(telegram_config(tg, admins=[str(ADMIN)]), settings=settings)
+    url = make_url(pg_url)
+    other = await asyncpg.connect(
+        host=url.host, port=url.port or 5432, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+            locked = other.transaction()
+            await locked.start()
+            await other.execute("LOCK TABLE spend_daily IN EXCLUSIVE MODE")  # another writer holds it
+            try:
+                say(tg, "question 1")
+                waiting = (
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'spend_daily'::regclass"
+                )
+                for _ in range(600):
+                    if await other.fetchval(waiting):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the turn never started writing its cost")
+                placeholder = next(m for m in tg.bot_messages(GROUP) if m.buttons == ["⏹ Stop"])
+                tg.press(GROUP, placeholder.message_id, "⏹ Stop")
+                await tg.wait_until(lambda: placeholder.text.endswith("⏹ Stopped."), timeout=20)
+            finally:
+                await locked.rollback()
+            await h.idle(timeout=20)
+            for _ in range(100):  # the write goes on after the stop, now that the table is free
+                if await other.fetchval("SELECT coalesce(sum(cost_micros), 0) FROM spend_daily"):
+                    break
+                await asyncio.sleep(0.05)
+        spent = await other.fetchval("SELECT coalesce(sum(cost_micros), 0) FROM spend_daily")
+    finally:
+        await other.close()
+    assert spent == 4_000, "the finished turn's cost was recorded although the turn was stopped"
+
+
 async def test_a_named_agents_budget_counts_its_own_turns_and_stops_only_that_agent(
     tg: FakeTelegram, tmp_path: Path, llm: FakeOpenAI
 ):

@@ -23,7 +23,16 @@ from tests.channels.telegram.conftest import BOT_USERNAME, telegram_config
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram
 from tests.harness import Harness
-from tests.tasks.kit import card_body, card_status, is_card, slack_dm_turn, stop_heartbeat_on_card
+from tests.tasks.kit import (
+    STOP,
+    card_body,
+    card_status,
+    is_card,
+    slack_dm_turn,
+    stop_heartbeat_on_card,
+    telegram_card_posts,
+    telegram_cards,
+)
 
 pytestmark = pytest.mark.slow  # platform fakes, the fake model and sandboxed processes
 
@@ -90,6 +99,29 @@ async def test_stop_on_a_subagents_card_stops_its_sandbox_commands_and_the_turn_
         assert not await beating(tmp_path), "the subagent's sandbox command still runs after Stop"
     assert card_status(live.text) == "⏹ Stopped"
     assert live.buttons == []
+
+
+async def test_a_stop_pressed_before_a_subagents_card_is_confirmed_ends_that_same_card(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    """The chat shows the subagent's card while Telegram's answer (its message id) is still on the way, and
+    the person presses the turn's ⏹ Stop: that card still ends "⏹ Stopped" with its button gone, and no
+    second card repeats it. A stop used to cut the card's posting short, so the card kept a live ⏹ Stop
+    above a second, stopped card."""
+    llm.script_for(PARENT, delegate("watch the disk", "JOB-WATCH: keep watching"), Reply(text="unused"))
+    llm.script_for("JOB-WATCH", Reply(text="RESULT: nothing to see"))
+    async with telegram_bot(tmp_path, llm) as (h, tg):
+        tg.answer_late("sendMessage", 3.0, when=lambda params: is_card(str(params.get("text", ""))))
+        tg.user_message(CHAT, "watch the disk for me", user_id=CHAT)
+        card = await tg.wait_until(lambda: next(iter(telegram_cards(tg, CHAT)), None), timeout=30)
+        placeholder = next(m for m in tg.bot_messages(CHAT) if not is_card(m.text) and m.buttons == [STOP])
+        tg.press(CHAT, placeholder.message_id, STOP, user_id=CHAT)
+        await tg.wait_until(lambda: placeholder.text.endswith("⏹ Stopped."), timeout=20)
+        await tg.wait_until(lambda: card_status(card.text) == "⏹ Stopped", timeout=20)
+        await h.idle(timeout=30)
+        assert [m.message_id for m in telegram_cards(tg, CHAT)] == [card.message_id], "one card, no second"
+        assert telegram_card_posts(tg) == 1
+    assert card.buttons == [], "the stopped card keeps no Stop button"
 
 
 async def test_a_subagents_card_on_slack_is_one_message_posted_once_then_updated(

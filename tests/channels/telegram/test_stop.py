@@ -85,3 +85,29 @@ async def test_a_final_reply_waiting_out_a_429_when_stop_is_called_still_lands(
     assert answer.text == "the final answer"
     assert [c["status"] for c in tg.calls("editMessageText")] == [429, 200]
     assert 0.5 < took < 4, f"stop() took {took:.1f} s"
+
+
+async def test_a_stop_pressed_before_the_placeholder_is_confirmed_ends_that_same_placeholder(
+    tmp_path: Path, llm: FakeOpenAI
+):
+    """The chat shows the reply's "…" with ⏹ Stop while Telegram's answer (its message id) is still on the
+    way, and the person presses it: that message ends "⏹ Stopped." with its button gone, and no second
+    message says it. (The placeholder goes out from the reply's own pump, which a stop does not cut, and
+    the final waits for a call still on the wire.)"""
+    from tests.fakes.openai_server import Reply
+
+    llm.script(Reply(text="a long answer " * 40, chunk_size=4, delay=0.1))
+    with FakeTelegram(bot_username=BOT_USERNAME, long_poll_cap=0.5) as tg:
+        settings = make_settings(tmp_path, llm, memory={"enabled": False})
+        channel = TelegramChannel(telegram_config(tg), settings=settings)  # type: ignore[arg-type]
+        tg.answer_late("sendMessage", 3.0, when=lambda params: params.get("text") == "…")
+        async with Harness.running(settings, channels={"telegram": channel}) as h:  # type: ignore[dict-item]
+            tg.user_message(CHAT, "tell me a lot", user_id=CHAT)
+            placeholder = await tg.wait_until(
+                lambda: next((m for m in tg.bot_messages(CHAT) if m.buttons == [STOP]), None), 15
+            )
+            tg.press(CHAT, placeholder.message_id, STOP, user_id=CHAT)
+            await tg.wait_until(lambda: placeholder.text.endswith("⏹ Stopped."), 20)
+            await h.idle(timeout=20)
+        assert [m.message_id for m in tg.bot_messages(CHAT)] == [placeholder.message_id]
+        assert placeholder.buttons == []
