@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+
+# lark-oapi is imported the way the channel imports it (channels/feishu/__init__.py): the tests below
+# would otherwise be the first to import it outside a running loop and leave its event loop open.
+import channels.feishu  # noqa: F401
 
 
 def test_discord_py_internals_used_by_channels_discord():
@@ -126,6 +132,22 @@ def test_lark_oapi_internals_used_by_channels_feishu():
     assert inspect.iscoroutinefunction(ws_module.Client._handle_data_frame)
     # normalise_press / _on_card_action: the callback registration and its answer type.
     assert callable(lark.EventDispatcherHandler.builder("", "").register_p2_card_action_trigger)
+
+
+def test_importing_the_feishu_channel_outside_a_loop_leaves_no_event_loop_open() -> None:
+    """lark-oapi makes and installs an event loop when ``lark_oapi.ws.client`` is imported outside a
+    running one, and nothing closes it. The CLI's extras check and a test collection import the channel
+    that way; the import must leave nothing open (a stray loop holds its selector and a socket pair, and
+    was reported as "unclosed event loop" whenever it was collected)."""
+    code = (
+        "import os\n"
+        "before = set(os.listdir('/proc/self/fd'))\n"
+        "import channels.feishu.channel\n"
+        "print(sorted(set(os.listdir('/proc/self/fd')) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"file descriptors left open by the import: {done.stdout}"
 
 
 def test_dingtalk_stream_internals_used_by_channels_dingtalk():
