@@ -32,7 +32,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -149,9 +149,18 @@ class ApprovalDesk:
     """Every approval request of this process: stored, waited on, decided once."""
 
     def __init__(
-        self, db: HasEngine, notify: Notify, *, timeout: float, channels: Mapping[str, Channel] | None = None
+        self,
+        db: HasEngine,
+        notify: Notify,
+        *,
+        timeout: float,
+        channels: Mapping[str, Channel] | None = None,
+        runs_elsewhere: Callable[[InboundMessage], Awaitable[bool]] | None = None,
     ) -> None:
         self.db = db
+        #: Several instances on one database (bot/cluster.py): whether another live instance runs the
+        #: conversation of a message now, so a pending request of it is that instance's, not a leftover.
+        self.runs_elsewhere = runs_elsewhere
         self.notify = notify
         self.timeout = timeout
         #: The service's channels, for their ``approvers`` setting and whether they have admins.
@@ -167,15 +176,16 @@ class ApprovalDesk:
         """At start-up: requests a previous process left pending are expired, and their chats told."""
         # This process's own requests (a resumed turn may already be asking) are not leftovers.
         leftover = (approvals_table.c.status == PENDING) & approvals_table.c.id.notin_(list(self._waiting))
-        async with self.db.engine.begin() as conn:
+        async with self.db.engine.connect() as conn:
             rows = (await conn.execute(select(approvals_table).where(leftover))).mappings().all()
-            if rows:
-                await conn.execute(
-                    update(approvals_table)
-                    .where(leftover, approvals_table.c.id.in_([r["id"] for r in rows]))
-                    .values(status=EXPIRED, decided_at=time.time(), decided_by="restart")
-                )
+        expired = []
         for row in rows:
+            message = InboundMessage.from_json(json.loads(row["message"]))
+            if self.runs_elsewhere is not None and await self.runs_elsewhere(message):
+                continue  # another live instance runs that conversation: its turn waits on this request
+            if await self._settle(row["id"], EXPIRED, "restart"):  # not decided meanwhile
+                expired.append(row)
+        for row in expired:
             audit.info(
                 "approval %s expired by a restart: %s",
                 row["id"],
@@ -187,7 +197,7 @@ class ApprovalDesk:
                 f"⌛ Approval {row['id']} expired: the bot restarted before it was answered, so the "
                 "command did not run. The reply continues and asks again if it still needs it.",
             )
-        return len(rows)
+        return len(expired)
 
     async def _announce(self, row: Mapping[str, Any], outcome: str) -> None:
         """Say what became of a request: its message edited in place (buttons gone), else a new message."""
@@ -300,7 +310,15 @@ class ApprovalDesk:
                         f"Nobody approved the command within {self.timeout:g} s, so it did not run. "
                         "Tell the user it needs their approval if it is still wanted.",
                     )
-                return await future  # decided in the same instant the timeout fired
+                if (await self._row(approval_id)).get("status") in (APPROVED, DENIED):
+                    return await future  # decided here in the same instant the timeout fired
+                # Settled by no decision of this process (another instance's start-up took it for a
+                # leftover): nothing will ever answer the future, so the turn goes on as on a timeout.
+                return ApprovalDecision(
+                    False,
+                    "The approval request was closed before anyone answered, so the command did not run. "
+                    "Tell the user it needs their approval if it is still wanted.",
+                )
         except asyncio.CancelledError:
             # /stop, or a shutdown cutting the turn off: withdrawn for good, and the chat says so (the
             # turn resumed after a restart asks again).

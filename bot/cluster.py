@@ -648,6 +648,16 @@ class Cluster:
         self.wake()
         return int(moved or 0)
 
+    async def runs_elsewhere(self, message: InboundMessage) -> bool:
+        """Another live instance holds the claim on ``message``'s conversation: what waits in it is theirs."""
+        async with self.db.engine.connect() as conn:
+            holder = (
+                await conn.execute(
+                    _HOLDER_ELSEWHERE, {"key": conversation_claim_key(message), "me": self.instance_id}
+                )
+            ).scalar()
+        return holder is not None
+
     async def stop_elsewhere(self, message: InboundMessage, thread_id: str, token: str | None = None) -> bool:
         """``/stop`` for a thread whose turn runs on another instance: tell that instance. True if one does.
 

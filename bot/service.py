@@ -342,6 +342,7 @@ class Service:
                 self.manager.send_notice,
                 timeout=self.settings.sandbox.approval_timeout_seconds,
                 channels=self.channels,
+                runs_elsewhere=self.cluster.runs_elsewhere if self.cluster is not None else None,
             )
         # Cost per turn and budgets (bot/spend/); over budget, a turn asks on the approvals desk.
         self.manager.spend = SpendKeeper(self.settings, self.db, self.manager.send_notice)

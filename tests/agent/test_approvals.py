@@ -373,3 +373,30 @@ async def test_the_requesters_yes_from_another_conversation_is_refused_an_admins
         await h.chat.wait_for_text("done with the build directory", chat="team", timeout=30)
         await h.idle()
         assert not (workspace / "build").exists()
+
+
+async def test_a_request_closed_by_another_process_ends_the_wait_at_its_timeout(tmp_path):
+    """Two processes share one database (a cluster; here a second desk on the same file) and the other
+    one's start-up closes this process's request as a leftover: the turn is not left waiting forever for
+    a decision nobody can give any more; at its timeout it goes on, told the command did not run."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}")
+    await db.create_schema([approvals_metadata])
+    posted: list[str] = []
+
+    async def notify(message, text, *, actions=(), resume_ref=None):  # type: ignore[no-untyped-def]
+        posted.append(text)  # the platform edge: what the chat would show
+        return None
+
+    chat = MemoryChannel("memory", admins=["lead"])
+    here = ApprovalDesk(db, notify, timeout=1, channels={"memory": chat})
+    other = ApprovalDesk(db, notify, timeout=60, channels={"memory": chat})
+    asking = ChatApproval(here, chat.make_message("clean up", sender="user-1"), "thread-1")
+    try:
+        waiting = asyncio.create_task(asking.approve("rm -rf build", "deletes files recursively or by force"))
+        await wait_until(lambda: bool(posted))
+        assert await other.expire_leftovers() == 1  # it cannot tell this request from a dead process's
+        decision = await asyncio.wait_for(waiting, 10)
+        assert not decision.approved
+        assert "did not run" in decision.note
+    finally:
+        await db.close()

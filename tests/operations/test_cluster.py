@@ -30,7 +30,7 @@ from channels.memory import MemoryChannel
 from channels.resume import ReplyState
 from tests.agent.helpers import everything_shown, system_text
 from tests.conftest import fresh_pg_database, make_settings
-from tests.fakes.openai_server import Reply, echo_reply, last_user_text
+from tests.fakes.openai_server import Reply, ToolCall, echo_reply, last_user_text
 from tests.fakes.tcp_proxy import StallingProxy
 from tests.harness import Harness
 
@@ -898,3 +898,41 @@ async def test_a_new_conversation_behind_a_long_backlog_of_a_busy_thread_is_answ
             await busy.stop(grace=0)
     assert [m.text for m in idle.chat.in_chat("new")] == ["echo: hello there"]
     assert busy.chat.finished.index("n1") < 10, "the new message waited for the backlog"
+
+
+async def test_a_starting_instance_leaves_an_approval_another_instance_waits_on(tmp_path, llm):
+    """b's turn waits for /approve when a starts: a's start-up sweep of leftover requests (a dead
+    process's) must not close b's live one, so b's request runs its own course (here: its timeout)."""
+    llm.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf /mnt/user-data/workspace/build"})]),
+        Reply(text="went on without it"),
+    )
+    async with fresh_pg_database() as url:
+        harnesses = {}
+        for name in ("a", "b"):
+            settings = make_settings(
+                tmp_path / name,
+                llm,
+                database={"url": url},
+                cluster={"instance_id": f"instance-{name}"},
+                sandbox={"mode": "host", "approval_timeout_seconds": 4},
+            )
+            harnesses[name] = Harness(settings, channels={"memory": MemoryChannel("memory")})
+        a, b = harnesses["a"], harnesses["b"]
+        shared_platform(a.chat, b.chat)
+        await b.start()
+        try:
+            await b.chat.say("clean up the build", chat="ops", message_id="c1")
+            await until(
+                lambda: any("🔐 Approval needed" in m.text for m in b.chat.in_chat("ops")), seconds=30
+            )
+            await a.start()  # its start-up looks for leftover requests
+            await until(
+                lambda: any("went on without it" in m.text for m in b.chat.in_chat("ops")), seconds=30
+            )
+        finally:
+            await a.stop()
+            await b.stop()
+    texts = [m.text for m in b.chat.in_chat("ops")]
+    assert not any("the bot restarted before it was answered" in t for t in texts), texts
+    assert any("expired; the command did not run" in t for t in texts), texts
