@@ -69,14 +69,12 @@ HEAVY = (
 )
 
 
-#: The slowest tests of the README's run (7–17 s each under load, ``pytest --durations``, 2026-12-08),
+#: The slowest tests of the README's run (7–10 s each under load, ``pytest --durations``, 2026-12-08),
 #: slowest first. Not heavy: each is one scenario that waits on a real timeout or a stream, and is the
 #: README suite's test of its feature. They are handed out right after the heavy ones (so first in
-#: ``pytest``): collected in file order, the web chat's 17 s reload test came near the very end, and
-#: the last few tests of a run are what leaves one of the two workers idle while the other finishes.
+#: ``pytest``): in file order the web chat's reload test (17 s then) came near the very end, and the
+#: last few tests of a run are what leaves one of the two workers idle while the other finishes.
 SLOW = (
-    "tests/webchat/test_api.py::test_a_reload_shows_the_reply_in_progress_and_a_restart_keeps_the_conversation",
-    "tests/foundation/test_buttons.py::test_a_late_press_of_a_finished_answers_button_stops_nothing",
     "tests/channels/dingtalk/test_delivery.py::test_after_a_gateway_error_health_says_reconnecting_until_the_stream_is_back",
     "tests/foundation/test_final_delivery.py::test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_answer",
     "tests/channels/feishu/test_feishu_cardkit.py::test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_finishes",
