@@ -76,7 +76,6 @@ HEAVY = (
 #: last few tests of a run are what leaves one of the two workers idle while the other finishes.
 SLOW = (
     "tests/channels/dingtalk/test_delivery.py::test_after_a_gateway_error_health_says_reconnecting_until_the_stream_is_back",
-    "tests/foundation/test_final_delivery.py::test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_answer",
     "tests/channels/feishu/test_feishu_cardkit.py::test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_finishes",
     "tests/agent/test_sandbox.py::test_a_command_past_its_timeout_is_killed_with_everything_it_started",
     "tests/channels/telegram/test_group_pacing.py::test_a_group_final_goes_ahead_of_the_other_answers_pending_edit",
@@ -94,7 +93,6 @@ SLOW = (
     "tests/foundation/test_restart_order.py::test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart",
     "tests/channels/telegram/test_buttons.py::test_somebody_elses_press_in_a_group_is_refused_and_the_answer_goes_on",
     "tests/channels/slack/test_slack_store_then_confirm.py::test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answers_once",
-    "tests/foundation/test_streaming.py::test_when_the_final_edit_keeps_being_rate_limited_the_placeholder_still_becomes_the_answer",
     "tests/channels/slack/test_slack_connect.py::test_connect_sent_as_a_slack_slash_command_is_routed_like_typed_text",
     "tests/tasks/test_long_tool_in_jobs.py::test_a_scheduled_runs_long_command_is_a_step_of_its_one_card_and_a_chat_turns_gets_its_own",
 )
