@@ -76,7 +76,6 @@ HEAVY = (
 #: last few tests of a run are what leaves one of the two workers idle while the other finishes.
 SLOW = (
     "tests/channels/dingtalk/test_delivery.py::test_after_a_gateway_error_health_says_reconnecting_until_the_stream_is_back",
-    "tests/channels/feishu/test_feishu_cardkit.py::test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_finishes",
     "tests/agent/test_sandbox.py::test_a_command_past_its_timeout_is_killed_with_everything_it_started",
     "tests/channels/telegram/test_group_pacing.py::test_a_group_final_goes_ahead_of_the_other_answers_pending_edit",
     "tests/foundation/test_restart_order.py::test_messages_of_one_chat_accepted_in_one_group_commit_resume_in_arrival_order",
