@@ -12,9 +12,9 @@ So :class:`FinalDelivery` wraps the reply's ``finish``:
   ``retry_after``, channels/reply.py). A failure the error tree calls passing —
   :class:`~channels.errors.RetryAfter` or :class:`~channels.errors.NetworkError`, whichever platform
   raised it — keeps the answer with the inbox entry first (``Inbox.save_answer``: durable, not an
-  attempt), then tries again after the platform's ``retry_after`` or a back-off (1, 2, 4 … up to
-  :data:`MAX_DELAY_SECONDS`), until it lands. Each try edits the same message(s) the reply already
-  has, so nothing is posted twice and no "…" stays behind;
+  attempt), then tries again after the platform's ``retry_after`` or a back-off (1, 2, 4 … s from
+  ``bus.final_retry_seconds``, up to :data:`MAX_DELAY_SECONDS`), until it lands. Each try edits the
+  same message(s) the reply already has, so nothing is posted twice and no "…" stays behind;
 - any other failure (the bot was removed from the chat, the platform refuses the text) is raised as
   before: the manager records it as a failed attempt, with the answer saved;
 - a stop during the wait (shutdown) leaves the entry pending with its answer: the next start — or, in a
@@ -52,19 +52,24 @@ def passing(exc: BaseException) -> bool:
     return isinstance(exc, RetryAfter | NetworkError)
 
 
-def pause_after(exc: ChannelError, tries: int) -> float:
-    """Seconds before the next try: what the platform asked for, else 1, 2, 4 … (both capped)."""
+def pause_after(exc: ChannelError, tries: int, first: float = FIRST_DELAY_SECONDS) -> float:
+    """Seconds before the next try: what the platform asked for, else ``first``, twice that, four
+    times … (both at least ``first`` and capped)."""
     if isinstance(exc, RetryAfter):
-        return min(MAX_DELAY_SECONDS, max(exc.retry_after, FIRST_DELAY_SECONDS))
-    return float(min(MAX_DELAY_SECONDS, FIRST_DELAY_SECONDS * 2 ** max(0, tries - 1)))
+        return min(MAX_DELAY_SECONDS, max(exc.retry_after, first))
+    return float(min(MAX_DELAY_SECONDS, first * 2 ** max(0, tries - 1)))
 
 
 class FinalDelivery:
     """Delivers a final reply until it lands (see the module docstring)."""
 
-    def __init__(self, save_answer: SaveAnswer, persist: Persist) -> None:
+    def __init__(
+        self, save_answer: SaveAnswer, persist: Persist, first_delay: float = FIRST_DELAY_SECONDS
+    ) -> None:
         self.save_answer = save_answer
         self.persist = persist
+        #: ``bus.final_retry_seconds``: tests set it short, so a run of failures does not wait seconds.
+        self.first_delay = first_delay
 
     async def finish(
         self, reply: ReplyStream, text: str, files: Sequence[Path] = (), *, entry_id: str | None = None
@@ -84,8 +89,8 @@ class FinalDelivery:
                 if not passing(exc):
                     raise
                 tries += 1
-                wait = pause_after(exc, tries)
-                log.warning("delivering the final reply failed (%s); trying again in %.0f s", exc, wait)
+                wait = pause_after(exc, tries, self.first_delay)
+                log.warning("delivering the final reply failed (%s); trying again in %.1f s", exc, wait)
             if entry_id is not None and not saved:
                 # Durable before waiting: a restart from here on delivers this answer, not a new one.
                 await self.persist("saving the answer", lambda: self.save_answer(entry_id, text))

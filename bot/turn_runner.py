@@ -96,7 +96,7 @@ class TurnRunner:
         self.channels = channels
         self.storage = storage
         #: A final reply that hits a rate limit or a 5xx is delivered later, from its saved answer.
-        self.delivery = FinalDelivery(inbox.save_answer, storage.call)
+        self.delivery = FinalDelivery(inbox.save_answer, storage.call, settings.bus.final_retry_seconds)
         self.level_now = level_now
         self.submit_turn = submit
         self.schedules = schedules

@@ -64,7 +64,6 @@ T = TypeVar("T")
 StateSink = Callable[[ReplyState], Awaitable[None]]
 
 MAX_FINAL_ATTEMPTS = 3
-FINAL_RETRY_BACKOFF = 0.5  # seconds before the 2nd try of a failed final; doubles each try
 
 
 class ReplyStream:
@@ -636,7 +635,7 @@ class ReplyStream:
                 break
             except NetworkError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
-                self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
+                self.pacing.chat.penalize(self.limits.final_retry_backoff * 2 ** (attempt - 1))
                 transient = exc
             except Forbidden as exc:
                 # Not a member, archived, token revoked: the same call gets the same answer, so it is not
@@ -647,7 +646,7 @@ class ReplyStream:
                 break
             except ChannelError as exc:
                 log.info("final reply failed (attempt %d): %s", attempt, exc)
-                self.pacing.chat.penalize(FINAL_RETRY_BACKOFF * 2 ** (attempt - 1))
+                self.pacing.chat.penalize(self.limits.final_retry_backoff * 2 ** (attempt - 1))
                 transient = None
         if transient is not None:
             raise transient

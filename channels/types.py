@@ -161,12 +161,14 @@ class ReplyLimits:
     """How a platform wants replies paced and sized. One instance per channel, in its own module.
 
     ``min_edit_interval`` is the per-chat spacing between outbound calls (sends and edits alike);
-    ``text_limit`` the longest message body in characters.
+    ``text_limit`` the longest message body in characters; ``final_retry_backoff`` the pause before
+    the second try of a final reply the platform failed (5xx, network), doubling each try.
     """
 
     text_limit: int
     min_edit_interval: float
     supports_edit: bool = True
+    final_retry_backoff: float = 0.5
 
 
 @dataclass(slots=True)

@@ -435,6 +435,9 @@ class BusConfig(Section):
     max_attempts: int = Field(3, ge=1)
     #: How often the service looks for messages an operator queued with ``switchboard inbox retry``.
     retry_poll_seconds: float = Field(2, gt=0)
+    #: A final reply the platform rate-limits or fails with a 5xx is tried again after this pause,
+    #: doubling each time up to a minute (a platform's own ``retry_after`` is honoured when longer).
+    final_retry_seconds: float = Field(1.0, gt=0, le=60)
 
 
 class TracingConfig(Section):

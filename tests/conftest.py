@@ -69,10 +69,39 @@ HEAVY = (
 )
 
 
+#: The slowest tests of the README's run (7–10 s each under load, ``pytest --durations``, 2026-12-08),
+#: slowest first. Not heavy: each is one scenario that waits on a real timeout or a stream, and is the
+#: README suite's test of its feature. They are handed out right after the heavy ones (so first in
+#: ``pytest``): in file order the web chat's reload test (17 s then) came near the very end, and the
+#: last few tests of a run are what leaves one of the two workers idle while the other finishes.
+SLOW = (
+    "tests/channels/dingtalk/test_delivery.py::test_after_a_gateway_error_health_says_reconnecting_until_the_stream_is_back",
+    "tests/agent/test_sandbox.py::test_a_command_past_its_timeout_is_killed_with_everything_it_started",
+    "tests/channels/telegram/test_group_pacing.py::test_a_group_final_goes_ahead_of_the_other_answers_pending_edit",
+    "tests/foundation/test_restart_order.py::test_messages_of_one_chat_accepted_in_one_group_commit_resume_in_arrival_order",
+    "tests/github/test_postgres.py::test_on_postgres_an_upgraded_log_refuses_a_replay_racing_its_original",
+    "tests/console/test_cli.py::test_an_operator_runs_every_console_action_from_the_shell",
+    "tests/channels/dingtalk/test_buttons.py::test_an_answer_that_spills_into_a_second_card_keeps_stop_on_the_newest_card",
+    "tests/channels/feishu/test_feishu_buttons.py::test_a_typed_stop_stops_every_time_at_once",
+    "tests/connections/test_one_machine.py::test_metrics_need_a_token_in_jwt_mode_unless_made_public",
+    "tests/github/test_postgres.py::test_on_postgres_racing_duplicates_run_once_and_a_failed_delivery_can_be_retried",
+    "tests/agent/test_isolation.py::test_runaway_commands_end_with_a_clear_result_while_other_chats_get_answers",
+    "tests/tasks/test_task_cards.py::test_a_run_that_waits_behind_an_answer_in_its_chat_waits_as_its_queued_card",
+    "tests/channels/feishu/test_feishu_platform_rules.py::test_a_reply_paced_faster_than_feishu_allows_stays_inside_the_per_object_rates",
+    "tests/channels/slack/test_slack_buttons.py::test_a_press_the_bus_cannot_store_is_not_acked_and_slacks_redelivery_stops_the_answer",
+    "tests/foundation/test_restart_order.py::test_unfinished_messages_of_one_chat_resume_in_arrival_order_after_a_restart",
+    "tests/channels/telegram/test_buttons.py::test_somebody_elses_press_in_a_group_is_refused_and_the_answer_goes_on",
+    "tests/channels/slack/test_slack_store_then_confirm.py::test_a_stop_while_the_bus_is_full_loses_nothing_and_the_restart_answers_once",
+    "tests/channels/slack/test_slack_connect.py::test_connect_sent_as_a_slack_slash_command_is_routed_like_typed_text",
+    "tests/tasks/test_long_tool_in_jobs.py::test_a_scheduled_runs_long_command_is_a_step_of_its_one_card_and_a_chat_turns_gets_its_own",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the :data:`HEAVY` files and tests ``heavy`` and hand them out first, in that order."""
-    rank = {entry: i for i, entry in enumerate(HEAVY)}
+    """Mark the :data:`HEAVY` files and tests ``heavy``; hand them out first, then the :data:`SLOW`
+    tests, each in list order, then the rest in file order."""
+    rank = {entry: i for i, entry in enumerate(HEAVY + SLOW)}
     root = Path(str(config.rootpath))
 
     def key(item: pytest.Item) -> int:
@@ -80,7 +109,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(item.nodeid.split("[")[0], rank.get(path, len(rank)))
 
     for item in items:
-        if key(item) < len(rank):
+        if key(item) < len(HEAVY):
             item.add_marker(pytest.mark.heavy)
     items.sort(key=key)
 

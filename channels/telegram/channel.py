@@ -67,9 +67,6 @@ log = logging.getLogger(__name__)
 
 #: Telegram's longest message, counted after entity parsing.
 TEXT_LIMIT = 4096
-#: At pause, how long the poller may take to store updates it already fetched (the rest stay
-#: unconfirmed at Telegram).
-STOP_STORE_GRACE = 5.0
 #: How long stop() lets a final reply already on its way (``finish`` running, e.g. waiting out a 429)
 #: land before closing the HTTP client. Only those: a live task card is not waited for (see
 #: :class:`_FinishingReply`).
@@ -326,7 +323,7 @@ class TelegramChannel(Channel):
             self._webhook.close()
         poller = self._poller
         if poller is not None and poller.running:
-            await poller.pause(STOP_STORE_GRACE)
+            await poller.pause(self.config.stop_store_grace_seconds)
 
     async def stop(self) -> None:
         await self.pause()

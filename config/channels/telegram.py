@@ -40,6 +40,9 @@ class TelegramConfig(ChatChannelSection):
     typing_interval_seconds: float = Field(4.5, gt=0, le=5)
     #: Long-poll duration of one ``getUpdates`` call.
     poll_timeout_seconds: int = Field(25, ge=0, le=50)
+    #: At stop, how long long polling may keep offering the updates it already fetched to a service that
+    #: refuses them (full); what is still not stored then stays unconfirmed at Telegram for the next start.
+    stop_store_grace_seconds: float = Field(5.0, ge=0, le=60)
     #: How updates arrive. ``polling``: this process asks with ``getUpdates`` (one instance per token).
     #: ``webhook``: Telegram POSTs them to ``/api/webhooks/telegram`` on whichever instance the load
     #: balancer picks (docs/channels/telegram.md, "Webhook mode").

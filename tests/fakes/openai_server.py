@@ -114,6 +114,9 @@ class Reply:
     cut_after_chunks: int | None = None
     #: Wait at this hold before answering (see :class:`Hold`).
     hold: Hold | None = None
+    #: With ``hold``: wait there after this many text chunks instead, mid-stream — an answer that is
+    #: certainly still streaming while the test does something, without a stream sized as a margin.
+    hold_after_chunks: int | None = None
     #: Seconds the body stays open after ``data: [DONE]`` before it ends (a server slow to finish it).
     linger_after_done: float = 0.0
 
@@ -265,7 +268,7 @@ class FakeOpenAI(ThreadedServer):
                 status=400,
             )
         reply = self._next_reply(body)
-        if reply.hold is not None:
+        if reply.hold is not None and reply.hold_after_chunks is None:
             await asyncio.get_running_loop().run_in_executor(None, reply.hold._pass)
         if reply.status != 200:
             headers = {"retry-after": str(reply.retry_after)} if reply.retry_after is not None else {}
@@ -320,6 +323,8 @@ class FakeOpenAI(ThreadedServer):
             if reply.cut_after_chunks is not None and index >= reply.cut_after_chunks:
                 await response.write_eof()
                 return response
+            if reply.hold is not None and index == reply.hold_after_chunks:
+                await asyncio.get_running_loop().run_in_executor(None, reply.hold._pass)
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             await emit({"content": reply.text[start : start + reply.chunk_size]})

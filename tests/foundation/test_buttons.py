@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from channels.memory import MemoryChannel, VisibleMessage
 from tests.conftest import make_settings
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Hold, Reply
 from tests.harness import Harness
 
 STOP = "⏹ Stop"
@@ -90,10 +90,16 @@ async def test_a_late_press_of_a_finished_answers_button_stops_nothing(tmp_path,
         first = await live_reply(h)
         late = h.chat.press_message(first.ref, STOP)  # pressed now, reaches us only later
         await h.idle(timeout=20)
-        slow_answer(llm, word="tale")
+        # The second answer waits mid-stream until the late press has been answered: it is certainly
+        # still streaming when the press arrives (no 9 s stream sized as that margin).
+        hold = Hold()
+        words = " ".join(f"tale{i}" for i in range(200))
+        llm.script(Reply(text=words, chunk_size=8, hold=hold, hold_after_chunks=10))
         await h.chat.say("second question")
         second = await h.chat.wait_for_text("tale3", timeout=20)
         await h.chat.deliver(late)
         await h.chat.wait_for_text("That reply has already finished.")
+        hold.open()
         await h.idle(timeout=20)
+        assert hold.passed == 1, "the press was handled while the second answer streamed"
         assert "tale199" in second.text and "Stopped" not in second.text

@@ -13,9 +13,15 @@ from channels.types import ReplyLimits
 from tests.fakes.openai_server import Reply, last_user_text
 from tests.harness import Harness
 
+#: The service's own back-off between tries of a final reply, 1 s by default and doubling: short here,
+#: so a run of failures is tried again within the test's time (the path is the same).
+QUICK_RETRY = {"final_retry_seconds": 0.1}
+
 
 def paced_chat() -> MemoryChannel:
-    return MemoryChannel("memory", limits=ReplyLimits(text_limit=4000, min_edit_interval=0.01))
+    """A platform paced at 10 ms whose own retries of a failed final also start at 0.1 s, not 0.5 s."""
+    limits = ReplyLimits(text_limit=4000, min_edit_interval=0.01, final_retry_backoff=0.1)
+    return MemoryChannel("memory", limits=limits)
 
 
 async def saved_answer(harness: Harness, seconds: float = 30) -> InboxEntry:
@@ -34,7 +40,7 @@ async def test_a_final_rate_limited_longer_than_the_replys_own_tries_lands_in_it
     settings_on, llm
 ):
     chat = paced_chat()
-    async with Harness.running(settings_on(), channels={"memory": chat}) as h:
+    async with Harness.running(settings_on(bus=QUICK_RETRY), channels={"memory": chat}) as h:
         chat.fail_next("edit", RetryAfter(0.1), times=10)  # the reply itself tries 3 times
         await chat.say("how are you?")
         await h.idle(timeout=30)
@@ -50,7 +56,7 @@ async def test_a_run_of_5xx_on_final_replies_turns_the_queued_notice_into_its_an
 
     llm.default_reply = answer
     chat = paced_chat()
-    async with Harness.running(settings_on(), channels={"memory": chat}) as h:
+    async with Harness.running(settings_on(bus=QUICK_RETRY), channels={"memory": chat}) as h:
         await chat.say("first")
         await chat.say("second")
         await chat.wait_for_text("⏳ Queued")

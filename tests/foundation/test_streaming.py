@@ -52,6 +52,7 @@ async def test_when_the_final_edit_keeps_being_rate_limited_the_placeholder_stil
     settings, llm
 ):
     llm.script(Reply(text="the final answer"))
+    settings.bus.final_retry_seconds = 0.05  # the service's own back-off (1 s by default): the 0.05 s asked
     h = await paced(settings, interval=0.01)
     h.chat.fail_next("edit", RetryAfter(0.05), times=20)
     try:

@@ -17,7 +17,7 @@ from bot.inbox import PENDING
 from bot.manager import STOPPED_NOTE
 from tests.conftest import make_settings
 from tests.connections.conftest import auth, jwt_overrides, token_for
-from tests.fakes.openai_server import Reply, ToolCall
+from tests.fakes.openai_server import Hold, Reply, ToolCall
 from tests.serving import serving
 from tests.webchat.conftest import new_conversation, send, texts, watching, web_channel
 
@@ -95,7 +95,10 @@ async def test_a_message_is_in_the_inbox_before_its_post_is_answered(tmp_path, l
 
 
 async def test_a_reload_shows_the_reply_in_progress_and_a_restart_keeps_the_conversation(tmp_path, llm):
-    llm.script(Reply(text=LONG, chunk_size=8, delay=0.02))
+    # The answer waits mid-stream until the reloaded tab has its snapshot: it is certainly still being
+    # written then (no 9 s stream sized as that margin).
+    hold = Hold()
+    llm.script(Reply(text=LONG, chunk_size=8, hold=hold, hold_after_chunks=10))
     settings = settings_for(tmp_path, llm)
     token = token_for("alice")
     app = create_app(settings)
@@ -109,6 +112,7 @@ async def test_a_reload_shows_the_reply_in_progress_and_a_restart_keeps_the_conv
             assert reloaded.snapshot is not None
             [partial] = [e for e in reloaded.snapshot if e["role"] == "assistant"]
             assert partial["live"] and "word5" in partial["text"] and "word399" not in partial["text"]
+            hold.open()
             await reloaded.until(lambda es: any("word399" in e["text"] and not e["live"] for e in es))
 
     async with serving(create_app(settings)) as url, httpx.AsyncClient(base_url=url) as client:

@@ -6,6 +6,7 @@ fake's CardKit rules come from Feishu's pages for the three calls, not from our 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from channels.errors import ChannelError
 from channels.feishu.api import LarkApi
 from tests.channels.feishu.conftest import ALICE, running_bot
 from tests.fakes.feishu import FakeLark
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Hold, Reply
 
 pytestmark = pytest.mark.slow
 
@@ -167,8 +168,14 @@ async def test_a_card_whose_streaming_mode_timed_out_is_switched_on_again_and_fi
     # much less: on a loaded machine the PUT right after switching it on again must land in time).
     with FakeLark(streaming_timeout=1.0) as lark:
         async with running_bot(tmp_path, llm, lark) as bot:
-            llm.script(Reply(text=WORDS, chunk_size=4, delay=0.12))
+            # The answer stops mid-stream until streaming mode has certainly timed out, then goes on
+            # (instead of an 8 s stream sized to outlast the timeout).
+            hold = Hold()
+            llm.script(Reply(text=WORDS, chunk_size=4, delay=0.03, hold=hold, hold_after_chunks=5))
             lark.send_message_event(P2P, "p2p", ALICE, "a long one")
+            await asyncio.to_thread(hold.wait_for_waiting, 1)
+            await asyncio.sleep(lark.streaming_timeout + 0.2)
+            hold.open()
             await lark.wait_for_text(P2P, "word39", timeout=30)
             await bot.harness.idle(timeout=30)
 

@@ -107,9 +107,9 @@ async def test_an_update_the_stopping_service_could_not_store_stays_with_telegra
 
     with FakeOpenAI(default_reply=very_slow_echo) as llm:
         settings = make_settings(tmp_path, llm, bus={"queue_size": 1, "drain_seconds": 0.2})  # type: ignore[arg-type]
-        first = Harness(
-            settings, channels={"telegram": TelegramChannel(telegram_config(tg), settings=settings)}
-        )  # type: ignore[dict-item]
+        # The poller's own grace at stop (5 s by default) is the one the refusal must outlast.
+        stopping = telegram_config(tg, stop_store_grace_seconds=0.3)
+        first = Harness(settings, channels={"telegram": TelegramChannel(stopping, settings=settings)})  # type: ignore[dict-item]
         await first.start()
         sent = {chat: tg.user_message(chat, f"held {chat}", user_id=chat) for chat in chats}
         update_of = {
@@ -118,7 +118,7 @@ async def test_an_update_the_stopping_service_could_not_store_stays_with_telegra
         async with asyncio.timeout(30):
             while first.service.bus.refused < 1:  # until the poller holds an update the service refuses
                 await asyncio.sleep(0.02)
-        await first.stop(grace=0.3)  # the refusal lasts past the grace: the poller gives up on it
+        await first.stop(grace=0.3)  # the refusal lasts past both graces: the poller gives up on it
         not_stored = {m for m in update_of if m not in await stored_ids(first)}
         assert not_stored, "the full service could not take every message before it stopped"
         held = set(tg.pending_updates())
