@@ -181,7 +181,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "MAX_FINAL_ATTEMPTS = 3",
         "MAX_FINAL_ATTEMPTS = 1",
         (f"{F}/test_restart_order.py", f"{F}/test_streaming.py"),
-        "a rate-limited final answer is not retried before falling back",
+        'a final edit the platform fails once or twice is not tried again: the answer is posted anew below the "…"',
     ),
     Mutant(
         "every-final-message-staged",

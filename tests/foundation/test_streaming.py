@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from channels.errors import EditFailed, RetryAfter
+from channels.errors import ChannelError, EditFailed, RetryAfter
 from channels.memory import MemoryChannel
 from channels.splitter import split_text
 from channels.types import ReplyLimits
@@ -60,6 +60,22 @@ async def test_when_the_final_edit_keeps_being_rate_limited_the_placeholder_stil
     finally:
         await h.stop()
     # A rate limit is waited out, not answered with a second message that leaves the "…" behind.
+    assert [m.text for m in h.chat.in_chat("chat-1")] == ["the final answer"]
+
+
+async def test_a_final_edit_that_fails_now_and_then_is_tried_again_in_place_not_posted_anew(settings, llm):
+    """An error the platform gives a time or two (neither a rate limit nor "this message cannot be
+    edited") is tried again on the same message: posting the answer anew would leave the "…" behind.
+
+    The answer comes in one piece and the chat allows an edit a second, so at most one live edit comes
+    before the final one: the two failures reach the final edit at least once."""
+    llm.script(Reply(text="the final answer", chunk_size=100))
+    h = await paced(settings, interval=1.0)
+    h.chat.fail_next("edit", ChannelError("the platform had a hiccup"), times=2)
+    try:
+        await h.ask("go")
+    finally:
+        await h.stop()
     assert [m.text for m in h.chat.in_chat("chat-1")] == ["the final answer"]
 
 
