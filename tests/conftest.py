@@ -156,6 +156,12 @@ def make_settings(tmp_path: Path, llm: FakeOpenAI | None = None, **overrides: ob
         # Memory extraction is an extra model call after every turn; tests that want it enable it.
         "memory": {"enabled": False, "debounce_seconds": 0},
     }
+    database = overrides.get("database")
+    if isinstance(database, dict) and "url" not in database:
+        # A test that sets other database keys still gets its own file: without the url the service's
+        # default (./data, relative to the working directory) is the checkout itself, which an ordinary
+        # user cannot write to and which tests running side by side would share.
+        overrides = {**overrides, "database": {**base["database"], **database}}  # type: ignore[dict-item]
     base.update(overrides)
     channels = base.get("channels")
     if isinstance(channels, dict):
