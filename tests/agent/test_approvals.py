@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -319,8 +320,8 @@ async def test_a_restart_with_an_approval_pending_runs_nothing_without_a_fresh_a
         assert not (workspace / "build").exists()
 
 
-async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(tmp_path):
-    """The trust level the bot decides at the edge reaches the approval: a guest never approves himself."""
+async def desk_database(tmp_path: Path) -> tuple[Database, list[str], Any]:
+    """An approvals table in a file of its own, and a ``notify`` that keeps what the chat would show."""
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}")
     await db.create_schema([approvals_metadata])
     posted: list[str] = []
@@ -329,6 +330,12 @@ async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(t
         posted.append(text)  # the platform edge: what the chat would show
         return None
 
+    return db, posted, notify
+
+
+async def test_a_guests_command_needs_an_admin_even_in_his_own_direct_messages(tmp_path):
+    """The trust level the bot decides at the edge reaches the approval: a guest never approves himself."""
+    db, posted, notify = await desk_database(tmp_path)
     chat = MemoryChannel("memory", admins=["lead"])
     desk = ApprovalDesk(db, notify, timeout=60, channels={"memory": chat})
     asking = ChatApproval(desk, chat.make_message("clean up", sender="guest-1"), "thread-1")
@@ -379,14 +386,7 @@ async def test_a_request_closed_by_another_process_ends_the_wait_at_its_timeout(
     """Two processes share one database (a cluster; here a second desk on the same file) and the other
     one's start-up closes this process's request as a leftover: the turn is not left waiting forever for
     a decision nobody can give any more; at its timeout it goes on, told the command did not run."""
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'approvals.db'}")
-    await db.create_schema([approvals_metadata])
-    posted: list[str] = []
-
-    async def notify(message, text, *, actions=(), resume_ref=None):  # type: ignore[no-untyped-def]
-        posted.append(text)  # the platform edge: what the chat would show
-        return None
-
+    db, posted, notify = await desk_database(tmp_path)
     chat = MemoryChannel("memory", admins=["lead"])
     here = ApprovalDesk(db, notify, timeout=1, channels={"memory": chat})
     other = ApprovalDesk(db, notify, timeout=60, channels={"memory": chat})
